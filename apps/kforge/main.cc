@@ -1,0 +1,35 @@
+// kforge: LLMs write multi-GPU CUDA kernels; kforge judges them.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+
+#include "command.h"
+
+namespace kforge::cli {
+
+bool RegisterCommand(std::string name, CommandRegistrar add) {
+  auto& table = const_cast<std::vector<CommandEntry>&>(Commands());
+  table.push_back({std::move(name), std::move(add)});
+  return true;
+}
+
+const std::vector<CommandEntry>& Commands() {
+  static std::vector<CommandEntry> table;
+  return table;
+}
+
+}  // namespace kforge::cli
+
+int main(int argc, char** argv) {
+  CLI::App app{"kforge: LLM-written multi-GPU CUDA kernels, judged honestly"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "kforge 0.1.0");
+  int exit_code = 0;
+  for (const auto& entry : kforge::cli::Commands()) entry.add(app, exit_code);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  return exit_code;
+}

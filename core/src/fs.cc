@@ -1,0 +1,79 @@
+#include "kforge/core/fs.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+namespace kforge {
+namespace fs = std::filesystem;
+
+Result<std::string> ReadFile(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return Error(errno == ENOENT ? ErrorKind::kNotFound : ErrorKind::kIo,
+                 path.string() + ": " + std::strerror(errno));
+  }
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) return Error(ErrorKind::kIo, path.string() + ": read failed");
+  return ss.str();
+}
+
+Status MakeDirs(const fs::path& path) {
+  std::error_code ec;
+  fs::create_directories(path, ec);
+  if (ec) return Error(ErrorKind::kIo, path.string() + ": " + ec.message());
+  return Status::Ok();
+}
+
+Status WriteFileAtomic(const fs::path& path, std::string_view content) {
+  if (path.has_parent_path()) KF_RETURN_IF_ERROR(MakeDirs(path.parent_path()));
+  std::string tmpl = path.string() + ".tmp-XXXXXX";
+  std::vector<char> buf(tmpl.begin(), tmpl.end());
+  buf.push_back('\0');
+  int fd = mkstemp(buf.data());
+  if (fd < 0) return Error(ErrorKind::kIo, path.string() + ": " + std::strerror(errno));
+  size_t done = 0;
+  while (done < content.size()) {
+    ssize_t n = write(fd, content.data() + done, content.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      int err = errno;
+      close(fd);
+      unlink(buf.data());
+      return Error(ErrorKind::kIo, path.string() + ": " + std::strerror(err));
+    }
+    done += static_cast<size_t>(n);
+  }
+  fsync(fd);
+  close(fd);
+  if (rename(buf.data(), path.c_str()) != 0) {
+    int err = errno;
+    unlink(buf.data());
+    return Error(ErrorKind::kIo, path.string() + ": " + std::strerror(err));
+  }
+  return Status::Ok();
+}
+
+fs::path DefaultCacheDir() {
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return fs::path(x) / "kforge";
+  if (const char* h = std::getenv("HOME"); h && *h) return fs::path(h) / ".cache" / "kforge";
+  return fs::path("/tmp/kforge-cache");
+}
+
+Result<fs::path> MakeTempDir(std::string_view prefix) {
+  const char* tmp = std::getenv("TMPDIR");
+  std::string tmpl = std::string(tmp && *tmp ? tmp : "/tmp") + "/" + std::string(prefix) + "-XXXXXX";
+  std::vector<char> buf(tmpl.begin(), tmpl.end());
+  buf.push_back('\0');
+  if (!mkdtemp(buf.data())) return Error(ErrorKind::kIo, tmpl + ": " + std::strerror(errno));
+  return fs::path(buf.data());
+}
+
+}  // namespace kforge

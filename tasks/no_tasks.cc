@@ -1,0 +1,1 @@
+// Compiled only while no task folder has an oracle.cpp.
