@@ -1,0 +1,190 @@
+// RunStore: the durable record of one run directory.
+//
+// A run directory holds `store.sqlite` (SQLite in WAL mode) and `blobs/`
+// (content-addressed texts: prompts, replies, feedback, kernel sources and
+// evaluation documents, each stored once under its sha256). The database keeps
+// the structure and small columns; every large text lives in a blob and is
+// referenced by its hash.
+//
+// Durability: every mutating call is one transaction. Once it returns OK the
+// row survives the writing process being killed (kill -9); blobs are written
+// (atomically, by rename) before the row that references them is committed.
+// Readers in other processes (the web UI, `kforge leaderboard` while a run
+// goes) never block the writer and always see a committed state.
+//
+// Thread safety: one RunStore may be shared by threads; calls are serialised.
+// Several processes may open the same store; writes from several processes
+// are serialised by SQLite (a busy writer waits up to 10 s).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kforge/core/status.h"
+
+namespace kforge::results {
+
+namespace internal {
+class Db;
+}
+
+// The schema version this code writes. Older stores are migrated on Open.
+inline constexpr int kSchemaVersion = 2;
+
+struct RunInfo {
+  int64_t id = 0;
+  std::string name;
+  nlohmann::json config = nlohmann::json::object();
+  std::string kforge_version;
+  std::string task_suite_hash;
+  nlohmann::json hardware = nlohmann::json::object();  // the hardware card
+  std::string origin;                                  // host the run came from ("" = here)
+  double started_at = 0;
+  double finished_at = 0;  // 0 while running
+  std::string state;       // running | done | stopped | failed
+};
+
+// What makes a session unique within a run.
+struct SessionKey {
+  std::string model, task, strategy;
+  int sample = 0;
+  int world = 0;
+  std::string dtype;
+  // The task's category (task.toml). Not part of the identity; stored so
+  // metrics can be grouped per category.
+  std::string category;
+};
+
+struct SessionRecord {
+  int64_t id = 0;
+  int64_t run_id = 0;
+  SessionKey key;
+  std::string state;  // pending | running | done | stopped
+  std::string stop_reason;
+  int turns_done = 0;
+  std::optional<int64_t> best_evaluation_id;
+};
+
+struct TurnRecord {
+  int64_t id = 0;
+  int64_t session_id = 0;
+  int index = 0;  // 0-based within the session; unique per session
+  std::string prompt, reply, feedback;
+  std::string kernel_sha;  // blob holding the extracted kernel; may be empty
+  int64_t input_tokens = 0, cached_input_tokens = 0, output_tokens = 0, reasoning_tokens = 0;
+  double cost_usd = 0, latency_s = 0;
+  std::string request_id, finish_reason;
+  double created_at = 0;  // 0 = now
+};
+
+// One stored evaluation: the columns extracted from its kforge.eval/1 doc.
+struct EvaluationRecord {
+  int64_t id = 0;
+  int64_t session_id = 0;
+  int64_t turn_id = 0;  // 0 when not tied to a turn
+  std::string status;   // passed | compile_error | ... (docs/eval-result.md)
+  std::optional<double> speedup;
+  std::optional<double> busbw_gbps;  // of the largest bench size
+  bool emulated = false;
+  double seconds = 0;
+  int world = 0;
+  std::string message;
+  std::string doc_sha;  // blob with the whole document (per-rank details, timings)
+  double created_at = 0;
+};
+
+struct EventRecord {
+  int64_t id = 0;
+  int64_t run_id = 0;
+  std::string kind;
+  nlohmann::json detail;
+  double created_at = 0;
+};
+
+class RunStore {
+ public:
+  // Opens `run_dir`/store.sqlite. Unless read_only, creates the directory and
+  // the database when absent and migrates an older schema in place. A
+  // read-only open of a missing store is kNotFound; of a newer schema than
+  // this code knows, kInvalidInput.
+  static Result<std::unique_ptr<RunStore>> Open(const std::filesystem::path& run_dir, bool read_only = false);
+  ~RunStore();
+
+  const std::filesystem::path& dir() const { return dir_; }
+  bool read_only() const { return read_only_; }
+  // The schema version found on disk (== kSchemaVersion unless read-only on an old store).
+  int schema_version() const { return schema_version_; }
+
+  // ---- writing (the agent) ----
+
+  // Returns the run called `name`, creating it (state "running") if absent.
+  // An existing run keeps its stored config; it is reopened as "running".
+  Result<RunInfo> CreateOrGetRun(const std::string& name, const nlohmann::json& config,
+                                 const std::string& kforge_version, const std::string& task_suite_hash,
+                                 const nlohmann::json& hardware);
+  Status FinishRun(int64_t run_id, const std::string& state);
+
+  // Idempotent: the same key returns the same id (state starts "pending").
+  Result<int64_t> UpsertSession(int64_t run_id, const SessionKey& key);
+  Status SetSessionState(int64_t session_id, const std::string& state, const std::string& stop_reason = "");
+
+  // Stores `text` under its sha256 (idempotent) and returns the hash.
+  Result<std::string> PutBlob(std::string_view text);
+  Result<std::string> GetBlob(const std::string& sha) const;
+
+  // Stores prompt/reply/feedback as blobs and the turn row in one transaction;
+  // bumps the session's turns_done. A repeated (session, index) is kInvalidInput.
+  // `kernel_sha` must name a blob already put.
+  Result<int64_t> AppendTurn(const TurnRecord& turn);
+  // Stores a turn's feedback once it is known (after the evaluation).
+  Status SetTurnFeedback(int64_t turn_id, std::string_view feedback);
+
+  // Stores a kforge.eval/1 document and extracts status, speedup, busbw,
+  // emulated, world, seconds and message into columns. A document without a
+  // string "status" is kInvalidInput.
+  Result<int64_t> RecordEvaluation(int64_t session_id, int64_t turn_id, const nlohmann::json& eval_doc);
+  Status SetBestEvaluation(int64_t session_id, int64_t evaluation_id);
+  Status AppendEvent(int64_t run_id, const std::string& kind, const nlohmann::json& detail);
+
+  // ---- reading ----
+
+  Result<std::vector<RunInfo>> ListRuns() const;
+  Result<RunInfo> GetRun(int64_t run_id) const;
+  Result<std::vector<SessionRecord>> ListSessions(int64_t run_id) const;
+  Result<SessionRecord> GetSession(int64_t session_id) const;
+  // Turns in index order, with prompt/reply/feedback read back from blobs.
+  Result<std::vector<TurnRecord>> ListTurns(int64_t session_id) const;
+  Result<std::vector<EvaluationRecord>> ListEvaluations(int64_t session_id) const;
+  // Every evaluation of a run (one query; for metrics and export).
+  Result<std::vector<EvaluationRecord>> ListRunEvaluations(int64_t run_id) const;
+  Result<nlohmann::json> GetEvaluationDoc(const EvaluationRecord& evaluation) const;
+  // Events with id > after_id, oldest first.
+  Result<std::vector<EventRecord>> ListEvents(int64_t run_id, int64_t after_id = 0) const;
+
+  // PRAGMA integrity_check: OK when the database is sound.
+  Status CheckIntegrity() const;
+
+ private:
+  RunStore(std::filesystem::path dir, bool read_only, std::unique_ptr<internal::Db> db);
+  Status Migrate();
+  Result<std::string> PutBlobLocked(std::string_view text);
+
+  std::filesystem::path dir_;
+  bool read_only_;
+  int schema_version_ = 0;
+  mutable std::mutex mu_;
+  std::unique_ptr<internal::Db> db_;
+};
+
+// Where a run's database lives inside its directory.
+std::filesystem::path StorePath(const std::filesystem::path& run_dir);
+
+}  // namespace kforge::results

@@ -1,0 +1,147 @@
+#include "schema.h"
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "eval_doc.h"
+
+namespace kforge::results::internal {
+namespace {
+
+// Version 1: the first released layout. Kept verbatim: changing it would
+// change what old stores are assumed to contain.
+constexpr const char* kV1 = R"sql(
+CREATE TABLE runs (
+  id INTEGER PRIMARY KEY,
+  name TEXT NOT NULL UNIQUE,
+  config TEXT NOT NULL DEFAULT '{}',
+  kforge_version TEXT NOT NULL DEFAULT '',
+  task_suite_hash TEXT NOT NULL DEFAULT '',
+  hardware TEXT NOT NULL DEFAULT '{}',
+  started_at REAL NOT NULL DEFAULT 0,
+  finished_at REAL NOT NULL DEFAULT 0,
+  state TEXT NOT NULL DEFAULT 'running'
+);
+CREATE TABLE sessions (
+  id INTEGER PRIMARY KEY,
+  run_id INTEGER NOT NULL REFERENCES runs(id),
+  model TEXT NOT NULL, task TEXT NOT NULL, strategy TEXT NOT NULL,
+  sample INTEGER NOT NULL, world INTEGER NOT NULL, dtype TEXT NOT NULL,
+  state TEXT NOT NULL DEFAULT 'pending',
+  stop_reason TEXT NOT NULL DEFAULT '',
+  turns_done INTEGER NOT NULL DEFAULT 0,
+  best_evaluation_id INTEGER,
+  UNIQUE (run_id, model, task, strategy, sample, world, dtype)
+);
+CREATE TABLE turns (
+  id INTEGER PRIMARY KEY,
+  session_id INTEGER NOT NULL REFERENCES sessions(id),
+  idx INTEGER NOT NULL,
+  prompt_sha TEXT NOT NULL, reply_sha TEXT NOT NULL, feedback_sha TEXT NOT NULL DEFAULT '',
+  kernel_sha TEXT NOT NULL DEFAULT '',
+  input_tokens INTEGER NOT NULL DEFAULT 0, cached_input_tokens INTEGER NOT NULL DEFAULT 0,
+  output_tokens INTEGER NOT NULL DEFAULT 0, reasoning_tokens INTEGER NOT NULL DEFAULT 0,
+  cost_usd REAL NOT NULL DEFAULT 0, latency_s REAL NOT NULL DEFAULT 0,
+  request_id TEXT NOT NULL DEFAULT '', finish_reason TEXT NOT NULL DEFAULT '',
+  created_at REAL NOT NULL DEFAULT 0,
+  UNIQUE (session_id, idx)
+);
+CREATE TABLE evaluations (
+  id INTEGER PRIMARY KEY,
+  session_id INTEGER NOT NULL REFERENCES sessions(id),
+  turn_id INTEGER NOT NULL DEFAULT 0,
+  status TEXT NOT NULL,
+  speedup REAL,
+  emulated INTEGER NOT NULL DEFAULT 0,
+  seconds REAL NOT NULL DEFAULT 0,
+  doc_sha TEXT NOT NULL,
+  created_at REAL NOT NULL DEFAULT 0
+);
+CREATE TABLE kernels (
+  sha TEXT PRIMARY KEY,
+  bytes INTEGER NOT NULL,
+  created_at REAL NOT NULL DEFAULT 0
+);
+CREATE TABLE events (
+  id INTEGER PRIMARY KEY,
+  run_id INTEGER NOT NULL REFERENCES runs(id),
+  kind TEXT NOT NULL,
+  detail TEXT NOT NULL DEFAULT '{}',
+  created_at REAL NOT NULL DEFAULT 0
+);
+)sql";
+
+// Version 2: task category on sessions (per-category metrics), busbw, world
+// and message on evaluations (leaderboards without reading every document),
+// the origin host on runs (merged stores), and indexes for per-run queries.
+constexpr const char* kV2 = R"sql(
+ALTER TABLE sessions ADD COLUMN category TEXT NOT NULL DEFAULT '';
+ALTER TABLE evaluations ADD COLUMN busbw_gbps REAL;
+ALTER TABLE evaluations ADD COLUMN world INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE evaluations ADD COLUMN message TEXT NOT NULL DEFAULT '';
+ALTER TABLE runs ADD COLUMN origin TEXT NOT NULL DEFAULT '';
+CREATE INDEX evaluations_by_session ON evaluations(session_id);
+CREATE INDEX turns_by_session ON turns(session_id, idx);
+CREATE INDEX sessions_by_run ON sessions(run_id);
+CREATE INDEX events_by_run ON events(run_id, id);
+)sql";
+
+// Fills v2's new evaluation columns from the stored documents.
+Status BackfillV2(Db& db, const BlobReader& blobs) {
+  std::vector<std::pair<int64_t, std::string>> rows;
+  {
+    KF_ASSIGN_OR_RETURN(Stmt q, db.Prepare("SELECT id, doc_sha FROM evaluations"));
+    while (true) {
+      KF_ASSIGN_OR_RETURN(bool row, q.Step());
+      if (!row) break;
+      rows.emplace_back(q.Int(0), q.Text(1));
+    }
+  }
+  for (const auto& [id, sha] : rows) {
+    auto text = blobs(sha);
+    if (!text.ok()) continue;  // a missing document leaves the defaults; the row itself is kept
+    auto doc = ParseEvalDoc(*text);
+    if (!doc.ok()) continue;
+    KF_ASSIGN_OR_RETURN(Stmt u, db.Prepare("UPDATE evaluations SET busbw_gbps=?, world=?, message=? WHERE id=?"));
+    KF_RETURN_IF_ERROR(u.Bind(1, doc->busbw_gbps).Bind(2, doc->world).Bind(3, doc->message).Bind(4, id).Run());
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<int> SchemaVersion(Db& db) {
+  KF_ASSIGN_OR_RETURN(Stmt q, db.Prepare("PRAGMA user_version"));
+  KF_ASSIGN_OR_RETURN(bool row, q.Step());
+  return row ? static_cast<int>(q.Int(0)) : 0;
+}
+
+Status MigrateTo(Db& db, int target, const BlobReader& blobs) {
+  KF_ASSIGN_OR_RETURN(int version, SchemaVersion(db));
+  while (version < target) {
+    const int next = version + 1;
+    Transaction tx(db);
+    KF_RETURN_IF_ERROR(tx.Begin());
+    // Re-read inside the write lock: another process may have migrated already.
+    KF_ASSIGN_OR_RETURN(version, SchemaVersion(db));
+    if (version >= next) continue;
+    switch (next) {
+      case 1:
+        KF_RETURN_IF_ERROR(db.Exec(kV1));
+        break;
+      case 2:
+        KF_RETURN_IF_ERROR(db.Exec(kV2));
+        KF_RETURN_IF_ERROR(BackfillV2(db, blobs));
+        break;
+      default:
+        return Error(ErrorKind::kInternal, "no migration to schema version " + std::to_string(next));
+    }
+    KF_RETURN_IF_ERROR(db.Exec("PRAGMA user_version = " + std::to_string(next)));
+    KF_RETURN_IF_ERROR(tx.Commit());
+    version = next;
+  }
+  return Status::Ok();
+}
+
+}  // namespace kforge::results::internal

@@ -1,0 +1,443 @@
+#include "kforge/results/store.h"
+
+#include <system_error>
+
+#include "eval_doc.h"
+#include "kforge/core/clock.h"
+#include "kforge/core/fs.h"
+#include "kforge/core/hash.h"
+#include "schema.h"
+#include "sqlite_db.h"
+
+namespace kforge::results {
+
+using internal::Db;
+using internal::Stmt;
+using internal::Transaction;
+
+namespace {
+
+namespace fs = std::filesystem;
+
+double Now() { return RealClock().UnixSeconds(); }
+
+bool IsSha(const std::string& s) {
+  if (s.size() != 64) return false;
+  for (char c : s) {
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  }
+  return true;
+}
+
+fs::path BlobPath(const fs::path& dir, const std::string& sha) {
+  return dir / "blobs" / sha.substr(0, 2) / sha;
+}
+
+Result<std::string> ReadBlob(const fs::path& dir, const std::string& sha) {
+  if (sha.empty()) return std::string();
+  if (!IsSha(sha)) return Error(ErrorKind::kInvalidInput, "not a sha256: \"" + sha + "\"");
+  auto text = ReadFile(BlobPath(dir, sha));
+  if (!text.ok()) return Error(ErrorKind::kNotFound, "blob " + sha + " missing in " + (dir / "blobs").string());
+  if (Sha256Hex(*text) != sha) {
+    return Error(ErrorKind::kIo, "blob " + BlobPath(dir, sha).string() + " is corrupt (hash mismatch)");
+  }
+  return text;
+}
+
+nlohmann::json JsonOr(const std::string& text, nlohmann::json fallback) {
+  auto j = nlohmann::json::parse(text, nullptr, false);
+  return j.is_discarded() ? fallback : j;
+}
+
+constexpr const char* kRunCols =
+    "id, name, config, kforge_version, task_suite_hash, hardware, origin, started_at, finished_at, state";
+RunInfo ReadRun(const Stmt& q) {
+  RunInfo r;
+  r.id = q.Int(0);
+  r.name = q.Text(1);
+  r.config = JsonOr(q.Text(2), nlohmann::json::object());
+  r.kforge_version = q.Text(3);
+  r.task_suite_hash = q.Text(4);
+  r.hardware = JsonOr(q.Text(5), nlohmann::json::object());
+  r.origin = q.Text(6);
+  r.started_at = q.Double(7);
+  r.finished_at = q.Double(8);
+  r.state = q.Text(9);
+  return r;
+}
+
+constexpr const char* kSessionCols =
+    "id, run_id, model, task, strategy, sample, world, dtype, category, state, stop_reason, turns_done, "
+    "best_evaluation_id";
+SessionRecord ReadSession(const Stmt& q) {
+  SessionRecord s;
+  s.id = q.Int(0);
+  s.run_id = q.Int(1);
+  s.key.model = q.Text(2);
+  s.key.task = q.Text(3);
+  s.key.strategy = q.Text(4);
+  s.key.sample = static_cast<int>(q.Int(5));
+  s.key.world = static_cast<int>(q.Int(6));
+  s.key.dtype = q.Text(7);
+  s.key.category = q.Text(8);
+  s.state = q.Text(9);
+  s.stop_reason = q.Text(10);
+  s.turns_done = static_cast<int>(q.Int(11));
+  s.best_evaluation_id = q.OptInt(12);
+  return s;
+}
+
+constexpr const char* kEvalCols =
+    "id, session_id, turn_id, status, speedup, busbw_gbps, emulated, seconds, world, message, doc_sha, created_at";
+EvaluationRecord ReadEvaluation(const Stmt& q) {
+  EvaluationRecord e;
+  e.id = q.Int(0);
+  e.session_id = q.Int(1);
+  e.turn_id = q.Int(2);
+  e.status = q.Text(3);
+  e.speedup = q.OptDouble(4);
+  e.busbw_gbps = q.OptDouble(5);
+  e.emulated = q.Int(6) != 0;
+  e.seconds = q.Double(7);
+  e.world = static_cast<int>(q.Int(8));
+  e.message = q.Text(9);
+  e.doc_sha = q.Text(10);
+  e.created_at = q.Double(11);
+  return e;
+}
+
+template <typename T, typename F>
+Result<std::vector<T>> Collect(Stmt& q, F read) {
+  std::vector<T> out;
+  while (true) {
+    KF_ASSIGN_OR_RETURN(bool row, q.Step());
+    if (!row) break;
+    out.push_back(read(q));
+  }
+  return out;
+}
+
+Status RequireOneChange(Db& db, const std::string& what) {
+  if (db.Changes() == 0) return Error(ErrorKind::kNotFound, what);
+  return Status::Ok();
+}
+
+}  // namespace
+
+fs::path StorePath(const fs::path& run_dir) { return run_dir / "store.sqlite"; }
+
+RunStore::RunStore(fs::path dir, bool read_only, std::unique_ptr<Db> db)
+    : dir_(std::move(dir)), read_only_(read_only), db_(std::move(db)) {}
+RunStore::~RunStore() = default;
+
+Result<std::unique_ptr<RunStore>> RunStore::Open(const fs::path& run_dir, bool read_only) {
+  std::error_code ec;
+  if (read_only && !fs::exists(StorePath(run_dir), ec)) {
+    return Error(ErrorKind::kNotFound, "no run store at " + StorePath(run_dir).string());
+  }
+  if (!read_only) {
+    KF_RETURN_IF_ERROR(MakeDirs(run_dir / "blobs"));
+  }
+  KF_ASSIGN_OR_RETURN(auto db, Db::Open(StorePath(run_dir), read_only));
+  std::unique_ptr<RunStore> store(new RunStore(run_dir, read_only, std::move(db)));
+  if (!read_only) {
+    // WAL: readers see the last committed state without blocking the writer.
+    // synchronous=NORMAL keeps every commit across a process kill (only an
+    // OS crash may drop the last ones).
+    KF_RETURN_IF_ERROR(store->db_->Exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"));
+    KF_RETURN_IF_ERROR(store->Migrate());
+  }
+  KF_ASSIGN_OR_RETURN(store->schema_version_, internal::SchemaVersion(*store->db_));
+  if (store->schema_version_ > kSchemaVersion) {
+    return Error(ErrorKind::kInvalidInput, StorePath(run_dir).string() + " has schema version " +
+                                               std::to_string(store->schema_version_) + "; this kforge knows up to " +
+                                               std::to_string(kSchemaVersion) + " (upgrade kforge)");
+  }
+  if (read_only && store->schema_version_ < kSchemaVersion) {
+    return Error(ErrorKind::kInvalidInput, StorePath(run_dir).string() + " has the old schema version " +
+                                               std::to_string(store->schema_version_) +
+                                               "; open it once for writing to migrate it");
+  }
+  return store;
+}
+
+Status RunStore::Migrate() {
+  KF_ASSIGN_OR_RETURN(int version, internal::SchemaVersion(*db_));
+  if (version > kSchemaVersion) return Status::Ok();  // reported by Open
+  const fs::path dir = dir_;
+  return internal::MigrateTo(*db_, kSchemaVersion, [dir](const std::string& sha) { return ReadBlob(dir, sha); });
+}
+
+Result<RunInfo> RunStore::CreateOrGetRun(const std::string& name, const nlohmann::json& config,
+                                         const std::string& kforge_version, const std::string& task_suite_hash,
+                                         const nlohmann::json& hardware) {
+  if (name.empty()) return Error(ErrorKind::kInvalidInput, "run name is empty");
+  std::lock_guard lock(mu_);
+  Transaction tx(*db_);
+  KF_RETURN_IF_ERROR(tx.Begin());
+  KF_ASSIGN_OR_RETURN(Stmt ins, db_->Prepare("INSERT OR IGNORE INTO runs (name, config, kforge_version, "
+                                             "task_suite_hash, hardware, started_at, state) "
+                                             "VALUES (?,?,?,?,?,?,'running')"));
+  KF_RETURN_IF_ERROR(
+      ins.Bind(1, name).Bind(2, config.dump()).Bind(3, kforge_version).Bind(4, task_suite_hash).Bind(5, hardware.dump())
+          .Bind(6, Now()).Run());
+  KF_ASSIGN_OR_RETURN(Stmt up, db_->Prepare("UPDATE runs SET state='running', finished_at=0 WHERE name=?"));
+  KF_RETURN_IF_ERROR(up.Bind(1, name).Run());
+  KF_ASSIGN_OR_RETURN(Stmt q, db_->Prepare(std::string("SELECT ") + kRunCols + " FROM runs WHERE name=?"));
+  q.Bind(1, name);
+  KF_ASSIGN_OR_RETURN(bool row, q.Step());
+  if (!row) return Error(ErrorKind::kInternal, "run " + name + " vanished");
+  RunInfo info = ReadRun(q);
+  KF_RETURN_IF_ERROR(tx.Commit());
+  return info;
+}
+
+Status RunStore::FinishRun(int64_t run_id, const std::string& state) {
+  std::lock_guard lock(mu_);
+  KF_ASSIGN_OR_RETURN(Stmt q, db_->Prepare("UPDATE runs SET state=?, finished_at=? WHERE id=?"));
+  KF_RETURN_IF_ERROR(q.Bind(1, state).Bind(2, Now()).Bind(3, run_id).Run());
+  return RequireOneChange(*db_, "no run with id " + std::to_string(run_id));
+}
+
+Result<int64_t> RunStore::UpsertSession(int64_t run_id, const SessionKey& key) {
+  std::lock_guard lock(mu_);
+  Transaction tx(*db_);
+  KF_RETURN_IF_ERROR(tx.Begin());
+  KF_ASSIGN_OR_RETURN(Stmt ins, db_->Prepare("INSERT OR IGNORE INTO sessions (run_id, model, task, strategy, "
+                                             "sample, world, dtype, category) VALUES (?,?,?,?,?,?,?,?)"));
+  KF_RETURN_IF_ERROR(ins.Bind(1, run_id).Bind(2, key.model).Bind(3, key.task).Bind(4, key.strategy)
+                         .Bind(5, key.sample).Bind(6, key.world).Bind(7, key.dtype).Bind(8, key.category).Run());
+  KF_ASSIGN_OR_RETURN(Stmt q, db_->Prepare("SELECT id FROM sessions WHERE run_id=? AND model=? AND task=? AND "
+                                           "strategy=? AND sample=? AND world=? AND dtype=?"));
+  q.Bind(1, run_id).Bind(2, key.model).Bind(3, key.task).Bind(4, key.strategy).Bind(5, key.sample)
+      .Bind(6, key.world).Bind(7, key.dtype);
+  KF_ASSIGN_OR_RETURN(bool row, q.Step());
+  if (!row) return Error(ErrorKind::kInternal, "session insert failed");
+  const int64_t id = q.Int(0);
+  KF_RETURN_IF_ERROR(tx.Commit());
+  return id;
+}
+
+Status RunStore::SetSessionState(int64_t session_id, const std::string& state, const std::string& stop_reason) {
+  std::lock_guard lock(mu_);
+  KF_ASSIGN_OR_RETURN(Stmt q, db_->Prepare("UPDATE sessions SET state=?, stop_reason=? WHERE id=?"));
+  KF_RETURN_IF_ERROR(q.Bind(1, state).Bind(2, stop_reason).Bind(3, session_id).Run());
+  return RequireOneChange(*db_, "no session with id " + std::to_string(session_id));
+}
+
+Result<std::string> RunStore::PutBlob(std::string_view text) {
+  std::lock_guard lock(mu_);
+  return PutBlobLocked(text);
+}
+
+Result<std::string> RunStore::PutBlobLocked(std::string_view text) {
+  if (read_only_) return Error(ErrorKind::kInvalidInput, "store opened read-only: " + dir_.string());
+  std::string sha = Sha256Hex(text);
+  const fs::path path = BlobPath(dir_, sha);
+  std::error_code ec;
+  if (fs::exists(path, ec) && fs::file_size(path, ec) == text.size()) return sha;
+  KF_RETURN_IF_ERROR(WriteFileAtomic(path, text));
+  return sha;
+}
+
+Result<std::string> RunStore::GetBlob(const std::string& sha) const { return ReadBlob(dir_, sha); }
+
+Result<int64_t> RunStore::AppendTurn(const TurnRecord& t) {
+  std::lock_guard lock(mu_);
+  if (!t.kernel_sha.empty() && !IsSha(t.kernel_sha)) {
+    return Error(ErrorKind::kInvalidInput, "turn kernel_sha is not a sha256: \"" + t.kernel_sha + "\"");
+  }
+  KF_ASSIGN_OR_RETURN(std::string prompt_sha, PutBlobLocked(t.prompt));
+  KF_ASSIGN_OR_RETURN(std::string reply_sha, PutBlobLocked(t.reply));
+  std::string feedback_sha;
+  if (!t.feedback.empty()) {
+    KF_ASSIGN_OR_RETURN(feedback_sha, PutBlobLocked(t.feedback));
+  }
+  int64_t kernel_bytes = 0;
+  if (!t.kernel_sha.empty()) {
+    std::error_code ec;
+    const auto size = fs::file_size(BlobPath(dir_, t.kernel_sha), ec);
+    if (ec) return Error(ErrorKind::kInvalidInput, "turn kernel_sha " + t.kernel_sha + ": no such blob (PutBlob first)");
+    kernel_bytes = static_cast<int64_t>(size);
+  }
+  Transaction tx(*db_);
+  KF_RETURN_IF_ERROR(tx.Begin());
+  KF_ASSIGN_OR_RETURN(Stmt exists, db_->Prepare("SELECT 1 FROM turns WHERE session_id=? AND idx=?"));
+  exists.Bind(1, t.session_id).Bind(2, t.index);
+  KF_ASSIGN_OR_RETURN(bool dup, exists.Step());
+  if (dup) {
+    return Error(ErrorKind::kInvalidInput, "session " + std::to_string(t.session_id) + " already has turn " +
+                                               std::to_string(t.index));
+  }
+  KF_ASSIGN_OR_RETURN(Stmt ins, db_->Prepare(
+      "INSERT INTO turns (session_id, idx, prompt_sha, reply_sha, feedback_sha, kernel_sha, input_tokens, "
+      "cached_input_tokens, output_tokens, reasoning_tokens, cost_usd, latency_s, request_id, finish_reason, "
+      "created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"));
+  KF_RETURN_IF_ERROR(ins.Bind(1, t.session_id).Bind(2, t.index).Bind(3, prompt_sha).Bind(4, reply_sha)
+                         .Bind(5, feedback_sha).Bind(6, t.kernel_sha).Bind(7, t.input_tokens)
+                         .Bind(8, t.cached_input_tokens).Bind(9, t.output_tokens).Bind(10, t.reasoning_tokens)
+                         .Bind(11, t.cost_usd).Bind(12, t.latency_s).Bind(13, t.request_id)
+                         .Bind(14, t.finish_reason).Bind(15, t.created_at > 0 ? t.created_at : Now()).Run());
+  const int64_t id = db_->LastInsertId();
+  if (!t.kernel_sha.empty()) {
+    KF_ASSIGN_OR_RETURN(Stmt k, db_->Prepare("INSERT OR IGNORE INTO kernels (sha, bytes, created_at) VALUES (?,?,?)"));
+    KF_RETURN_IF_ERROR(k.Bind(1, t.kernel_sha).Bind(2, kernel_bytes).Bind(3, Now()).Run());
+  }
+  KF_ASSIGN_OR_RETURN(Stmt s, db_->Prepare("UPDATE sessions SET turns_done=turns_done+1 WHERE id=?"));
+  KF_RETURN_IF_ERROR(s.Bind(1, t.session_id).Run());
+  KF_RETURN_IF_ERROR(RequireOneChange(*db_, "no session with id " + std::to_string(t.session_id)));
+  KF_RETURN_IF_ERROR(tx.Commit());
+  return id;
+}
+
+Status RunStore::SetTurnFeedback(int64_t turn_id, std::string_view feedback) {
+  std::lock_guard lock(mu_);
+  KF_ASSIGN_OR_RETURN(std::string sha, PutBlobLocked(feedback));
+  KF_ASSIGN_OR_RETURN(Stmt q, db_->Prepare("UPDATE turns SET feedback_sha=? WHERE id=?"));
+  KF_RETURN_IF_ERROR(q.Bind(1, sha).Bind(2, turn_id).Run());
+  return RequireOneChange(*db_, "no turn with id " + std::to_string(turn_id));
+}
+
+Result<int64_t> RunStore::RecordEvaluation(int64_t session_id, int64_t turn_id, const nlohmann::json& eval_doc) {
+  KF_ASSIGN_OR_RETURN(internal::EvalColumns c, internal::ExtractEvalColumns(eval_doc));
+  std::lock_guard lock(mu_);
+  KF_ASSIGN_OR_RETURN(std::string doc_sha, PutBlobLocked(eval_doc.dump(2)));
+  KF_ASSIGN_OR_RETURN(Stmt q, db_->Prepare(
+      "INSERT INTO evaluations (session_id, turn_id, status, speedup, busbw_gbps, emulated, seconds, world, "
+      "message, doc_sha, created_at) SELECT ?,?,?,?,?,?,?,?,?,?,? WHERE EXISTS (SELECT 1 FROM sessions WHERE id=?)"));
+  KF_RETURN_IF_ERROR(q.Bind(1, session_id).Bind(2, turn_id).Bind(3, c.status).Bind(4, c.speedup)
+                         .Bind(5, c.busbw_gbps).Bind(6, c.emulated ? 1 : 0).Bind(7, c.seconds).Bind(8, c.world)
+                         .Bind(9, c.message).Bind(10, doc_sha).Bind(11, Now()).Bind(12, session_id).Run());
+  KF_RETURN_IF_ERROR(RequireOneChange(*db_, "no session with id " + std::to_string(session_id)));
+  return db_->LastInsertId();
+}
+
+Status RunStore::SetBestEvaluation(int64_t session_id, int64_t evaluation_id) {
+  std::lock_guard lock(mu_);
+  KF_ASSIGN_OR_RETURN(Stmt q, db_->Prepare(
+      "UPDATE sessions SET best_evaluation_id=?2 WHERE id=?1 AND EXISTS "
+      "(SELECT 1 FROM evaluations WHERE id=?2 AND session_id=?1)"));
+  KF_RETURN_IF_ERROR(q.Bind(1, session_id).Bind(2, evaluation_id).Run());
+  return RequireOneChange(*db_, "evaluation " + std::to_string(evaluation_id) + " does not belong to session " +
+                                    std::to_string(session_id));
+}
+
+Status RunStore::AppendEvent(int64_t run_id, const std::string& kind, const nlohmann::json& detail) {
+  std::lock_guard lock(mu_);
+  KF_ASSIGN_OR_RETURN(Stmt q, db_->Prepare("INSERT INTO events (run_id, kind, detail, created_at) VALUES (?,?,?,?)"));
+  return q.Bind(1, run_id).Bind(2, kind).Bind(3, detail.dump()).Bind(4, Now()).Run();
+}
+
+Result<std::vector<RunInfo>> RunStore::ListRuns() const {
+  std::lock_guard lock(mu_);
+  KF_ASSIGN_OR_RETURN(Stmt q, db_->Prepare(std::string("SELECT ") + kRunCols + " FROM runs ORDER BY id"));
+  return Collect<RunInfo>(q, ReadRun);
+}
+
+Result<RunInfo> RunStore::GetRun(int64_t run_id) const {
+  std::lock_guard lock(mu_);
+  KF_ASSIGN_OR_RETURN(Stmt q, db_->Prepare(std::string("SELECT ") + kRunCols + " FROM runs WHERE id=?"));
+  q.Bind(1, run_id);
+  KF_ASSIGN_OR_RETURN(bool row, q.Step());
+  if (!row) return Error(ErrorKind::kNotFound, "no run with id " + std::to_string(run_id));
+  return ReadRun(q);
+}
+
+Result<std::vector<SessionRecord>> RunStore::ListSessions(int64_t run_id) const {
+  std::lock_guard lock(mu_);
+  KF_ASSIGN_OR_RETURN(Stmt q, db_->Prepare(std::string("SELECT ") + kSessionCols +
+                                           " FROM sessions WHERE run_id=? ORDER BY id"));
+  q.Bind(1, run_id);
+  return Collect<SessionRecord>(q, ReadSession);
+}
+
+Result<SessionRecord> RunStore::GetSession(int64_t session_id) const {
+  std::lock_guard lock(mu_);
+  KF_ASSIGN_OR_RETURN(Stmt q, db_->Prepare(std::string("SELECT ") + kSessionCols + " FROM sessions WHERE id=?"));
+  q.Bind(1, session_id);
+  KF_ASSIGN_OR_RETURN(bool row, q.Step());
+  if (!row) return Error(ErrorKind::kNotFound, "no session with id " + std::to_string(session_id));
+  return ReadSession(q);
+}
+
+Result<std::vector<TurnRecord>> RunStore::ListTurns(int64_t session_id) const {
+  std::vector<TurnRecord> turns;
+  std::vector<std::array<std::string, 3>> shas;
+  {
+    std::lock_guard lock(mu_);
+    KF_ASSIGN_OR_RETURN(Stmt q, db_->Prepare(
+        "SELECT id, session_id, idx, prompt_sha, reply_sha, feedback_sha, kernel_sha, input_tokens, "
+        "cached_input_tokens, output_tokens, reasoning_tokens, cost_usd, latency_s, request_id, finish_reason, "
+        "created_at FROM turns WHERE session_id=? ORDER BY idx"));
+    q.Bind(1, session_id);
+    while (true) {
+      KF_ASSIGN_OR_RETURN(bool row, q.Step());
+      if (!row) break;
+      TurnRecord t;
+      t.id = q.Int(0);
+      t.session_id = q.Int(1);
+      t.index = static_cast<int>(q.Int(2));
+      shas.push_back({q.Text(3), q.Text(4), q.Text(5)});
+      t.kernel_sha = q.Text(6);
+      t.input_tokens = q.Int(7);
+      t.cached_input_tokens = q.Int(8);
+      t.output_tokens = q.Int(9);
+      t.reasoning_tokens = q.Int(10);
+      t.cost_usd = q.Double(11);
+      t.latency_s = q.Double(12);
+      t.request_id = q.Text(13);
+      t.finish_reason = q.Text(14);
+      t.created_at = q.Double(15);
+      turns.push_back(std::move(t));
+    }
+  }
+  for (size_t i = 0; i < turns.size(); ++i) {
+    KF_ASSIGN_OR_RETURN(turns[i].prompt, ReadBlob(dir_, shas[i][0]));
+    KF_ASSIGN_OR_RETURN(turns[i].reply, ReadBlob(dir_, shas[i][1]));
+    KF_ASSIGN_OR_RETURN(turns[i].feedback, ReadBlob(dir_, shas[i][2]));
+  }
+  return turns;
+}
+
+Result<std::vector<EvaluationRecord>> RunStore::ListEvaluations(int64_t session_id) const {
+  std::lock_guard lock(mu_);
+  KF_ASSIGN_OR_RETURN(Stmt q, db_->Prepare(std::string("SELECT ") + kEvalCols +
+                                           " FROM evaluations WHERE session_id=? ORDER BY id"));
+  q.Bind(1, session_id);
+  return Collect<EvaluationRecord>(q, ReadEvaluation);
+}
+
+Result<std::vector<EvaluationRecord>> RunStore::ListRunEvaluations(int64_t run_id) const {
+  std::lock_guard lock(mu_);
+  KF_ASSIGN_OR_RETURN(Stmt q, db_->Prepare(std::string("SELECT e.") + kEvalCols +
+                                           " FROM evaluations e JOIN sessions s ON s.id=e.session_id "
+                                           "WHERE s.run_id=? ORDER BY e.id"));
+  q.Bind(1, run_id);
+  return Collect<EvaluationRecord>(q, ReadEvaluation);
+}
+
+Result<nlohmann::json> RunStore::GetEvaluationDoc(const EvaluationRecord& evaluation) const {
+  KF_ASSIGN_OR_RETURN(std::string text, ReadBlob(dir_, evaluation.doc_sha));
+  return internal::ParseJson(text, "evaluation document " + evaluation.doc_sha);
+}
+
+Result<std::vector<EventRecord>> RunStore::ListEvents(int64_t run_id, int64_t after_id) const {
+  std::lock_guard lock(mu_);
+  KF_ASSIGN_OR_RETURN(Stmt q, db_->Prepare("SELECT id, run_id, kind, detail, created_at FROM events "
+                                           "WHERE run_id=? AND id>? ORDER BY id"));
+  q.Bind(1, run_id).Bind(2, after_id);
+  return Collect<EventRecord>(q, [](const Stmt& r) {
+    return EventRecord{r.Int(0), r.Int(1), r.Text(2), JsonOr(r.Text(3), nlohmann::json::object()), r.Double(4)};
+  });
+}
+
+Status RunStore::CheckIntegrity() const {
+  std::lock_guard lock(mu_);
+  KF_ASSIGN_OR_RETURN(Stmt q, db_->Prepare("PRAGMA integrity_check"));
+  KF_ASSIGN_OR_RETURN(bool row, q.Step());
+  const std::string verdict = row ? q.Text(0) : "no answer";
+  if (verdict != "ok") return Error(ErrorKind::kIo, StorePath(dir_).string() + ": integrity_check: " + verdict);
+  return Status::Ok();
+}
+
+}  // namespace kforge::results

@@ -1,0 +1,232 @@
+#include "kforge/results/store.h"
+
+#include <gtest/gtest.h>
+#include <sqlite3.h>
+
+#include <thread>
+
+#include "kforge/core/hash.h"
+#include "schema.h"
+#include "sqlite_db.h"
+#include "test_util.h"
+
+namespace kforge::results {
+namespace {
+
+using testing::TempDir;
+
+nlohmann::json PassedDoc(double speedup, bool emulated = false) {
+  return {{"schema", "kforge.eval/1"}, {"status", "passed"}, {"speedup", speedup}, {"emulated", emulated},
+          {"world", 4}, {"seconds", 2.5}, {"message", "ok"},
+          {"timing", {{{"bytes", 1024}, {"busbw_gbps", 10.0}}, {{"bytes", 1 << 20}, {"busbw_gbps", 55.5}}}}};
+}
+
+TEST(RunStoreTest, RoundTripsRunsSessionsTurnsAndEvaluations) {
+  TempDir tmp;
+  auto store = RunStore::Open(tmp.path() / "r1");
+  ASSERT_OK(store);
+  auto& s = **store;
+  EXPECT_EQ(s.schema_version(), kSchemaVersion);
+  auto run = s.CreateOrGetRun("r1", {{"models", {"m"}}}, "0.1.0", "suitehash", {{"gpu", "H200"}});
+  ASSERT_OK(run);
+  EXPECT_EQ(run->state, "running");
+  EXPECT_EQ(run->hardware["gpu"], "H200");
+
+  SessionKey key{"m", "001_allreduce", "refine", 0, 4, "bf16", "collective"};
+  auto sid = s.UpsertSession(run->id, key);
+  ASSERT_OK(sid);
+  auto again = s.UpsertSession(run->id, key);
+  ASSERT_OK(again);
+  EXPECT_EQ(*sid, *again) << "UpsertSession must be idempotent";
+
+  auto ksha = s.PutBlob("__global__ void k() {}\n");
+  ASSERT_OK(ksha);
+  EXPECT_EQ(*ksha, Sha256Hex("__global__ void k() {}\n"));
+  TurnRecord t;
+  t.session_id = *sid;
+  t.prompt = "write a kernel";
+  t.reply = "```cuda\n...```";
+  t.kernel_sha = *ksha;
+  t.input_tokens = 100;
+  t.output_tokens = 50;
+  t.cost_usd = 0.25;
+  auto tid = s.AppendTurn(t);
+  ASSERT_OK(tid);
+  auto dup = s.AppendTurn(t);
+  EXPECT_FALSE(dup.ok());
+  EXPECT_EQ(dup.status().kind(), ErrorKind::kInvalidInput);
+  ASSERT_STATUS_OK(s.SetTurnFeedback(*tid, "passed; try vector loads"));
+
+  auto eid = s.RecordEvaluation(*sid, *tid, PassedDoc(1.3));
+  ASSERT_OK(eid);
+  ASSERT_STATUS_OK(s.SetBestEvaluation(*sid, *eid));
+  ASSERT_STATUS_OK(s.SetSessionState(*sid, "done", "solved"));
+  ASSERT_STATUS_OK(s.AppendEvent(run->id, "session_done", {{"session", *sid}}));
+  ASSERT_STATUS_OK(s.FinishRun(run->id, "done"));
+
+  auto sessions = s.ListSessions(run->id);
+  ASSERT_OK(sessions);
+  ASSERT_EQ(sessions->size(), 1u);
+  const SessionRecord& rec = (*sessions)[0];
+  EXPECT_EQ(rec.key.category, "collective");
+  EXPECT_EQ(rec.state, "done");
+  EXPECT_EQ(rec.stop_reason, "solved");
+  EXPECT_EQ(rec.turns_done, 1);
+  EXPECT_EQ(rec.best_evaluation_id, *eid);
+
+  auto turns = s.ListTurns(*sid);
+  ASSERT_OK(turns);
+  ASSERT_EQ(turns->size(), 1u);
+  EXPECT_EQ((*turns)[0].prompt, "write a kernel");
+  EXPECT_EQ((*turns)[0].feedback, "passed; try vector loads");
+  EXPECT_EQ((*turns)[0].input_tokens, 100);
+
+  auto evals = s.ListEvaluations(*sid);
+  ASSERT_OK(evals);
+  ASSERT_EQ(evals->size(), 1u);
+  EXPECT_EQ((*evals)[0].status, "passed");
+  EXPECT_DOUBLE_EQ(*(*evals)[0].speedup, 1.3);
+  EXPECT_DOUBLE_EQ(*(*evals)[0].busbw_gbps, 55.5) << "busbw comes from the largest bench size";
+  EXPECT_EQ((*evals)[0].world, 4);
+  auto doc = s.GetEvaluationDoc((*evals)[0]);
+  ASSERT_OK(doc);
+  EXPECT_EQ((*doc)["timing"].size(), 2u);
+
+  auto events = s.ListEvents(run->id);
+  ASSERT_OK(events);
+  ASSERT_EQ(events->size(), 1u);
+  EXPECT_EQ((*events)[0].kind, "session_done");
+  ASSERT_STATUS_OK(s.CheckIntegrity());
+}
+
+TEST(RunStoreTest, RejectsBadInputWithoutLosingData) {
+  TempDir tmp;
+  auto store = RunStore::Open(tmp.path());
+  ASSERT_OK(store);
+  auto& s = **store;
+  auto run = s.CreateOrGetRun("r", {}, "v", "h", {});
+  ASSERT_OK(run);
+  auto sid = s.UpsertSession(run->id, {"m", "t", "s", 0, 2, "f32", ""});
+  ASSERT_OK(sid);
+  ASSERT_OK(s.RecordEvaluation(*sid, 0, PassedDoc(2.0)));
+
+  auto no_status = s.RecordEvaluation(*sid, 0, {{"schema", "kforge.eval/1"}});
+  ASSERT_FALSE(no_status.ok());
+  EXPECT_NE(no_status.status().message().find("\"status\""), std::string::npos) << no_status.status().message();
+  auto wrong_schema = s.RecordEvaluation(*sid, 0, {{"schema", "other/9"}, {"status", "passed"}});
+  ASSERT_FALSE(wrong_schema.ok());
+  EXPECT_NE(wrong_schema.status().message().find("schema"), std::string::npos);
+  EXPECT_FALSE(s.RecordEvaluation(9999, 0, PassedDoc(1.0)).ok()) << "unknown session";
+  TurnRecord bad;
+  bad.session_id = *sid;
+  bad.kernel_sha = std::string(64, 'a');
+  EXPECT_FALSE(s.AppendTurn(bad).ok()) << "kernel blob never put";
+  EXPECT_FALSE(s.SetBestEvaluation(*sid, 12345).ok());
+  // A failed speedup is not trusted even if present.
+  auto failed = s.RecordEvaluation(*sid, 0, {{"status", "mismatch"}, {"speedup", 3.0}});
+  ASSERT_OK(failed);
+
+  auto evals = s.ListEvaluations(*sid);
+  ASSERT_OK(evals);
+  ASSERT_EQ(evals->size(), 2u);
+  EXPECT_EQ((*evals)[0].status, "passed");
+  EXPECT_FALSE((*evals)[1].speedup.has_value());
+}
+
+TEST(RunStoreTest, DetectsCorruptBlob) {
+  TempDir tmp;
+  auto store = RunStore::Open(tmp.path());
+  ASSERT_OK(store);
+  auto sha = (*store)->PutBlob("hello");
+  ASSERT_OK(sha);
+  const auto path = tmp.path() / "blobs" / sha->substr(0, 2) / *sha;
+  ASSERT_STATUS_OK(WriteFileAtomic(path, "HELLO"));
+  auto back = (*store)->GetBlob(*sha);
+  ASSERT_FALSE(back.ok());
+  EXPECT_NE(back.status().message().find("corrupt"), std::string::npos);
+  EXPECT_FALSE((*store)->GetBlob("../../etc/passwd").ok());
+}
+
+TEST(RunStoreTest, ReadOnlyOpenOfMissingStoreIsNotFound) {
+  TempDir tmp;
+  auto store = RunStore::Open(tmp.path() / "nope", /*read_only=*/true);
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().kind(), ErrorKind::kNotFound);
+}
+
+// A store written by the previous schema version opens, migrates, and keeps
+// every row; the new columns are backfilled from the stored documents.
+TEST(RunStoreMigrationTest, MigratesVersionOneStore) {
+  TempDir tmp;
+  const auto dir = tmp.path();
+  ASSERT_STATUS_OK(MakeDirs(dir / "blobs"));
+  const std::string doc = PassedDoc(1.5).dump();
+  const std::string doc_sha = Sha256Hex(doc);
+  ASSERT_STATUS_OK(WriteFileAtomic(dir / "blobs" / doc_sha.substr(0, 2) / doc_sha, doc));
+  const std::string empty_sha = Sha256Hex("");
+  ASSERT_STATUS_OK(WriteFileAtomic(dir / "blobs" / empty_sha.substr(0, 2) / empty_sha, ""));
+  {
+    auto db = internal::Db::Open(StorePath(dir), false);
+    ASSERT_OK(db);
+    ASSERT_STATUS_OK(internal::MigrateTo(**db, 1, [](const std::string&) -> Result<std::string> {
+      return Error(ErrorKind::kNotFound, "unused");
+    }));
+    auto v = internal::SchemaVersion(**db);
+    ASSERT_OK(v);
+    ASSERT_EQ(*v, 1);
+    ASSERT_STATUS_OK((*db)->Exec(
+        "INSERT INTO runs (id, name, state) VALUES (1, 'old', 'done');"
+        "INSERT INTO sessions (id, run_id, model, task, strategy, sample, world, dtype, state, best_evaluation_id) "
+        "  VALUES (1, 1, 'm', 't', 's', 0, 4, 'bf16', 'done', 1);"
+        "INSERT INTO turns (session_id, idx, prompt_sha, reply_sha) VALUES (1, 0, '" + empty_sha + "', '" +
+        empty_sha + "');"
+        "INSERT INTO evaluations (id, session_id, turn_id, status, speedup, doc_sha) VALUES (1, 1, 1, 'passed', 1.5, '" +
+        doc_sha + "');"));
+  }
+  // Read-only openers refuse to work on an old layout rather than misread it.
+  auto ro = RunStore::Open(dir, true);
+  ASSERT_FALSE(ro.ok());
+  EXPECT_NE(ro.status().message().find("old schema version 1"), std::string::npos) << ro.status().message();
+
+  auto store = RunStore::Open(dir);
+  ASSERT_OK(store);
+  EXPECT_EQ((*store)->schema_version(), 2);
+  auto runs = (*store)->ListRuns();
+  ASSERT_OK(runs);
+  ASSERT_EQ(runs->size(), 1u);
+  EXPECT_EQ((*runs)[0].name, "old");
+  auto sessions = (*store)->ListSessions(1);
+  ASSERT_OK(sessions);
+  ASSERT_EQ(sessions->size(), 1u);
+  EXPECT_EQ((*sessions)[0].key.category, "");
+  EXPECT_EQ((*sessions)[0].best_evaluation_id, 1);
+  auto evals = (*store)->ListEvaluations(1);
+  ASSERT_OK(evals);
+  ASSERT_EQ(evals->size(), 1u);
+  EXPECT_DOUBLE_EQ(*(*evals)[0].speedup, 1.5);
+  ASSERT_TRUE((*evals)[0].busbw_gbps.has_value()) << "v2 backfills busbw from the document";
+  EXPECT_DOUBLE_EQ(*(*evals)[0].busbw_gbps, 55.5);
+  EXPECT_EQ((*evals)[0].world, 4);
+  auto turns = (*store)->ListTurns(1);
+  ASSERT_OK(turns);
+  EXPECT_EQ(turns->size(), 1u);
+  // New writes work on the migrated store.
+  ASSERT_OK((*store)->UpsertSession(1, {"m2", "t", "s", 0, 4, "bf16", "cat"}));
+  ASSERT_STATUS_OK((*store)->CheckIntegrity());
+}
+
+TEST(RunStoreMigrationTest, RefusesNewerSchema) {
+  TempDir tmp;
+  ASSERT_OK(RunStore::Open(tmp.path()));
+  {
+    auto db = internal::Db::Open(StorePath(tmp.path()), false);
+    ASSERT_OK(db);
+    ASSERT_STATUS_OK((*db)->Exec("PRAGMA user_version = 99"));
+  }
+  auto store = RunStore::Open(tmp.path());
+  ASSERT_FALSE(store.ok());
+  EXPECT_NE(store.status().message().find("schema version 99"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kforge::results
