@@ -1,0 +1,236 @@
+#include "errors.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <ctime>
+#include <regex>
+
+#include "json_util.h"
+
+namespace kforge::providers {
+namespace {
+
+using std::chrono::milliseconds;
+
+// The fields every provider's error body carries under one name or another.
+struct ErrorInfo {
+  std::string type;     // OpenAI/Anthropic/llama.cpp error.type
+  std::string code;     // OpenAI error.code (string), vLLM/llama.cpp (int, as text)
+  std::string status;   // Google RPC status ("RESOURCE_EXHAUSTED")
+  std::string message;
+  std::string reason;   // Google ErrorInfo.reason ("API_KEY_INVALID")
+  std::string quota_id; // Google QuotaFailure violation
+  std::string detail_code;  // Anthropic error.details.error_code
+  std::string request_id;
+  std::optional<milliseconds> retry_delay;  // Google RetryInfo.retryDelay
+  bool parsed = false;
+};
+
+std::string Lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+bool Contains(std::string_view hay, std::string_view needle) {
+  return Lower(hay).find(Lower(needle)) != std::string::npos;
+}
+
+std::string ScalarText(const Json& v) {
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_number_integer()) return std::to_string(v.get<int64_t>());
+  return {};
+}
+
+ErrorInfo ExtractInfo(std::string_view body) {
+  ErrorInfo info;
+  Json j = Json::parse(body, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return info;
+  info.parsed = true;
+  info.request_id = GetString(j, "request_id");
+  // Anthropic: {"type":"error","error":{…}}; OpenAI/Gemini/llama.cpp: {"error":{…}};
+  // the Responses stream `error` event and old vLLM bodies put the fields at the top.
+  const Json& e = Field(j, "error").is_object() ? Field(j, "error")
+                  : Field(Field(j, "response"), "error").is_object() ? Field(Field(j, "response"), "error")
+                                                                     : j;
+  info.type = GetString(e, "type");
+  if (info.type == "error") info.type.clear();
+  info.code = ScalarText(Field(e, "code"));
+  info.status = GetString(e, "status");
+  info.message = GetString(e, "message");
+  if (info.message.empty() && Field(j, "error").is_string()) info.message = Field(j, "error").get<std::string>();
+  info.detail_code = GetString(Field(e, "details"), "error_code");
+  const Json& details = Field(e, "details");
+  if (details.is_array()) {
+    for (const Json& d : details) {
+      std::string at = GetString(d, "@type");
+      if (Contains(at, "RetryInfo")) info.retry_delay = ParseDurationText(GetString(d, "retryDelay"));
+      if (Contains(at, "ErrorInfo")) info.reason = GetString(d, "reason");
+      if (Contains(at, "QuotaFailure") && Field(d, "violations").is_array()) {
+        for (const Json& v : Field(d, "violations")) {
+          if (info.quota_id.empty()) info.quota_id = GetString(v, "quotaId");
+        }
+      }
+    }
+  }
+  return info;
+}
+
+// OpenAI ends rate-limit messages with "Please try again in 2.5s." or "in 120ms."
+std::optional<milliseconds> DelayFromMessage(const std::string& message) {
+  static const std::regex kTryAgain(R"(try again in ([0-9]+(?:\.[0-9]+)?)(ms|s))", std::regex::icase);
+  std::smatch m;
+  if (!std::regex_search(message, m, kTryAgain)) return std::nullopt;
+  double v = std::stod(m[1].str());
+  return milliseconds(static_cast<int64_t>(std::ceil(m[2].str() == "ms" ? v : v * 1000)));
+}
+
+// retry-after is delta-seconds (possibly fractional) or an HTTP-date (RFC 9110 §10.2.3).
+std::optional<milliseconds> ParseRetryAfter(const std::string& value) {
+  if (value.empty()) return std::nullopt;
+  char* end = nullptr;
+  double secs = std::strtod(value.c_str(), &end);
+  if (end != value.c_str() && *end == '\0') {
+    if (secs < 0) return std::nullopt;
+    return milliseconds(static_cast<int64_t>(std::ceil(secs * 1000)));
+  }
+  std::tm tm{};
+  if (strptime(value.c_str(), "%a, %d %b %Y %H:%M:%S GMT", &tm) == nullptr) return std::nullopt;
+  double delta = std::difftime(timegm(&tm), std::time(nullptr));
+  return milliseconds(static_cast<int64_t>(std::max(0.0, delta) * 1000));
+}
+
+bool LooksLikeContextOverflow(const ErrorInfo& info) {
+  if (info.code == "context_length_exceeded" || info.type == "exceed_context_size_error") return true;
+  for (const char* p : {"maximum context length", "context window", "prompt is too long",
+                        "exceeds the available context", "input token count", "too many tokens",
+                        "context_length_exceeded"}) {
+    if (Contains(info.message, p)) return true;
+  }
+  return false;
+}
+
+ErrorKind Classify(int http_status, const ErrorInfo& info) {
+  const std::string type = Lower(info.type), code = Lower(info.code), status = info.status;
+  // Billing and spend caps come first: they arrive as 429s (OpenAI
+  // insufficient_quota, Anthropic enforced_spend_limit_reached) or 402, and
+  // no amount of waiting fixes them.
+  if (type == "insufficient_quota" || code == "insufficient_quota" || type == "billing_error" ||
+      info.detail_code == "enforced_spend_limit_reached" || http_status == 402) {
+    return ErrorKind::kQuota;
+  }
+  // Gemini: a per-day quota id means the daily allowance is gone.
+  if (status == "RESOURCE_EXHAUSTED" && Contains(info.quota_id, "PerDay")) return ErrorKind::kQuota;
+  if (http_status == 401 || http_status == 403 || type == "authentication_error" ||
+      type == "permission_error" || code == "invalid_api_key" || info.reason == "API_KEY_INVALID" ||
+      status == "UNAUTHENTICATED" || status == "PERMISSION_DENIED") {
+    return ErrorKind::kAuth;
+  }
+  if (LooksLikeContextOverflow(info)) return ErrorKind::kContextOverflow;
+  // OpenAI's "Request too large for … tokens per min (TPM): Limit X, Requested Y"
+  // is a 429 that can never succeed with the same prompt.
+  if (Contains(info.message, "request too large")) return ErrorKind::kInvalidInput;
+  if (code == "content_filter" || code == "content_policy_violation" || status == "PROHIBITED_CONTENT") {
+    return ErrorKind::kContentFilter;
+  }
+  if (http_status == 429 || type == "rate_limit_error" || type == "rate_limit_exceeded" || type == "requests" ||
+      type == "tokens" || code == "rate_limit_exceeded" || status == "RESOURCE_EXHAUSTED") {
+    return ErrorKind::kRateLimited;
+  }
+  if (http_status == 529 || http_status == 503 || type == "overloaded_error" || type == "unavailable_error" ||
+      status == "UNAVAILABLE") {
+    return ErrorKind::kOverloaded;
+  }
+  if (http_status == 408 || http_status == 504 || type == "timeout_error" || status == "DEADLINE_EXCEEDED") {
+    return ErrorKind::kTimeout;
+  }
+  if (http_status >= 500 || http_status == 409 || type == "api_error" || type == "server_error" ||
+      code == "server_error" || status == "INTERNAL") {
+    return ErrorKind::kServerError;
+  }
+  if (http_status == 0) return ErrorKind::kServerError;  // an unnamed error inside a stream
+  return ErrorKind::kInvalidInput;
+}
+
+std::string Describe(std::string_view where, const ErrorInfo& info, std::string_view raw_body) {
+  std::string label = !info.type.empty() ? info.type : !info.status.empty() ? info.status : info.code;
+  std::string msg = info.message;
+  if (!info.parsed || msg.empty()) {
+    std::string_view head = raw_body.substr(0, 300);
+    msg = head.empty() ? "(empty body)" : std::string(head);
+  }
+  std::string out = label.empty() ? fmt::format("{}: {}", where, msg) : fmt::format("{}: {}: {}", where, label, msg);
+  if (!info.request_id.empty()) out += fmt::format(" (request id {})", info.request_id);
+  return out;
+}
+
+}  // namespace
+
+ProviderError ClassifyHttpError(std::string_view provider, const HttpResponseHead& head, std::string_view body) {
+  ErrorInfo info = ExtractInfo(body);
+  if (info.request_id.empty()) info.request_id = head.Header("x-request-id");
+  if (info.request_id.empty()) info.request_id = head.Header("request-id");
+  ProviderError err;
+  err.status = Status(Classify(head.status, info), Describe(fmt::format("{} HTTP {}", provider, head.status), info, body));
+  // The first present of retry-after-ms (OpenAI), retry-after, Google
+  // RetryInfo, then the "try again in" hint (research notes §9.2).
+  if (std::string ms = head.Header("retry-after-ms"); !ms.empty()) {
+    char* end = nullptr;
+    double v = std::strtod(ms.c_str(), &end);
+    if (end != ms.c_str() && v >= 0) err.retry_after = milliseconds(static_cast<int64_t>(std::ceil(v)));
+  }
+  if (!err.retry_after) err.retry_after = ParseRetryAfter(head.Header("retry-after"));
+  if (!err.retry_after) err.retry_after = info.retry_delay;
+  if (!err.retry_after) err.retry_after = DelayFromMessage(info.message);
+  if (std::string sr = Lower(head.Header("x-should-retry")); sr == "true" || sr == "false") {
+    err.should_retry = (sr == "true");
+  }
+  return err;
+}
+
+ProviderError ClassifyStreamError(std::string_view payload) {
+  ErrorInfo info = ExtractInfo(payload);
+  ProviderError err;
+  err.status = Status(Classify(0, info), Describe("error inside the stream", info, payload));
+  err.retry_after = info.retry_delay ? info.retry_delay : DelayFromMessage(info.message);
+  return err;
+}
+
+bool IsRetryableKind(ErrorKind kind) {
+  switch (kind) {
+    case ErrorKind::kRateLimited:
+    case ErrorKind::kOverloaded:
+    case ErrorKind::kServerError:
+    case ErrorKind::kTimeout:
+    case ErrorKind::kTransport:
+      return true;
+    default:
+      return false;
+  }
+}
+
+std::optional<milliseconds> ParseDurationText(std::string_view text) {
+  std::string s(text);
+  char* end = nullptr;
+  double v = std::strtod(s.c_str(), &end);
+  if (end == s.c_str() || v < 0) return std::nullopt;
+  std::string unit(end);
+  if (unit == "s" || unit.empty()) return milliseconds(static_cast<int64_t>(std::ceil(v * 1000)));
+  if (unit == "ms") return milliseconds(static_cast<int64_t>(std::ceil(v)));
+  return std::nullopt;
+}
+
+std::string Redact(std::string text, std::string_view secret) {
+  if (secret.size() >= 8) {
+    for (size_t pos = text.find(secret); pos != std::string::npos; pos = text.find(secret, pos)) {
+      text.replace(pos, secret.size(), "[redacted]");
+    }
+  }
+  static const std::regex kKeyShapes(R"((sk-[A-Za-z0-9_\-]{16,}|AIza[0-9A-Za-z_\-]{30,}))");
+  return std::regex_replace(text, kKeyShapes, "[redacted]");
+}
+
+}  // namespace kforge::providers

@@ -1,0 +1,240 @@
+#include "http_client.h"
+
+#include <fmt/format.h>
+
+#include <set>
+
+#include "kforge/core/log.h"
+#include "retry.h"
+#include "sse.h"
+
+namespace kforge::providers {
+namespace {
+
+constexpr size_t kMaxErrorBody = 1 << 20;
+
+void WarnDroppedOnce(const std::string& spec, std::string_view param) {
+  static std::mutex mu;
+  static std::set<std::string> warned;
+  std::lock_guard lock(mu);
+  if (warned.insert(spec + "/" + std::string(param)).second) {
+    LogWarn("providers", "{} does not accept '{}'; leaving it out of the request (models.toml rejects it)", spec, param);
+  }
+}
+
+double EstimateTokens(const ChatRequest& r, const ModelInfo& m) {
+  size_t chars = r.system.size();
+  for (const Message& msg : r.messages) chars += msg.text.size();
+  // About four characters a token for English and code; the output cap
+  // counts against tokens-per-minute limits as OpenAI's limiter does.
+  double out = r.max_output_tokens ? *r.max_output_tokens : static_cast<double>(m.default_output_tokens);
+  return static_cast<double>(chars) / 4.0 + out;
+}
+
+}  // namespace
+
+HttpClient::HttpClient(HttpClientConfig config, const ClientOptions& options)
+    : config_(std::move(config)),
+      options_(options),
+      clock_(options.clock ? *options.clock : RealClock()),
+      transport_(options.transport ? *options.transport : CurlTransport()),
+      adapter_(AdapterFor(config_.wire)),
+      rng_(std::random_device{}()) {
+  endpoint_.provider = &config_.provider;
+  endpoint_.model = &config_.model;
+  endpoint_.base_url = config_.base_url;
+  endpoint_.api_key = config_.api_key;
+}
+
+double HttpClient::Uniform() {
+  if (options_.random) return options_.random();
+  std::lock_guard lock(rng_mu_);
+  return std::uniform_real_distribution<double>(0.0, 1.0)(rng_);
+}
+
+Status HttpClient::Finish(Status status) const {
+  if (status.ok()) return status;
+  return Status(status.kind(), Redact(status.message(), config_.api_key));
+}
+
+ChatRequest HttpClient::ForWire(const ChatRequest& request) const {
+  ChatRequest r = request;
+  const ModelInfo& m = config_.model;
+  auto drop = [&](std::string_view param, auto& field, bool present) {
+    if (present) {
+      WarnDroppedOnce(m.spec, param);
+      field = {};
+    }
+  };
+  if (m.Rejects("temperature")) drop("temperature", r.temperature, r.temperature.has_value());
+  if (m.Rejects("top_p")) drop("top_p", r.top_p, r.top_p.has_value());
+  if (m.Rejects("seed") || config_.wire == WireFormat::kOpenAiResponses || config_.wire == WireFormat::kAnthropic) {
+    drop("seed", r.seed, r.seed.has_value());
+  }
+  if (m.Rejects("stop") || config_.wire == WireFormat::kOpenAiResponses) drop("stop", r.stop, !r.stop.empty());
+  if (m.listed && m.reasoning == ReasoningStyle::kNone) {
+    drop("reasoning_effort", r.reasoning_effort, r.reasoning_effort.has_value());
+    drop("thinking_budget_tokens", r.thinking_budget_tokens, r.thinking_budget_tokens.has_value());
+  }
+  // Budget-style models (older Claude, Gemini 2.5) take a budget, not an
+  // effort; effort-style models the reverse. Unknown models get what was asked.
+  if (m.reasoning == ReasoningStyle::kEffort) drop("thinking_budget_tokens", r.thinking_budget_tokens, r.thinking_budget_tokens.has_value());
+  if (m.reasoning == ReasoningStyle::kBudget) drop("reasoning_effort", r.reasoning_effort, r.reasoning_effort.has_value());
+  if (r.max_output_tokens && m.max_output_tokens > 0 && *r.max_output_tokens > m.max_output_tokens) {
+    LogWarn("providers", "{}: max_output_tokens {} is above the model's limit {}; sending the limit", m.spec,
+            *r.max_output_tokens, m.max_output_tokens);
+    r.max_output_tokens = static_cast<int>(m.max_output_tokens);
+  }
+  return r;
+}
+
+std::variant<ChatResponse, ProviderError> HttpClient::Attempt(const ChatRequest& request, const TextCallback& on_text) {
+  const bool stream = request.stream;
+  HttpRequest http = adapter_.build(request, endpoint_, stream);
+  http.connect_timeout = options_.connect_timeout;
+  http.total_timeout = options_.total_timeout;
+  http.idle_timeout = options_.idle_timeout;
+
+  enum class Mode { kSse, kWhole, kError } mode = Mode::kWhole;
+  HttpResponseHead head;
+  std::string body;
+  SseParser sse;
+  std::unique_ptr<StreamDecoder> decoder = adapter_.make_decoder();
+  decoder->SetTextCallback(&on_text);
+  std::optional<ProviderError> stream_error;
+
+  auto on_head = [&](const HttpResponseHead& h) {
+    head = h;
+    std::string ct = h.Header("content-type");
+    if (h.status >= 300) {
+      mode = Mode::kError;
+    } else if (stream && ct.find("json") == std::string::npos) {
+      mode = Mode::kSse;
+    } else {
+      // A JSON body on a streaming request is an error or a whole answer
+      // (llama.cpp sends a first error as plain JSON; Gemini without alt=sse
+      // answers with an array): research notes §7.
+      mode = Mode::kWhole;
+    }
+  };
+  auto on_body = [&](std::string_view bytes) {
+    if (mode != Mode::kSse) {
+      if (mode == Mode::kError && body.size() >= kMaxErrorBody) return true;
+      body.append(bytes);
+      return true;
+    }
+    sse.Feed(bytes, [&](const SseEvent& ev) {
+      if (!stream_error) stream_error = decoder->OnEvent(ev.event, ev.data);
+    });
+    return !stream_error.has_value();
+  };
+  Result<HttpResponseHead> result = transport_.Post(http, on_head, on_body);
+  const std::string& who = config_.provider.name;
+  if (stream_error) {
+    stream_error->status = stream_error->status.WithContext(who);
+    return *std::move(stream_error);
+  }
+  if (!result.ok()) return ProviderError{result.status().WithContext(who)};
+  head = *result;
+
+  if (head.status >= 300) return ClassifyHttpError(who, head, body);
+  ChatResponse response;
+  if (mode == Mode::kWhole) {
+    Json probe = Json::parse(body, nullptr, false);
+    if (probe.is_object() && (Has(probe, "error") || GetString(probe, "type") == "error")) {
+      ProviderError e = ClassifyStreamError(body);
+      e.status = e.status.WithContext(fmt::format("{} HTTP {}", who, head.status));
+      return e;
+    }
+    auto parsed = adapter_.parse(body);
+    if (!parsed.ok()) return ProviderError{parsed.status().WithContext(who)};
+    response = std::move(parsed).value();
+    if (on_text && !response.text.empty()) on_text(response.text);
+  } else {
+    if (!decoder->Done()) {
+      return ProviderError{Error(ErrorKind::kTransport,
+                                 fmt::format("{}: the stream ended before its final event ({} characters received)",
+                                             who, decoder->response().text.size()))};
+    }
+    response = std::move(decoder->response());
+  }
+  // Support desks ask for the header id (x-request-id, request-id); the body id is the fallback.
+  for (const char* h : {"x-request-id", "request-id"}) {
+    if (std::string id = head.Header(h); !id.empty()) {
+      response.request_id = id;
+      break;
+    }
+  }
+  return response;
+}
+
+Result<ChatResponse> HttpClient::Complete(const ChatRequest& original, const TextCallback& on_text) {
+  ChatRequest request = original;
+  request.model = config_.model.spec;
+  if (request.messages.empty()) {
+    return Error(ErrorKind::kInvalidInput, fmt::format("{}: the request has no messages", request.model));
+  }
+  const std::string hash = RequestHash(request);
+  if (config_.cache) {
+    if (auto hit = config_.cache->Get(hash)) {
+      hit->from_cache = true;
+      hit->attempts = 0;
+      hit->cost_usd = 0;  // paid when it was first asked
+      if (on_text && !hit->text.empty()) on_text(hit->text);
+      LogDebug("providers", "{}: answered from the response cache ({})", request.model, hash.substr(0, 12));
+      return *std::move(hit);
+    }
+  }
+  const ChatRequest wire_request = ForWire(request);
+  Limiter::Lease lease = config_.limiter->Acquire(EstimateTokens(wire_request, config_.model));
+  const Clock::TimePoint start = clock_.Now();
+
+  ChatResponse response;
+  int attempt = 1;
+  for (;; ++attempt) {
+    auto outcome = Attempt(wire_request, on_text);
+    if (auto* ok = std::get_if<ChatResponse>(&outcome)) {
+      response = std::move(*ok);
+      break;
+    }
+    ProviderError& err = std::get<ProviderError>(outcome);
+    RetryDecision d = DecideRetry(err, attempt, options_.retry, Uniform());
+    if (!d.retry) return Finish(d.final_status);
+    Status why = Finish(err.status);
+    LogWarn("providers", "{}: attempt {} failed ({}); retrying in {:.1f} s", request.model, attempt, why.ToString(),
+            d.wait.count() / 1000.0);
+    if (options_.on_retry) options_.on_retry(attempt, why, d.wait);
+    clock_.SleepFor(d.wait);
+  }
+  response.attempts = attempt;
+  response.latency_s = std::chrono::duration<double>(clock_.Now() - start).count();
+  if (response.model.empty()) response.model = config_.model.name;
+  std::optional<double> cost = CostUsd(config_.model, response.usage);
+  response.cost_known = cost.has_value();
+  response.cost_usd = cost.value_or(0);
+  lease.Settle(static_cast<double>(response.usage.input_tokens + response.usage.output_tokens));
+  if (options_.on_spend) options_.on_spend(response.usage, response.cost_usd);
+
+  // Reasoning tokens count against the output cap everywhere, so a small cap
+  // can yield nothing visible: that is a failure the caller must act on
+  // (raise the cap or lower the effort), not an empty success.
+  if (response.text.empty() && response.finish == FinishReason::kLength) {
+    return Error(ErrorKind::kTruncated,
+                 fmt::format("{}: the output limit was reached before any visible text ({} output tokens, {} of "
+                             "them reasoning); raise max_output_tokens or lower the reasoning effort",
+                             request.model, response.usage.output_tokens, response.usage.reasoning_tokens));
+  }
+  if (response.text.empty() && response.finish == FinishReason::kContentFilter) {
+    return Error(ErrorKind::kContentFilter, fmt::format("{}: the provider blocked the answer (request id {})",
+                                                        request.model, response.request_id));
+  }
+  if (config_.cache) {
+    if (Status s = config_.cache->Put(hash, request, response); !s.ok()) LogWarn("providers", "response cache: {}", s.ToString());
+  }
+  if (config_.recorder) {
+    if (Status s = config_.recorder->Append(hash, request, response); !s.ok()) LogWarn("providers", "recording: {}", s.ToString());
+  }
+  return response;
+}
+
+}  // namespace kforge::providers

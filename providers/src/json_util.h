@@ -1,0 +1,29 @@
+// Tolerant readers for untrusted JSON: a missing or mistyped field reads as
+// the fallback instead of throwing, because provider payloads drop optional
+// objects freely (every *_details object may be absent or partial).
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "kforge/core/status.h"
+
+namespace kforge::providers {
+
+using Json = nlohmann::json;
+
+// Parses JSON text; the error names `what` and the parser's byte offset.
+Result<Json> ParseJson(std::string_view text, std::string_view what);
+
+// j[key] if j is an object holding key, else a null reference.
+const Json& Field(const Json& j, std::string_view key);
+std::string GetString(const Json& j, std::string_view key, std::string fallback = {});
+int64_t GetInt(const Json& j, std::string_view key, int64_t fallback = 0);
+std::optional<int64_t> GetOptInt(const Json& j, std::string_view key);
+bool Has(const Json& j, std::string_view key);
+
+}  // namespace kforge::providers

@@ -1,0 +1,126 @@
+// OpenAI Responses API (research notes §2). The stream is typed: exactly one
+// of response.completed / .incomplete / .failed ends it, possibly after an
+// `error` event, and a failure can arrive after HTTP 200.
+#include <fmt/format.h>
+
+#include "adapter.h"
+#include "json_util.h"
+
+namespace kforge::providers {
+namespace {
+
+Usage ParseUsage(const Json& u) {
+  Usage usage;
+  usage.input_tokens = GetInt(u, "input_tokens");  // includes cached
+  usage.cached_input_tokens = GetInt(Field(u, "input_tokens_details"), "cached_tokens");
+  usage.output_tokens = GetInt(u, "output_tokens");  // includes reasoning
+  usage.reasoning_tokens = GetInt(Field(u, "output_tokens_details"), "reasoning_tokens");
+  return usage;
+}
+
+FinishReason FinishOf(const Json& response) {
+  std::string status = GetString(response, "status");
+  if (status == "completed") return FinishReason::kStop;
+  if (status == "incomplete") {
+    std::string reason = GetString(Field(response, "incomplete_details"), "reason");
+    if (reason == "max_output_tokens") return FinishReason::kLength;
+    if (reason == "content_filter") return FinishReason::kContentFilter;
+  }
+  if (status == "failed") return FinishReason::kError;
+  return FinishReason::kOther;
+}
+
+// Fills everything but the text from a full response object.
+void FillFromResponse(const Json& response, ChatResponse& r) {
+  r.request_id = GetString(response, "id", r.request_id);
+  r.model = GetString(response, "model", r.model);
+  if (Field(response, "usage").is_object()) r.usage = ParseUsage(Field(response, "usage"));
+  r.finish = FinishOf(response);
+}
+
+HttpRequest Build(const ChatRequest& request, const Endpoint& endpoint, bool stream) {
+  Json body = {{"model", endpoint.model->name}, {"store", false}};  // the server default is store:true
+  if (!request.system.empty()) body["instructions"] = request.system;
+  Json input = Json::array();
+  for (const Message& m : request.messages) {
+    input.push_back({{"role", IsAssistant(m) ? "assistant" : "user"}, {"content", m.text}});
+  }
+  body["input"] = std::move(input);
+  if (request.max_output_tokens) body["max_output_tokens"] = *request.max_output_tokens;
+  if (request.temperature) body["temperature"] = *request.temperature;
+  if (request.top_p) body["top_p"] = *request.top_p;
+  if (request.reasoning_effort) body["reasoning"] = {{"effort", *request.reasoning_effort}};
+  // The Responses API has no stop sequences and no seed; the client drops them.
+  if (stream) body["stream"] = true;
+  HttpRequest http;
+  http.url = endpoint.base_url + "/responses";
+  http.headers.emplace_back("Content-Type", "application/json");
+  if (!endpoint.api_key.empty()) http.headers.emplace_back("Authorization", "Bearer " + endpoint.api_key);
+  http.body = body.dump();
+  return http;
+}
+
+Result<ChatResponse> Parse(std::string_view text) {
+  KF_ASSIGN_OR_RETURN(Json j, ParseJson(text, "responses body"));
+  if (GetString(j, "status") == "failed") return ClassifyStreamError(text).status;
+  ChatResponse r;
+  FillFromResponse(j, r);
+  // output_text is computed by the SDKs, not sent: join every output_text part.
+  const Json& output = Field(j, "output");
+  if (output.is_array()) {
+    for (const Json& item : output) {
+      const Json& content = Field(item, "content");
+      std::string type = GetString(item, "type");
+      if (type == "reasoning") {
+        for (const Json& s : Field(item, "summary").is_array() ? Field(item, "summary") : Json::array()) {
+          r.reasoning += GetString(s, "text");
+        }
+      }
+      if (type != "message" || !content.is_array()) continue;
+      for (const Json& part : content) {
+        if (GetString(part, "type") == "output_text") r.text += GetString(part, "text");
+        if (GetString(part, "type") == "refusal") {
+          r.text += GetString(part, "refusal");
+          r.finish = FinishReason::kContentFilter;
+        }
+      }
+    }
+  }
+  return r;
+}
+
+class Decoder final : public StreamDecoder {
+ public:
+  std::optional<ProviderError> OnEvent(std::string_view event, std::string_view data) override {
+    Json j = Json::parse(data, nullptr, false);
+    if (j.is_discarded()) return ProviderError{Error(ErrorKind::kServerError, fmt::format("malformed JSON in responses stream: '{}'", data.substr(0, 200)))};
+    std::string type = GetString(j, "type", std::string(event));
+    if (type == "response.output_text.delta") {
+      EmitText(GetString(j, "delta"));
+    } else if (type == "response.reasoning_summary_text.delta" || type == "response.reasoning_text.delta") {
+      response_.reasoning += GetString(j, "delta");
+    } else if (type == "response.created" || type == "response.in_progress") {
+      FillFromResponse(Field(j, "response"), response_);
+      response_.finish = FinishReason::kStop;
+    } else if (type == "response.completed" || type == "response.incomplete") {
+      FillFromResponse(Field(j, "response"), response_);
+      done_ = true;
+    } else if (type == "error" || type == "response.failed") {
+      done_ = true;
+      return ClassifyStreamError(data);
+    }
+    return std::nullopt;
+  }
+  bool Done() const override { return done_; }
+
+ private:
+  bool done_ = false;
+};
+
+std::unique_ptr<StreamDecoder> MakeDecoder() { return std::make_unique<Decoder>(); }
+
+}  // namespace
+
+extern const Adapter kOpenAiResponsesAdapter = {WireFormat::kOpenAiResponses, Build, Parse, MakeDecoder};
+
+}  // namespace kforge::providers

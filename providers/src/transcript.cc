@@ -1,0 +1,200 @@
+#include "transcript.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "kforge/core/fs.h"
+#include "kforge/core/hash.h"
+
+namespace kforge::providers {
+namespace {
+
+FinishReason ParseFinish(const std::string& s) {
+  for (FinishReason f : {FinishReason::kStop, FinishReason::kLength, FinishReason::kContentFilter,
+                         FinishReason::kError, FinishReason::kOther}) {
+    if (FinishReasonName(f) == s) return f;
+  }
+  return FinishReason::kOther;
+}
+
+}  // namespace
+
+Json RequestToJson(const ChatRequest& r) {
+  Json messages = Json::array();
+  for (const Message& m : r.messages) messages.push_back({{"role", m.role}, {"text", m.text}});
+  Json j = {{"model", r.model}, {"system", r.system}, {"messages", std::move(messages)}};
+  if (r.temperature) j["temperature"] = *r.temperature;
+  if (r.top_p) j["top_p"] = *r.top_p;
+  if (r.max_output_tokens) j["max_output_tokens"] = *r.max_output_tokens;
+  if (r.reasoning_effort) j["reasoning_effort"] = *r.reasoning_effort;
+  if (r.thinking_budget_tokens) j["thinking_budget_tokens"] = *r.thinking_budget_tokens;
+  if (r.seed) j["seed"] = *r.seed;
+  if (!r.stop.empty()) j["stop"] = r.stop;
+  return j;
+}
+
+std::string RequestHash(const ChatRequest& request) {
+  // nlohmann::json objects keep keys sorted, so dump() is canonical.
+  return Sha256Hex("kforge-request-v1\n" + RequestToJson(request).dump());
+}
+
+int TurnIndex(const ChatRequest& request) {
+  int n = 0;
+  for (const Message& m : request.messages) n += (m.role == "assistant");
+  return n;
+}
+
+Json ResponseToJson(const ChatResponse& r) {
+  return {{"text", r.text},
+          {"reasoning", r.reasoning},
+          {"finish", FinishReasonName(r.finish)},
+          {"usage",
+           {{"input_tokens", r.usage.input_tokens},
+            {"cached_input_tokens", r.usage.cached_input_tokens},
+            {"cache_write_input_tokens", r.usage.cache_write_input_tokens},
+            {"output_tokens", r.usage.output_tokens},
+            {"reasoning_tokens", r.usage.reasoning_tokens}}},
+          {"cost_usd", r.cost_usd},
+          {"request_id", r.request_id},
+          {"model", r.model},
+          {"latency_s", r.latency_s}};
+}
+
+Result<ChatResponse> ResponseFromJson(const Json& j, const std::string& where) {
+  if (!j.is_object()) return Error(ErrorKind::kInvalidInput, fmt::format("{}: 'response' must be an object", where));
+  if (!Field(j, "text").is_string()) {
+    return Error(ErrorKind::kInvalidInput, fmt::format("{}: field 'response.text' must be a string", where));
+  }
+  ChatResponse r;
+  r.text = GetString(j, "text");
+  r.reasoning = GetString(j, "reasoning");
+  r.finish = ParseFinish(GetString(j, "finish", "stop"));
+  const Json& u = Field(j, "usage");
+  r.usage.input_tokens = GetInt(u, "input_tokens");
+  r.usage.cached_input_tokens = GetInt(u, "cached_input_tokens");
+  r.usage.cache_write_input_tokens = GetInt(u, "cache_write_input_tokens");
+  r.usage.output_tokens = GetInt(u, "output_tokens");
+  r.usage.reasoning_tokens = GetInt(u, "reasoning_tokens");
+  r.cost_usd = Field(j, "cost_usd").is_number() ? Field(j, "cost_usd").get<double>() : 0.0;
+  r.request_id = GetString(j, "request_id");
+  r.model = GetString(j, "model");
+  r.latency_s = Field(j, "latency_s").is_number() ? Field(j, "latency_s").get<double>() : 0.0;
+  return r;
+}
+
+std::filesystem::path ResponseCache::PathFor(const std::string& hash) const {
+  return dir_ / hash.substr(0, 2) / (hash + ".json");
+}
+
+std::optional<ChatResponse> ResponseCache::Get(const std::string& hash) const {
+  auto text = ReadFile(PathFor(hash));
+  if (!text.ok()) return std::nullopt;
+  Json j = Json::parse(*text, nullptr, false);
+  if (j.is_discarded()) return std::nullopt;  // a damaged entry is a miss, then overwritten
+  auto r = ResponseFromJson(Field(j, "response"), PathFor(hash).string());
+  if (!r.ok()) return std::nullopt;
+  return std::move(r).value();
+}
+
+Status ResponseCache::Put(const std::string& hash, const ChatRequest& request, const ChatResponse& response) const {
+  Json j = {{"hash", hash}, {"request", RequestToJson(request)}, {"response", ResponseToJson(response)}};
+  return WriteFileAtomic(PathFor(hash), j.dump(1) + "\n");
+}
+
+Status CassetteWriter::Append(const std::string& hash, const ChatRequest& request, const ChatResponse& response) {
+  Json j = {{"hash", hash},
+            {"model", request.model},
+            {"turn", TurnIndex(request)},
+            {"request", RequestToJson(request)},
+            {"response", ResponseToJson(response)}};
+  std::string line = j.dump() + "\n";
+  std::lock_guard lock(mu_);
+  if (path_.has_parent_path()) KF_RETURN_IF_ERROR(MakeDirs(path_.parent_path()));
+  int fd = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) return Error(ErrorKind::kIo, fmt::format("{}: cannot open for appending: {}", path_.string(), std::strerror(errno)));
+  ssize_t n = ::write(fd, line.data(), line.size());
+  ::close(fd);
+  if (n != static_cast<ssize_t>(line.size())) return Error(ErrorKind::kIo, fmt::format("{}: short write", path_.string()));
+  return Status::Ok();
+}
+
+Result<Cassette> Cassette::Load(const std::filesystem::path& path) {
+  KF_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  Cassette c;
+  c.path_ = path;
+  size_t start = 0;
+  for (int line_no = 1; start < text.size(); ++line_no) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    std::string_view line(text.data() + start, end - start);
+    start = end + 1;
+    if (line.find_first_not_of(" \t\r") == std::string_view::npos || line.front() == '#') continue;
+    std::string where = fmt::format("{}:{}", path.string(), line_no);
+    Json j = Json::parse(line, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) {
+      return Error(ErrorKind::kInvalidInput, fmt::format("{}: not a JSON object (one exchange per line)", where));
+    }
+    CassetteEntry e;
+    e.line = line_no;
+    e.hash = GetString(j, "hash");
+    e.model = GetString(j, "model");
+    e.marker = GetString(j, "marker");
+    if (Has(j, "turn")) {
+      auto t = GetOptInt(j, "turn");
+      if (!t) return Error(ErrorKind::kInvalidInput, fmt::format("{}: field 'turn' must be an integer", where));
+      e.turn = static_cast<int>(*t);
+    }
+    KF_ASSIGN_OR_RETURN(e.response, ResponseFromJson(Field(j, "response"), where));
+    c.entries_.push_back(std::move(e));
+  }
+  return c;
+}
+
+namespace {
+
+bool MarkerFits(const std::string& marker, const ChatRequest& request) {
+  if (marker.empty()) return true;
+  if (request.system.find(marker) != std::string::npos) return true;
+  for (const Message& m : request.messages) {
+    if (m.role != "assistant" && m.text.find(marker) != std::string::npos) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+const CassetteEntry* Cassette::Match(const ChatRequest& request, const std::string& hash) const {
+  for (const CassetteEntry& e : entries_) {
+    if (e.hash == hash) return &e;
+  }
+  const int turn = TurnIndex(request);
+  for (const CassetteEntry& e : entries_) {
+    if (!e.hash.empty()) continue;  // recorded entries match by hash only
+    if (!e.model.empty() && e.model != "*" && e.model != request.model) continue;
+    if (e.turn && *e.turn != turn) continue;
+    if (!MarkerFits(e.marker, request)) continue;
+    return &e;
+  }
+  return nullptr;
+}
+
+std::string Cassette::DescribeMiss(const ChatRequest& request, const std::string& hash) const {
+  std::string last_user;
+  for (const Message& m : request.messages) {
+    if (m.role != "assistant") last_user = m.text;
+  }
+  if (last_user.size() > 80) last_user = last_user.substr(0, 80) + "…";
+  size_t by_hash = 0;
+  for (const CassetteEntry& e : entries_) by_hash += !e.hash.empty();
+  return fmt::format(
+      "replay cassette {} has no recording for model '{}', turn {}, request hash {} "
+      "(it holds {} entries: {} matched by hash, {} by model/turn/marker); last user message: '{}'",
+      path_.string(), request.model, TurnIndex(request), hash, entries_.size(), by_hash,
+      entries_.size() - by_hash, last_user);
+}
+
+}  // namespace kforge::providers
