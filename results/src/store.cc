@@ -87,8 +87,9 @@ SessionRecord ReadSession(const Stmt& q) {
   return s;
 }
 
-constexpr const char* kEvalCols =
-    "id, session_id, turn_id, status, speedup, busbw_gbps, emulated, seconds, world, message, doc_sha, created_at";
+constexpr const char* kEvalSelect =
+    "SELECT e.id, e.session_id, e.turn_id, e.status, e.speedup, e.busbw_gbps, e.emulated, e.seconds, e.world, "
+    "e.message, e.doc_sha, e.created_at, t.kernel_sha FROM evaluations e LEFT JOIN turns t ON t.id=e.turn_id ";
 EvaluationRecord ReadEvaluation(const Stmt& q) {
   EvaluationRecord e;
   e.id = q.Int(0);
@@ -103,6 +104,7 @@ EvaluationRecord ReadEvaluation(const Stmt& q) {
   e.message = q.Text(9);
   e.doc_sha = q.Text(10);
   e.created_at = q.Double(11);
+  e.kernel_sha = q.Text(12);
   return e;
 }
 
@@ -401,19 +403,28 @@ Result<std::vector<TurnRecord>> RunStore::ListTurns(int64_t session_id) const {
 
 Result<std::vector<EvaluationRecord>> RunStore::ListEvaluations(int64_t session_id) const {
   std::lock_guard lock(mu_);
-  KF_ASSIGN_OR_RETURN(Stmt q, db_->Prepare(std::string("SELECT ") + kEvalCols +
-                                           " FROM evaluations WHERE session_id=? ORDER BY id"));
+  KF_ASSIGN_OR_RETURN(Stmt q, db_->Prepare(std::string(kEvalSelect) + "WHERE e.session_id=? ORDER BY e.id"));
   q.Bind(1, session_id);
   return Collect<EvaluationRecord>(q, ReadEvaluation);
 }
 
 Result<std::vector<EvaluationRecord>> RunStore::ListRunEvaluations(int64_t run_id) const {
   std::lock_guard lock(mu_);
-  KF_ASSIGN_OR_RETURN(Stmt q, db_->Prepare(std::string("SELECT e.") + kEvalCols +
-                                           " FROM evaluations e JOIN sessions s ON s.id=e.session_id "
-                                           "WHERE s.run_id=? ORDER BY e.id"));
+  KF_ASSIGN_OR_RETURN(Stmt q, db_->Prepare(std::string(kEvalSelect) +
+                                           "JOIN sessions s ON s.id=e.session_id WHERE s.run_id=? ORDER BY e.id"));
   q.Bind(1, run_id);
   return Collect<EvaluationRecord>(q, ReadEvaluation);
+}
+
+Result<std::vector<SessionUsage>> RunStore::ListSessionUsage(int64_t run_id) const {
+  std::lock_guard lock(mu_);
+  KF_ASSIGN_OR_RETURN(Stmt q, db_->Prepare(
+      "SELECT t.session_id, count(*), sum(t.input_tokens), sum(t.output_tokens), sum(t.cost_usd), "
+      "sum(t.latency_s) FROM turns t JOIN sessions s ON s.id=t.session_id WHERE s.run_id=? GROUP BY t.session_id"));
+  q.Bind(1, run_id);
+  return Collect<SessionUsage>(q, [](const Stmt& r) {
+    return SessionUsage{r.Int(0), static_cast<int>(r.Int(1)), r.Int(2), r.Int(3), r.Double(4), r.Double(5)};
+  });
 }
 
 Result<nlohmann::json> RunStore::GetEvaluationDoc(const EvaluationRecord& evaluation) const {

@@ -99,6 +99,16 @@ struct EvaluationRecord {
   std::string message;
   std::string doc_sha;  // blob with the whole document (per-rank details, timings)
   double created_at = 0;
+  std::string kernel_sha;  // the evaluated turn's kernel ("" when none); read-only
+};
+
+// Token, cost and time totals of one session's turns (one aggregate query).
+struct SessionUsage {
+  int64_t session_id = 0;
+  int turns = 0;
+  int64_t input_tokens = 0, output_tokens = 0;  // output includes reasoning tokens
+  double cost_usd = 0;
+  double latency_s = 0;
 };
 
 struct EventRecord {
@@ -165,6 +175,7 @@ class RunStore {
   Result<std::vector<EvaluationRecord>> ListEvaluations(int64_t session_id) const;
   // Every evaluation of a run (one query; for metrics and export).
   Result<std::vector<EvaluationRecord>> ListRunEvaluations(int64_t run_id) const;
+  Result<std::vector<SessionUsage>> ListSessionUsage(int64_t run_id) const;
   Result<nlohmann::json> GetEvaluationDoc(const EvaluationRecord& evaluation) const;
   // Events with id > after_id, oldest first.
   Result<std::vector<EventRecord>> ListEvents(int64_t run_id, int64_t after_id = 0) const;

@@ -1,0 +1,53 @@
+// The unit the metrics count: one session (one model's attempt at one task
+// with one strategy and sample index), reduced to its outcome.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kforge/core/status.h"
+#include "kforge/results/store.h"
+
+namespace kforge::results {
+
+struct SampleOutcome {
+  std::string run;  // run name
+  std::filesystem::path run_dir;
+  int64_t session_id = 0;
+  std::string model, strategy, task, category, dtype;
+  int world = 0;
+  int sample = 0;
+  std::string state;  // session state
+  bool evaluated = false;  // at least one evaluation exists
+  // From the session's best evaluation: the one SetBestEvaluation named, else
+  // the fastest passed one, else the last one.
+  int64_t best_evaluation_id = 0;
+  std::string status;  // best evaluation's status ("" when none)
+  bool correct = false;  // status == "passed"
+  std::optional<double> speedup;  // only when correct and timed
+  bool emulated = false;  // any of the session's evaluations ran emulated
+  int turns = 0;
+  int64_t tokens = 0;  // input + output over every turn
+  double cost_usd = 0;
+  double wall_s = 0;  // model latency plus evaluation time, summed over turns
+  std::string best_kernel_sha;  // kernel of the best evaluation's turn
+};
+
+// Every counted session of every run in one store. A session counts once it
+// is finished (done/stopped) or has an evaluation; pending and running
+// sessions without an evaluation are left out, so a live run is not
+// penalised for work not yet done.
+Result<std::vector<SampleOutcome>> LoadSamples(const RunStore& store);
+
+// `arg` is a run directory (holding store.sqlite) or a run name under
+// `runs_root`. The error names both places looked at.
+Result<std::filesystem::path> ResolveRunDir(const std::string& arg, const std::filesystem::path& runs_root);
+// Every directory under runs_root holding a store, sorted by name.
+std::vector<std::filesystem::path> ListRunDirs(const std::filesystem::path& runs_root);
+// Loads several run directories (opened read-only) into one list.
+Result<std::vector<SampleOutcome>> LoadRunDirs(const std::vector<std::filesystem::path>& dirs);
+
+}  // namespace kforge::results

@@ -1,0 +1,167 @@
+#include "kforge/results/metrics.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+
+namespace kforge::results {
+
+namespace {
+
+constexpr const char* kDimensions[] = {"run", "model", "strategy", "category", "world", "dtype"};
+
+struct Problem {
+  int n = 0, correct = 0, fast1 = 0;
+  std::optional<double> best_speedup;  // over correct, timed samples
+  bool any_correct = false;
+};
+
+std::string ProblemId(const SampleOutcome& s) {
+  return s.task + "\x1f" + std::to_string(s.world) + "\x1f" + s.dtype;
+}
+
+GroupMetrics Summarise(const std::vector<const SampleOutcome*>& members, const MetricsOptions& options) {
+  GroupMetrics g;
+  std::map<std::string, Problem> problems;
+  for (const auto* s : members) {
+    Problem& p = problems[ProblemId(*s)];
+    ++p.n;
+    if (s->correct) {
+      ++p.correct;
+      p.any_correct = true;
+      if (s->speedup) {
+        if (*s->speedup > 1) ++p.fast1;
+        p.best_speedup = std::max(p.best_speedup.value_or(0), *s->speedup);
+      }
+    }
+    g.tokens += s->tokens;
+    g.cost_usd += s->cost_usd;
+    g.wall_s += s->wall_s;
+    g.includes_emulated = g.includes_emulated || s->emulated;
+  }
+  g.samples = static_cast<int>(members.size());
+  g.problems = static_cast<int>(problems.size());
+  if (g.problems == 0) return g;
+  int min_n = std::numeric_limits<int>::max();
+  double log_correct = 0, log_all = 0;
+  int timed_correct = 0;
+  for (const auto& [id, p] : problems) {
+    min_n = std::min(min_n, p.n);
+    if (p.any_correct) ++g.solved;
+    if (p.best_speedup) {
+      log_correct += std::log(*p.best_speedup);
+      log_all += std::log(*p.best_speedup);
+      ++timed_correct;
+    }
+  }
+  const double np = g.problems;
+  g.correct_rate = g.solved / np;
+  for (double threshold : options.ps) {
+    int fast = 0;
+    for (const auto& [id, p] : problems) {
+      // fast_0 is the correct rate: a correct but untimed problem still counts.
+      if (threshold == 0 ? p.any_correct : (p.best_speedup && *p.best_speedup > threshold)) ++fast;
+    }
+    g.fast_p.emplace_back(threshold, fast / np);
+  }
+  for (int k : options.ks) {
+    if (k < 1 || k > min_n) continue;
+    double pass = 0, fast = 0;
+    for (const auto& [id, p] : problems) {
+      pass += PassAtK(p.n, p.correct, k);
+      fast += PassAtK(p.n, p.fast1, k);
+    }
+    g.pass_at_k.emplace_back(k, pass / np);
+    g.fast1_at_k.emplace_back(k, fast / np);
+  }
+  if (timed_correct > 0) g.geomean_correct = std::exp(log_correct / timed_correct);
+  g.geomean_all = std::exp(log_all / np);
+  if (g.solved > 0) {
+    g.tokens_per_solved = static_cast<double>(g.tokens) / g.solved;
+    g.cost_per_solved = g.cost_usd / g.solved;
+  }
+  return g;
+}
+
+}  // namespace
+
+double PassAtK(int n, int c, int k) {
+  if (n <= 0 || k <= 0 || k > n || c < 0 || c > n) return std::numeric_limits<double>::quiet_NaN();
+  if (n - c < k) return 1.0;
+  // C(n-c,k)/C(n,k) = prod_{i=n-c+1}^{n} (1 - k/i)
+  double miss = 1.0;
+  for (int i = n - c + 1; i <= n; ++i) miss *= 1.0 - static_cast<double>(k) / i;
+  return 1.0 - miss;
+}
+
+Result<std::vector<std::string>> ParseGroupBy(std::string_view spec) {
+  std::vector<std::string> dims;
+  size_t start = 0;
+  while (start <= spec.size()) {
+    size_t end = spec.find(',', start);
+    if (end == std::string_view::npos) end = spec.size();
+    std::string dim(spec.substr(start, end - start));
+    if (!dim.empty()) {
+      if (std::find(std::begin(kDimensions), std::end(kDimensions), dim) == std::end(kDimensions)) {
+        return Error(ErrorKind::kInvalidInput,
+                     "--by: unknown dimension \"" + dim + "\" (use run, model, strategy, category, world, dtype)");
+      }
+      dims.push_back(dim);
+    }
+    start = end + 1;
+  }
+  if (dims.empty()) return Error(ErrorKind::kInvalidInput, "--by: no dimension given");
+  return dims;
+}
+
+std::string DimensionValue(const SampleOutcome& s, const std::string& dimension) {
+  if (dimension == "run") return s.run;
+  if (dimension == "model") return s.model;
+  if (dimension == "strategy") return s.strategy;
+  if (dimension == "category") return s.category;
+  if (dimension == "world") return std::to_string(s.world);
+  if (dimension == "dtype") return s.dtype;
+  return "";
+}
+
+double GroupMetrics::FastP(double p) const {
+  for (const auto& [threshold, value] : fast_p) {
+    if (threshold == p) return value;
+  }
+  return std::numeric_limits<double>::quiet_NaN();
+}
+
+std::vector<GroupMetrics> ComputeMetrics(const std::vector<SampleOutcome>& samples, const MetricsOptions& options) {
+  // (emulated?, key values) -> members; std::map keeps the output deterministic.
+  std::map<std::pair<bool, std::vector<std::string>>, std::vector<const SampleOutcome*>> groups;
+  for (const auto& s : samples) {
+    if (s.emulated && options.emulated == EmulatedPolicy::kExclude) continue;
+    const bool separate = s.emulated && options.emulated == EmulatedPolicy::kSeparate;
+    std::vector<std::string> values;
+    for (const auto& dim : options.group_by) values.push_back(DimensionValue(s, dim));
+    groups[{separate, values}].push_back(&s);
+  }
+  std::vector<GroupMetrics> rows;
+  for (const auto& [key, members] : groups) {
+    GroupMetrics g = Summarise(members, options);
+    g.emulated = key.first;
+    for (size_t i = 0; i < options.group_by.size(); ++i) {
+      g.key.emplace_back(options.group_by[i], key.second[i]);
+      g.label += (i ? " / " : "") + key.second[i];
+    }
+    rows.push_back(std::move(g));
+  }
+  std::stable_sort(rows.begin(), rows.end(), [](const GroupMetrics& a, const GroupMetrics& b) {
+    const bool a_sep = a.emulated, b_sep = b.emulated;
+    if (a_sep != b_sep) return !a_sep;
+    const double fa = a.FastP(1), fb = b.FastP(1);
+    if (!std::isnan(fa) && !std::isnan(fb) && fa != fb) return fa > fb;
+    if (a.correct_rate != b.correct_rate) return a.correct_rate > b.correct_rate;
+    if (a.geomean_all != b.geomean_all) return a.geomean_all > b.geomean_all;
+    return a.label < b.label;
+  });
+  return rows;
+}
+
+}  // namespace kforge::results
