@@ -1,0 +1,383 @@
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <regex>
+#include <set>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "compile_cache.h"
+#include "elf_symbols.h"
+#include "kforge/core/fs.h"
+#include "kforge/core/hash.h"
+#include "kforge/core/log.h"
+#include "kforge/evaluator/compile.h"
+#include "link_check.h"
+#include "toolchain.h"
+
+#ifndef KFORGE_SOURCE_ROOT
+#define KFORGE_SOURCE_ROOT "."
+#endif
+
+namespace kforge::eval {
+namespace fs = std::filesystem;
+namespace {
+
+using SteadyClock = std::chrono::steady_clock;
+
+// Bumped when the flag set or the cache layout changes meaning.
+constexpr std::string_view kKeySalt = "kforge.compile/1";
+
+double SecondsSince(SteadyClock::time_point start) {
+  return std::chrono::duration<double>(SteadyClock::now() - start).count();
+}
+
+// The file name the tools see: the display name's base name, restricted to
+// safe characters, so raw logs read like the diagnostics.
+std::string SourceFileName(const std::string& display_name) {
+  std::string base = fs::path(display_name).filename().string();
+  std::string out;
+  for (char c : base) out += (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-') ? c : '_';
+  if (out.empty() || out.front() == '.' || out.front() == '-') out = "kernel" + out;
+  if (!out.ends_with(".cu")) out += ".cu";
+  return out;
+}
+
+std::string Truncate(std::string text, size_t max_bytes) {
+  if (text.size() <= max_bytes) return text;
+  size_t dropped = text.size() - max_bytes;
+  text.resize(max_bytes);
+  return text + fmt::format("\n[... {} more bytes truncated]\n", dropped);
+}
+
+void ReplaceAll(std::string& text, const std::string& from, const std::string& to) {
+  if (from.empty()) return;
+  for (size_t at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size())) {
+    text.replace(at, from.size(), to);
+  }
+}
+
+// "compile failed: k.cu:4:28: identifier "x" is undefined (and 2 more errors)".
+std::string FailureMessage(const std::vector<Diagnostic>& diagnostics, std::string_view fallback) {
+  const Diagnostic* first = nullptr;
+  int errors = 0;
+  for (const Diagnostic& d : diagnostics) {
+    if (d.severity != Severity::kError) continue;
+    if (first == nullptr) first = &d;
+    ++errors;
+  }
+  if (first == nullptr) return "compile failed: " + std::string(fallback);
+  std::string where;
+  if (!first->file.empty()) {
+    where = first->file + (first->line > 0 ? fmt::format(":{}", first->line) : "") +
+            (first->column > 0 ? fmt::format(":{}", first->column) : "") + ": ";
+  }
+  std::string more = errors > 1 ? fmt::format(" (and {} more error{})", errors - 1, errors == 2 ? "" : "s") : "";
+  return "compile failed: " + where + first->message + more;
+}
+
+bool SameJob(const CompileJob& a, const CompileJob& b) {
+  return a.source == b.source && a.display_name == b.display_name && a.arch == b.arch &&
+         a.libraries == b.libraries && a.extra_flags == b.extra_flags;
+}
+
+// Removes a directory when it goes out of scope unless released.
+class DirGuard {
+ public:
+  explicit DirGuard(fs::path dir) : dir_(std::move(dir)) {}
+  ~DirGuard() {
+    std::error_code ec;
+    if (!dir_.empty()) fs::remove_all(dir_, ec);
+  }
+  void Release() { dir_.clear(); }
+
+ private:
+  fs::path dir_;
+};
+
+}  // namespace
+
+nlohmann::json CompileResult::ToJson() const {
+  nlohmann::json diags = nlohmann::json::array();
+  for (const Diagnostic& d : diagnostics) diags.push_back(d.ToJson());
+  return {{"seconds", seconds}, {"cache_hit", cache_hit}, {"diagnostics", diags}, {"log", log}};
+}
+
+struct Compiler::Impl {
+  CompileOptions options;
+  ProcessRunner* runner;
+
+  std::mutex mu;
+  std::optional<Result<fs::path>> nvcc;       // guarded by mu
+  std::optional<Result<std::string>> version;  // guarded by mu: `nvcc --version`
+  std::unique_ptr<LinkChecker> link_checker;   // created with the nvcc path
+
+  Result<fs::path> FindNvccOnce() {
+    std::lock_guard lock(mu);
+    if (!nvcc) {
+      const char* home = std::getenv("CUDA_HOME");
+      nvcc = FindNvcc(options.nvcc, home ? home : "", DefaultNvccLocations());
+      if (nvcc->ok()) {
+        std::set<std::string> host = options.host_symbols.empty()
+                                         ? HarnessSymbols()
+                                         : std::set<std::string>(options.host_symbols.begin(), options.host_symbols.end());
+        link_checker = std::make_unique<LinkChecker>(LibrarySearchDirs(nvcc->value()), std::move(host),
+                                                     options.host_libraries);
+      }
+    }
+    return *nvcc;
+  }
+
+  Result<std::string> VersionOnce(const fs::path& nvcc_path) {
+    std::lock_guard lock(mu);
+    if (!version) {
+      ProcessOptions po;
+      po.timeout = std::chrono::seconds(60);
+      Result<ProcessResult> r = runner->Run({nvcc_path.string(), "--version"}, po);
+      if (!r.ok()) {
+        version = r.status().WithContext(nvcc_path.string() + " --version");
+      } else if (!r->Succeeded()) {
+        version = Error(ErrorKind::kHarness, nvcc_path.string() + " --version failed: " + r->err + r->out);
+      } else {
+        version = r->out;
+      }
+    }
+    return *version;
+  }
+
+  fs::path IncludeDir() const {
+    return options.include_dir.empty() ? fs::path(KFORGE_SOURCE_ROOT) / "evaluator" / "include" : options.include_dir;
+  }
+
+  fs::path CacheRoot() const {
+    return (options.cache_dir.empty() ? DefaultCacheDir() : options.cache_dir) / "kernels";
+  }
+
+  static Status ValidateJob(const CompileJob& job) {
+    static const std::regex kArch("sm_[0-9]{2,3}[af]?");
+    static const std::regex kLibrary("[A-Za-z0-9_+.-]+");
+    if (!std::regex_match(job.arch, kArch)) {
+      return Error(ErrorKind::kInvalidInput, "bad arch '" + job.arch + "': expected sm_<digits>[a|f], e.g. sm_90a");
+    }
+    for (const std::string& lib : job.libraries) {
+      if (!std::regex_match(lib, kLibrary)) return Error(ErrorKind::kInvalidInput, "bad library name '" + lib + "'");
+    }
+    return Status::Ok();
+  }
+
+  // Every nvcc flag that shapes the output; paths (include dir, files) are not
+  // part of it so that the key does not depend on where things live.
+  static std::vector<std::string> Flags(const CompileJob& job) {
+    std::vector<std::string> flags = {"-arch=" + job.arch, "-O3", "-std=c++17", "-shared", "-Xcompiler", "-fPIC",
+                                      "-cudart", "shared", "-lineinfo"};
+    flags.insert(flags.end(), job.extra_flags.begin(), job.extra_flags.end());
+    for (const std::string& lib : job.libraries) flags.push_back("-l" + lib);
+    return flags;
+  }
+
+  Result<std::string> Key(const CompileJob& job, const fs::path& nvcc_path) {
+    KF_RETURN_IF_ERROR(ValidateJob(job));
+    KF_ASSIGN_OR_RETURN(std::string ver, VersionOnce(nvcc_path));
+    fs::path header = IncludeDir() / "kforge" / "kernel.h";
+    Result<std::string> abi = ReadFile(header);
+    if (!abi.ok()) return Error(ErrorKind::kNotFound, "kernel ABI header not found: " + abi.status().message());
+    Hasher h;
+    h.Add(kKeySalt).Add(job.source).Add(job.display_name).Add(job.arch);
+    for (const std::string& f : Flags(job)) h.Add(f);
+    h.Add(ver).Add(*abi);
+    return h.HexDigest();
+  }
+
+  CompileResult Compile(const CompileJob& job);
+  // Runs nvcc in `staging` and the checks on its output; fills `record`.
+  // Returns non-OK only for failures that must not be cached.
+  Status Build(const CompileJob& job, const fs::path& nvcc_path, const fs::path& staging, CacheRecord& record);
+};
+
+Status Compiler::Impl::Build(const CompileJob& job, const fs::path& nvcc_path, const fs::path& staging,
+                             CacheRecord& record) {
+  std::string file_name = SourceFileName(job.display_name);
+  KF_RETURN_IF_ERROR(WriteFileAtomic(staging / file_name, job.source));
+  std::vector<std::string> argv = {nvcc_path.string()};
+  for (std::string& f : Flags(job)) argv.push_back(std::move(f));
+  argv.push_back("-I" + IncludeDir().string());
+  argv.insert(argv.end(), {file_name, "-o", kSharedObjectName});
+
+  ProcessOptions po;
+  po.timeout = options.timeout;
+  po.cwd = staging;
+  auto start = SteadyClock::now();
+  Result<ProcessResult> run = runner->Run(argv, po);
+  record.seconds = SecondsSince(start);
+  if (!run.ok()) return run.status().WithContext("running nvcc");
+  if (run->timed_out) {
+    return Error(ErrorKind::kTimeout,
+                 fmt::format("nvcc did not finish within {:.0f} s and was killed (with everything it started); "
+                             "simplify the kernel (heavy template instantiation or unrolling?)",
+                             std::chrono::duration<double>(options.timeout).count()));
+  }
+  std::string log = run->out + run->err;
+  ReplaceAll(log, staging.string() + "/", "");
+  ParseOptions parse;
+  parse.display_name = job.display_name;
+  parse.source_paths = {file_name, (staging / file_name).string()};
+  record.diagnostics = ParseDiagnostics(log, parse);
+  record.log = Truncate(std::move(log), options.max_log_bytes);
+  if (!run->Succeeded()) {
+    std::string how = run->term_signal != 0 ? fmt::format("nvcc was killed by signal {}", run->term_signal)
+                                            : fmt::format("nvcc exited with status {}", run->exit_code);
+    if (std::none_of(record.diagnostics.begin(), record.diagnostics.end(),
+                     [](const Diagnostic& d) { return d.severity == Severity::kError; })) {
+      Diagnostic d;
+      d.message = how;
+      record.diagnostics.push_back(d);
+    }
+    record.message = FailureMessage(record.diagnostics, how);
+    return Status::Ok();
+  }
+
+  Result<DynamicInfo> info = ReadDynamicInfo(staging / kSharedObjectName);
+  if (!info.ok()) return info.status().WithContext("reading the compiled kernel");
+  auto fail = [&](std::string message) {
+    Diagnostic d;
+    d.file = job.display_name;
+    d.message = message;
+    record.diagnostics.push_back(d);
+    record.message = "compile failed: " + message;
+    return Status::Ok();
+  };
+  bool has_run = std::any_of(info->exported.begin(), info->exported.end(),
+                             [](const ElfSymbol& s) { return s.name == "kf_run" && s.function; });
+  if (!has_run) {
+    bool mangled = std::any_of(info->exported.begin(), info->exported.end(),
+                               [](const ElfSymbol& s) { return s.name.starts_with("_Z6kf_run"); });
+    return fail(mangled ? "kf_run is defined with C++ linkage, so the harness cannot find it: declare it "
+                          "extern \"C\" (or #include <kforge/kernel.h> before defining it)"
+                        : "the kernel does not define kf_run, the entry point the harness calls: "
+                          "extern \"C\" int kf_run(kf_ctx* ctx)");
+  }
+  std::vector<fs::path> lib_dirs;
+  for (const std::string& f : job.extra_flags) {
+    if (f.starts_with("-L") && f.size() > 2) lib_dirs.emplace_back(f.substr(2));
+  }
+  std::vector<Diagnostic> unresolved = link_checker->Check(*info, lib_dirs);
+  if (!unresolved.empty()) {
+    record.diagnostics.insert(record.diagnostics.end(), unresolved.begin(), unresolved.end());
+    record.message = FailureMessage(unresolved, "link check failed");
+    return Status::Ok();
+  }
+  record.ok = true;
+  return Status::Ok();
+}
+
+CompileResult Compiler::Impl::Compile(const CompileJob& job) {
+  auto start = SteadyClock::now();
+  CompileResult result;
+  auto finish = [&](Status status) {
+    result.status = std::move(status);
+    result.seconds = SecondsSince(start);
+    return result;
+  };
+  Result<fs::path> nvcc_path = FindNvccOnce();
+  if (!nvcc_path.ok()) return finish(nvcc_path.status());
+  Result<std::string> key = Key(job, *nvcc_path);
+  if (!key.ok()) return finish(key.status());
+  result.key = *key;
+  fs::path root = CacheRoot();
+  fs::path entry = root / result.key;
+
+  auto from_record = [&](const CacheRecord& r) {
+    result.diagnostics = r.diagnostics;
+    result.log = r.log;
+    if (!r.ok) return finish(Error(ErrorKind::kCompileError, r.message));
+    result.shared_object = entry / kSharedObjectName;
+    return finish(Status::Ok());
+  };
+  if (std::optional<CacheRecord> hit = LoadCacheRecord(entry)) {
+    result.cache_hit = true;
+    return from_record(*hit);
+  }
+  if (Status s = MakeDirs(root); !s.ok()) return finish(s);
+  std::error_code ec;
+  if (fs::exists(entry, ec)) {
+    // A damaged entry (no readable record): move it aside so ours can take its place.
+    fs::path stale = root / fmt::format(".stale-{}-{}", result.key.substr(0, 12), getpid());
+    fs::rename(entry, stale, ec);
+    fs::remove_all(stale, ec);
+  }
+  std::string pattern = (root / (".tmp-" + result.key.substr(0, 12) + "-XXXXXX")).string();
+  std::vector<char> buf(pattern.begin(), pattern.end());
+  buf.push_back('\0');
+  if (mkdtemp(buf.data()) == nullptr) return finish(Error(ErrorKind::kIo, pattern + ": cannot create"));
+  fs::path staging(buf.data());
+  DirGuard guard(staging);
+
+  CacheRecord record;
+  Status built = Build(job, *nvcc_path, staging, record);
+  if (!built.ok()) {
+    result.log = record.log;
+    return finish(built);
+  }
+  if (Status s = PublishCacheEntry(staging, entry, record); !s.ok()) return finish(s);
+  guard.Release();  // renamed into place, or already removed by PublishCacheEntry
+  LogDebug("compile", "{} {} in {:.1f}s ({})", job.display_name, record.ok ? "compiled" : "failed", record.seconds,
+           result.key.substr(0, 12));
+  return from_record(record);
+}
+
+Compiler::Compiler(CompileOptions options, ProcessRunner& runner) : impl_(std::make_unique<Impl>()) {
+  impl_->options = std::move(options);
+  impl_->runner = &runner;
+}
+
+Compiler::~Compiler() = default;
+
+CompileResult Compiler::Compile(const CompileJob& job) { return impl_->Compile(job); }
+
+Result<std::string> Compiler::CacheKey(const CompileJob& job) {
+  KF_ASSIGN_OR_RETURN(fs::path nvcc_path, impl_->FindNvccOnce());
+  return impl_->Key(job, nvcc_path);
+}
+
+Result<fs::path> Compiler::Nvcc() const { return impl_->FindNvccOnce(); }
+
+std::vector<CompileResult> Compiler::CompileAll(const std::vector<CompileJob>& jobs) {
+  // Identical jobs compile once; their results are copied.
+  std::vector<size_t> owner(jobs.size());
+  std::vector<size_t> unique;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    owner[i] = i;
+    for (size_t u : unique) {
+      if (SameJob(jobs[u], jobs[i])) {
+        owner[i] = u;
+        break;
+      }
+    }
+    if (owner[i] == i) unique.push_back(i);
+  }
+  std::vector<CompileResult> results(jobs.size());
+  int workers = impl_->options.parallelism > 0 ? impl_->options.parallelism
+                                               : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  workers = std::min<int>(workers, static_cast<int>(unique.size()));
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t n = next++; n < unique.size(); n = next++) results[unique[n]] = Compile(jobs[unique[n]]);
+  };
+  std::vector<std::thread> threads;
+  for (int t = 1; t < workers; ++t) threads.emplace_back(work);
+  work();
+  for (std::thread& t : threads) t.join();
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    if (owner[i] != i) results[i] = results[owner[i]];
+  }
+  return results;
+}
+
+}  // namespace kforge::eval

@@ -1,0 +1,245 @@
+#include "kforge/evaluator/policy.h"
+
+#include <array>
+#include <regex>
+#include <set>
+
+#include "elf_symbols.h"
+
+namespace kforge::eval {
+namespace {
+
+// One rule: a symbol name (exact, or a prefix when `prefix`) and why it is refused.
+struct Rule {
+  std::string_view name;
+  bool prefix;
+  std::string_view reason;
+};
+
+constexpr std::string_view kNoProcesses = "a kernel may not start processes";
+constexpr std::string_view kNoLoading =
+    "a kernel may not load code or look up symbols at run time (it could reach anything the rules forbid)";
+constexpr std::string_view kNoDeviceState =
+    "a kernel may not change device-wide settings: they outlive the call and change the conditions the "
+    "baseline is timed under (e.g. a persisting-L2 carve-out)";
+
+// Refused for every task. The reasons are the reward hacks and sandbox escapes
+// each symbol enables (shared/research/peers.md §B; docs/compile.md).
+constexpr std::array kAlwaysForbidden = {
+    Rule{"cuMulticast", true,
+         "NVLink multicast is disabled on the test machines and can take shared GPUs out of service"},
+    Rule{"dlopen", false, kNoLoading},
+    Rule{"dlmopen", false, kNoLoading},
+    Rule{"dlsym", false, kNoLoading},
+    Rule{"dlvsym", false, kNoLoading},
+    Rule{"dl_iterate_phdr", false, kNoLoading},
+    Rule{"__libc_dlopen_mode", false, kNoLoading},
+    Rule{"__libc_dlsym", false, kNoLoading},
+    Rule{"cudaGetDriverEntryPoint", true, "fetching driver entry points by name could reach forbidden functions"},
+    Rule{"cuGetProcAddress", true, "fetching driver entry points by name could reach forbidden functions"},
+    Rule{"fork", false, kNoProcesses},
+    Rule{"vfork", false, kNoProcesses},
+    Rule{"clone", false, kNoProcesses},
+    Rule{"clone3", false, kNoProcesses},
+    Rule{"execve", false, kNoProcesses},
+    Rule{"execveat", false, kNoProcesses},
+    Rule{"fexecve", false, kNoProcesses},
+    Rule{"execv", true, kNoProcesses},  // execv, execvp, execvpe
+    Rule{"execl", true, kNoProcesses},  // execl, execlp, execle
+    Rule{"system", false, kNoProcesses},
+    Rule{"popen", false, kNoProcesses},
+    Rule{"posix_spawn", true, kNoProcesses},
+    Rule{"pthread_create", false,
+         "a kernel may not start host threads: all its work must be on ctx->stream when kf_run returns"},
+    Rule{"thrd_create", false,
+         "a kernel may not start host threads: all its work must be on ctx->stream when kf_run returns"},
+    Rule{"socket", false, "a kernel may not use the network"},
+    Rule{"socketpair", false, "a kernel may not use the network"},
+    Rule{"connect", false, "a kernel may not use the network"},
+    Rule{"bind", false, "a kernel may not use the network"},
+    Rule{"getaddrinfo", false, "a kernel may not use the network"},
+    Rule{"ptrace", false, "a kernel may not trace or modify processes"},
+    Rule{"process_vm_readv", false, "a kernel may not trace or modify processes"},
+    Rule{"process_vm_writev", false, "a kernel may not trace or modify processes"},
+    Rule{"kill", false, "a kernel may not signal processes"},
+    Rule{"killpg", false, "a kernel may not signal processes"},
+    Rule{"tgkill", false, "a kernel may not signal processes"},
+    Rule{"signal", false, "a kernel may not install signal handlers (they could hide its crashes from the harness)"},
+    Rule{"sigaction", false, "a kernel may not install signal handlers (they could hide its crashes from the harness)"},
+    Rule{"mprotect", false, "a kernel may not change memory protection (it could patch the harness's code)"},
+    Rule{"pkey_mprotect", false, "a kernel may not change memory protection (it could patch the harness's code)"},
+    Rule{"syscall", false, "raw system calls bypass every other rule"},
+    Rule{"setenv", false, "a kernel may not change the environment the harness configures CUDA and NCCL with"},
+    Rule{"putenv", false, "a kernel may not change the environment the harness configures CUDA and NCCL with"},
+    Rule{"unsetenv", false, "a kernel may not change the environment the harness configures CUDA and NCCL with"},
+    Rule{"clearenv", false, "a kernel may not change the environment the harness configures CUDA and NCCL with"},
+    Rule{"cudaDeviceReset", false, "resetting the device destroys the harness's memory and streams"},
+    Rule{"cuDevicePrimaryCtxReset", true, "resetting the device destroys the harness's memory and streams"},
+    Rule{"cuCtxDestroy", true, "destroying a context destroys the harness's memory and streams"},
+    Rule{"cudaSetDevice", false, "the harness makes the rank's device current; use ctx->device"},
+    Rule{"cuCtxSetCurrent", false, "the harness makes the rank's device current; use ctx->device"},
+    Rule{"cudaDeviceSetLimit", false, kNoDeviceState},
+    Rule{"cuCtxSetLimit", false, kNoDeviceState},
+    Rule{"cudaDeviceSetCacheConfig", false, kNoDeviceState},
+    Rule{"cuCtxSetCacheConfig", false, kNoDeviceState},
+    Rule{"cudaDeviceSetSharedMemConfig", false, kNoDeviceState},
+    Rule{"cuCtxSetSharedMemConfig", false, kNoDeviceState},
+    Rule{"cudaCtxResetPersistingL2Cache", false, kNoDeviceState},
+    Rule{"cuCtxResetPersistingL2Cache", false, kNoDeviceState},
+};
+
+constexpr std::array<std::string_view, 11> kHarnessCollectives = {
+    "kf_all_reduce", "kf_all_gather", "kf_reduce_scatter", "kf_broadcast", "kf_reduce", "kf_all_to_all",
+    "kf_group_start", "kf_group_end", "kf_send", "kf_recv", "kf_barrier"};
+
+bool Matches(const Rule& rule, std::string_view symbol) {
+  return rule.prefix ? symbol.starts_with(rule.name) : symbol == rule.name;
+}
+
+bool IsHarnessCollective(std::string_view symbol) {
+  for (std::string_view h : kHarnessCollectives) {
+    if (symbol == h) return true;
+  }
+  return false;
+}
+
+// The rule a task's policy applies to `symbol`, if any.
+std::optional<std::string_view> TaskRule(std::string_view symbol, const Policy& policy) {
+  if (IsHarnessCollective(symbol) && !policy.harness_collectives) {
+    return "this task does not allow the harness collectives";
+  }
+  if ((symbol.starts_with("nccl") || symbol.starts_with("pnccl")) && !policy.nccl) {
+    return "this task does not allow NCCL";
+  }
+  if (symbol.starts_with("cublas") && !policy.cublas) return "this task does not allow cuBLAS";
+  return std::nullopt;
+}
+
+// Whether an exported name could interpose on a library the harness uses:
+// cudaX / cuX / ncclX / cublasX (X upper case), or a forbidden or timing libc name.
+bool LooksLikeLibraryFunction(std::string_view symbol) {
+  static const std::regex kLibraryName("^(cuda|cu|nccl|pnccl|cublas|cublasLt)[A-Z].*");
+  if (std::regex_match(symbol.begin(), symbol.end(), kLibraryName)) return true;
+  for (std::string_view timing : {"clock_gettime", "gettimeofday", "time", "clock"}) {
+    if (symbol == timing) return true;
+  }
+  for (const Rule& rule : kAlwaysForbidden) {
+    if (Matches(rule, symbol)) return true;
+  }
+  return IsHarnessCollective(symbol);
+}
+
+// The source with comments blanked out (newlines kept), so that a comment that
+// mentions a forbidden word is not a violation, while string literals, where
+// inline PTX lives, are still scanned.
+std::string StripComments(std::string_view src) {
+  std::string out(src);
+  enum { kCode, kLine, kBlock, kString, kChar } state = kCode;
+  for (size_t i = 0; i < out.size(); ++i) {
+    char c = out[i];
+    char next = i + 1 < out.size() ? out[i + 1] : '\0';
+    switch (state) {
+      case kCode:
+        if (c == '/' && next == '/') {
+          state = kLine;
+          out[i] = ' ';
+        } else if (c == '/' && next == '*') {
+          state = kBlock;
+          out[i] = out[i + 1] = ' ';
+          ++i;
+        } else if (c == '"') {
+          state = kString;
+        } else if (c == '\'') {
+          state = kChar;
+        }
+        break;
+      case kLine:
+        if (c == '\n') state = kCode;
+        else out[i] = ' ';
+        break;
+      case kBlock:
+        if (c == '*' && next == '/') {
+          out[i] = out[i + 1] = ' ';
+          ++i;
+          state = kCode;
+        } else if (c != '\n') {
+          out[i] = ' ';
+        }
+        break;
+      case kString:
+      case kChar:
+        if (c == '\\') ++i;
+        else if ((state == kString && c == '"') || (state == kChar && c == '\'') || c == '\n') state = kCode;
+        break;
+    }
+  }
+  return out;
+}
+
+void ScanSource(std::string_view source, const Policy& policy, std::vector<std::string>& out) {
+  std::string code = StripComments(source);
+  if (code.find("multimem") != std::string::npos) {
+    out.push_back(
+        "uses multimem PTX instructions: NVLink multicast is disabled on the test machines and can take shared "
+        "GPUs out of service");
+  }
+  if (code.find("cuMulticast") != std::string::npos) {
+    out.push_back(
+        "mentions cuMulticast: NVLink multicast is disabled on the test machines and can take shared GPUs out of "
+        "service");
+  }
+  static const std::regex kNcclInclude(R"(#\s*include\s*[<"](nccl[A-Za-z_]*\.h)[>"])");
+  static const std::regex kCublasInclude(R"(#\s*include\s*[<"](cublas[A-Za-z_0-9]*\.h)[>"])");
+  std::smatch m;
+  if (!policy.nccl && std::regex_search(code, m, kNcclInclude)) {
+    out.push_back("includes " + m[1].str() + ": this task does not allow NCCL");
+  }
+  if (!policy.cublas && std::regex_search(code, m, kCublasInclude)) {
+    out.push_back("includes " + m[1].str() + ": this task does not allow cuBLAS");
+  }
+}
+
+}  // namespace
+
+Result<KernelSymbols> ReadKernelSymbols(const std::filesystem::path& shared_object) {
+  KF_ASSIGN_OR_RETURN(DynamicInfo info, ReadDynamicInfo(shared_object));
+  KernelSymbols symbols;
+  for (const ElfSymbol& s : info.undefined) symbols.imported.push_back(s.name);
+  for (const ElfSymbol& s : info.exported) symbols.exported.push_back(s.name);
+  return symbols;
+}
+
+std::vector<std::string> CheckPolicy(const KernelSymbols& symbols, std::string_view source, const Policy& policy) {
+  std::vector<std::string> out;
+  std::set<std::string> seen;
+  for (const std::string& symbol : symbols.imported) {
+    if (!seen.insert(symbol).second) continue;
+    if (std::optional<std::string_view> reason = TaskRule(symbol, policy)) {
+      out.push_back("calls " + symbol + ": " + std::string(*reason));
+      continue;
+    }
+    for (const Rule& rule : kAlwaysForbidden) {
+      if (Matches(rule, symbol)) {
+        out.push_back("calls " + symbol + ": " + std::string(rule.reason));
+        break;
+      }
+    }
+  }
+  for (const std::string& symbol : symbols.exported) {
+    if (LooksLikeLibraryFunction(symbol)) {
+      out.push_back("defines " + symbol +
+                    ": a kernel may not define functions named like CUDA, NCCL, cuBLAS, the C library or the "
+                    "harness (it could interpose on them)");
+    }
+  }
+  ScanSource(source, policy, out);
+  return out;
+}
+
+Result<std::vector<std::string>> CheckKernelPolicy(const std::filesystem::path& shared_object,
+                                                   std::string_view source, const Policy& policy) {
+  KF_ASSIGN_OR_RETURN(KernelSymbols symbols, ReadKernelSymbols(shared_object));
+  return CheckPolicy(symbols, source, policy);
+}
+
+}  // namespace kforge::eval

@@ -1,0 +1,92 @@
+// Compiling kernels: one .cu source to a shared object the worker dlopen()s,
+// through nvcc, with a content-addressed cache and parallel compiles.
+//
+// A kernel links the CUDA runtime dynamically (-cudart shared) so that it
+// shares the worker's runtime, streams and memory. After nvcc succeeds the
+// shared object is checked: kf_run must be an exported function, and every
+// symbol it imports must be defined by a library it links or by the harness
+// (see docs/compile.md for why this replaces the linker's --no-undefined).
+#pragma once
+
+#include <chrono>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kforge/core/status.h"
+#include "kforge/core/subprocess.h"
+#include "kforge/evaluator/diagnostics.h"
+
+namespace kforge::eval {
+
+struct CompileOptions {
+  // nvcc to use. Empty: $CUDA_HOME/bin/nvcc, else /usr/local/cuda/bin/nvcc, else PATH.
+  std::filesystem::path nvcc;
+  // The directory holding kforge/kernel.h. Empty: the source tree's evaluator/include.
+  std::filesystem::path include_dir;
+  // Cache root; artefacts go under <cache_dir>/kernels/<key>/. Empty: DefaultCacheDir().
+  std::filesystem::path cache_dir;
+  std::chrono::milliseconds timeout{std::chrono::seconds(180)};  // per nvcc run
+  int parallelism = 0;  // CompileAll's concurrent compiles; 0: hardware threads
+  // Symbols the worker process provides at dlopen() time besides the libraries
+  // a kernel links (empty: the kf_* harness collectives of kforge/kernel.h).
+  std::vector<std::string> host_symbols;
+  // Shared libraries the worker has loaded globally; their exports count as provided.
+  std::vector<std::filesystem::path> host_libraries;
+  size_t max_log_bytes = 64 << 10;  // CompileResult::log is truncated past this
+};
+
+struct CompileJob {
+  std::string source;                     // the .cu text
+  std::string display_name = "kernel.cu";  // the name diagnostics use (the tools see a temp path)
+  std::string arch = "sm_90a";            // sm_<digits>[a|f]
+  std::vector<std::string> libraries;     // -l<name>, e.g. "nccl", "cublas"
+  std::vector<std::string> extra_flags;   // trusted flags from the caller (never from a kernel)
+};
+
+struct CompileResult {
+  Status status;  // kCompileError, kTimeout, kNotFound (no nvcc), kIo, kInvalidInput
+  std::filesystem::path shared_object;  // set when status.ok()
+  bool cache_hit = false;
+  double seconds = 0;  // wall time of this call (a cache hit costs milliseconds)
+  std::vector<Diagnostic> diagnostics;
+  std::string log;  // nvcc's output, temp paths replaced by the display name, truncated
+  std::string key;  // the cache key (hex SHA-256); empty when it could not be computed
+
+  // The `compile` object of docs/eval-result.md.
+  nlohmann::json ToJson() const;
+};
+
+// Thread-safe: Compile may be called from several threads at once, and
+// several processes may share one cache directory.
+class Compiler {
+ public:
+  explicit Compiler(CompileOptions options = {}, ProcessRunner& runner = RealProcessRunner());
+  ~Compiler();
+  Compiler(const Compiler&) = delete;
+  Compiler& operator=(const Compiler&) = delete;
+
+  // Never throws; every failure is in the result's status. A failed compile
+  // is cached like a good one; a timeout or a missing tool is not.
+  CompileResult Compile(const CompileJob& job);
+
+  // Runs up to options.parallelism compiles at once (identical jobs run once);
+  // results are in the order of `jobs`.
+  std::vector<CompileResult> CompileAll(const std::vector<CompileJob>& jobs);
+
+  // The cache key of `job`: SHA-256 over the source, display name, arch, full
+  // flag list, `nvcc --version` and kforge/kernel.h. Runs nvcc --version once.
+  Result<std::string> CacheKey(const CompileJob& job);
+
+  // The nvcc this compiler uses, or kNotFound naming every place it looked.
+  Result<std::filesystem::path> Nvcc() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kforge::eval
