@@ -1,0 +1,59 @@
+// Comparing one rank's output with the oracle's (or the baseline's) expected
+// values, and explaining a mismatch to the model that wrote the kernel.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kforge/evaluator/task.h"
+
+namespace kforge::eval {
+
+// What the hints may look at besides the output itself. Everything optional:
+// a hint whose evidence is absent is simply not tried.
+struct CompareContext {
+  int world = 1;
+  int rank = 0;
+  // This rank's inputs (raw bytes, task order) and their shapes/dtypes.
+  std::vector<const ConcreteTensor*> input_specs;
+  std::vector<const void*> inputs;
+  // The expected values of the same output on every rank ([rank]); used for
+  // "equals rank R's expected output".
+  std::vector<std::span<const double>> expected_by_rank;
+};
+
+struct BadElement {
+  std::vector<int64_t> index;  // multi-dimensional, row-major
+  double got = 0;
+  double expected = 0;
+};
+
+struct CompareReport {
+  int rank = 0;
+  std::string output;
+  bool passed = true;
+  int64_t numel = 0;
+  int64_t bad_count = 0;     // elements outside tolerance (NaN/Inf included)
+  int64_t nan_count = 0;     // NaN elements in the output
+  double max_abs_err = 0;    // over elements where both values are finite
+  double max_rel_err = 0;    // |got-exp| / |exp| over finite, non-zero expected
+  std::vector<BadElement> first_bad;  // up to kMaxFirstBad, in index order
+  std::vector<std::string> hints;     // only when failed
+};
+
+inline constexpr size_t kMaxFirstBad = 8;
+
+// An element passes iff got and expected are finite and
+// |got - expected| <= atol + rtol * |expected| (out.tolerance). `got` holds
+// out.numel elements of out.dtype; `expected` holds out.numel doubles.
+CompareReport CompareOutput(const ConcreteTensor& out, const void* got, std::span<const double> expected,
+                            const CompareContext& ctx);
+
+// One entry of `mismatches` in docs/eval-result.md. Non-finite numbers are null.
+nlohmann::json ToJson(const CompareReport& report);
+
+}  // namespace kforge::eval

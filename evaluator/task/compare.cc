@@ -1,0 +1,147 @@
+#include "kforge/evaluator/compare.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace kforge::eval {
+namespace {
+
+// The harness fills outputs with 0xFF bytes before each call.
+bool IsPoison(const void* data, size_t elem_size, int64_t i) {
+  const auto* p = static_cast<const uint8_t*>(data) + static_cast<size_t>(i) * elem_size;
+  for (size_t b = 0; b < elem_size; ++b) {
+    if (p[b] != 0xFF) return false;
+  }
+  return true;
+}
+
+bool Close(double got, double exp, const Tolerance& tol) {
+  return std::isfinite(got) && std::isfinite(exp) && std::fabs(got - exp) <= tol.atol + tol.rtol * std::fabs(exp);
+}
+
+std::vector<int64_t> Unravel(int64_t flat, const std::vector<int64_t>& shape) {
+  std::vector<int64_t> index(shape.size(), 0);
+  for (size_t d = shape.size(); d-- > 0;) {
+    if (shape[d] == 0) continue;
+    index[d] = flat % shape[d];
+    flat /= shape[d];
+  }
+  return index;
+}
+
+// True iff every got value is close to f(i) (a candidate explanation).
+template <typename F>
+bool AllClose(const std::vector<double>& got, const Tolerance& tol, F f) {
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (!Close(got[i], f(i), tol)) return false;
+  }
+  return true;
+}
+
+std::vector<std::string> Hints(const ConcreteTensor& out, const void* raw, const std::vector<double>& got,
+                               std::span<const double> expected, const CompareContext& ctx,
+                               int64_t poisoned_bad) {
+  std::vector<std::string> hints;
+  const int64_t n = out.numel;
+  if (n == 0) return hints;
+  if (poisoned_bad == n) {
+    hints.push_back("unwritten (still holds the poison pattern 0xFF bytes)");
+    return hints;  // nothing else can be said about bytes nobody wrote
+  }
+  if (poisoned_bad > 0) {
+    hints.push_back(fmt::format("partially written ({} of {} elements still poisoned)", poisoned_bad, n));
+  }
+  const bool expected_all_zero = std::all_of(expected.begin(), expected.end(), [](double v) { return v == 0; });
+  if (!expected_all_zero && std::all_of(got.begin(), got.end(), [](double v) { return v == 0; })) {
+    hints.push_back("all zeros");
+    return hints;  // zeros also "equal" scaled zeros; stop at the plain fact
+  }
+  const Tolerance& tol = out.tolerance;
+  for (size_t k = 0; k < ctx.inputs.size() && k < ctx.input_specs.size(); ++k) {
+    const ConcreteTensor* in = ctx.input_specs[k];
+    if (in == nullptr || ctx.inputs[k] == nullptr || in->numel != n) continue;
+    const void* data = ctx.inputs[k];
+    if (AllClose(got, tol, [&](size_t i) { return LoadAsDouble(data, in->dtype, i); })) {
+      hints.push_back(fmt::format("equals input {} of this rank", in->name));
+    }
+  }
+  for (size_t r = 0; r < ctx.expected_by_rank.size(); ++r) {
+    const auto& other = ctx.expected_by_rank[r];
+    if (static_cast<int>(r) == ctx.rank || other.size() != got.size()) continue;
+    if (AllClose(got, tol, [&](size_t i) { return other[i]; })) {
+      hints.push_back(fmt::format("equals rank {}'s expected output", r));
+    }
+  }
+  if (ctx.world > 1 && !expected_all_zero) {
+    const double w = ctx.world;
+    const Tolerance scaled{tol.atol * w, tol.rtol};
+    if (AllClose(got, scaled, [&](size_t i) { return expected[i] * w; })) {
+      hints.push_back(fmt::format("off by a factor of W ({})", ctx.world));
+    } else if (AllClose(got, tol, [&](size_t i) { return expected[i] / w; })) {
+      hints.push_back(fmt::format("off by a factor of 1/W (1/{})", ctx.world));
+    }
+  }
+  return hints;
+}
+
+nlohmann::json Number(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
+
+}  // namespace
+
+CompareReport CompareOutput(const ConcreteTensor& out, const void* raw, std::span<const double> expected,
+                            const CompareContext& ctx) {
+  CompareReport rep;
+  rep.rank = ctx.rank;
+  rep.output = out.name;
+  rep.numel = out.numel;
+  const size_t n = static_cast<size_t>(out.numel);
+  if (expected.size() != n) {
+    // A harness bug, but never a silent pass.
+    rep.passed = false;
+    rep.bad_count = out.numel;
+    rep.hints.push_back(fmt::format("harness: {} expected values for {} elements", expected.size(), n));
+    return rep;
+  }
+  std::vector<double> got(n);
+  const size_t elem = DtypeSize(out.dtype);
+  int64_t poisoned_bad = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const double g = LoadAsDouble(raw, out.dtype, i);
+    const double e = expected[i];
+    got[i] = g;
+    if (std::isnan(g)) ++rep.nan_count;
+    if (std::isfinite(g) && std::isfinite(e)) {
+      const double abs_err = std::fabs(g - e);
+      rep.max_abs_err = std::max(rep.max_abs_err, abs_err);
+      if (e != 0) rep.max_rel_err = std::max(rep.max_rel_err, abs_err / std::fabs(e));
+    }
+    if (Close(g, e, out.tolerance)) continue;
+    ++rep.bad_count;
+    if (IsPoison(raw, elem, static_cast<int64_t>(i))) ++poisoned_bad;
+    if (rep.first_bad.size() < kMaxFirstBad) {
+      rep.first_bad.push_back({Unravel(static_cast<int64_t>(i), out.shape), g, e});
+    }
+  }
+  rep.passed = rep.bad_count == 0;
+  if (!rep.passed) rep.hints = Hints(out, raw, got, expected, ctx, poisoned_bad);
+  return rep;
+}
+
+nlohmann::json ToJson(const CompareReport& r) {
+  nlohmann::json first_bad = nlohmann::json::array();
+  for (const BadElement& b : r.first_bad) {
+    first_bad.push_back({{"index", b.index}, {"got", Number(b.got)}, {"expected", Number(b.expected)}});
+  }
+  return {{"rank", r.rank},
+          {"output", r.output},
+          {"bad_count", r.bad_count},
+          {"nan_count", r.nan_count},
+          {"max_abs_err", Number(r.max_abs_err)},
+          {"max_rel_err", Number(r.max_rel_err)},
+          {"first_bad", std::move(first_bad)},
+          {"hints", r.hints}};
+}
+
+}  // namespace kforge::eval

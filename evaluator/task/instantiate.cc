@@ -1,0 +1,170 @@
+// Task + (W, dtype, size) → Problem: every expression evaluated to numbers.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "kforge/evaluator/expr.h"
+#include "kforge/evaluator/task.h"
+
+namespace kforge::eval {
+namespace {
+
+constexpr size_t kMiB = size_t{1} << 20;
+// No tensor may exceed 2^40 elements: far past any GPU, and keeps products exact.
+constexpr int64_t kMaxNumel = int64_t{1} << 40;
+
+// Binds the size's variables on top of `vars`. A variable may read W, elem,
+// the params and other size variables; they are evaluated in dependency order
+// (TOML tables do not keep the order they were written in), cycles are errors.
+Status BindSizeVars(const SizeSpec& size, ExprVars& vars) {
+  std::map<std::string, Expr> pending;
+  for (const auto& [name, text] : size.vars) {
+    KF_ASSIGN_OR_RETURN(Expr e, Expr::Parse(text));
+    pending.emplace(name, std::move(e));
+  }
+  while (!pending.empty()) {
+    bool progressed = false;
+    for (auto it = pending.begin(); it != pending.end();) {
+      const auto deps = it->second.Variables();
+      const bool ready = std::all_of(deps.begin(), deps.end(), [&](const std::string& d) {
+        return pending.count(d) == 0 || d == it->first;
+      });
+      if (!ready) {
+        ++it;
+        continue;
+      }
+      KF_ASSIGN_OR_RETURN(int64_t v, EvaluateInt(it->second.text(), vars, fmt::format("size variable {}", it->first)));
+      vars[it->first] = static_cast<double>(v);
+      it = pending.erase(it);
+      progressed = true;
+    }
+    if (!progressed) {
+      std::string names;
+      for (const auto& [name, e] : pending) names += (names.empty() ? "" : ", ") + name;
+      return Error(ErrorKind::kInvalidInput, fmt::format("size variables depend on each other in a cycle: {}", names));
+    }
+  }
+  return Status::Ok();
+}
+
+Result<ConcreteTensor> Resolve(const Task& task, const TensorSpec& spec, Dtype t, const ExprVars& vars,
+                               int world, bool is_output) {
+  ConcreteTensor c;
+  c.name = spec.name;
+  if (spec.dtype == "T") {
+    c.dtype = t;
+  } else {
+    KF_ASSIGN_OR_RETURN(c.dtype, ParseDtype(spec.dtype));
+  }
+  c.numel = 1;
+  for (const std::string& dim : spec.shape) {
+    KF_ASSIGN_OR_RETURN(int64_t d, EvaluateInt(dim, vars, "shape"));
+    c.shape.push_back(d);
+    if (d != 0 && c.numel > kMaxNumel / d) {
+      return Error(ErrorKind::kInvalidInput, fmt::format("more than 2^40 elements"));
+    }
+    c.numel *= d;
+  }
+  c.nbytes = static_cast<size_t>(c.numel) * DtypeSize(c.dtype);
+  if (!is_output) {
+    if (spec.init.kind == InitSpec::Kind::kInt) {
+      KF_ASSIGN_OR_RETURN(double lo, Evaluate(spec.init.int_low, vars));
+      KF_ASSIGN_OR_RETURN(double hi, Evaluate(spec.init.int_high, vars));
+      if (lo != std::floor(lo) || hi != std::floor(hi) || lo > hi) {
+        return Error(ErrorKind::kInvalidInput,
+                     fmt::format("init int bounds low = {} and high = {} must be integers with low <= high", lo, hi));
+      }
+    }
+    return c;
+  }
+  if (!spec.ranks.empty()) {
+    KF_ASSIGN_OR_RETURN(int64_t r, EvaluateInt(spec.ranks, vars, "ranks"));
+    if (r >= world) {
+      return Error(ErrorKind::kInvalidInput, fmt::format("ranks '{}' = {} is not a rank of W = {}", spec.ranks, r, world));
+    }
+    c.only_rank = static_cast<int>(r);
+  }
+  if (spec.tolerance) {
+    c.tolerance = *spec.tolerance;
+  } else if (auto it = task.tolerance.find(c.dtype); it != task.tolerance.end()) {
+    c.tolerance = it->second;
+  } else if (IsFloating(c.dtype)) {
+    return Error(ErrorKind::kInvalidInput, fmt::format("no tolerance for dtype {}", DtypeName(c.dtype)));
+  }  // integers and bool compare exactly
+  return c;
+}
+
+}  // namespace
+
+Result<Problem> Instantiate(const Task& task, int world, Dtype dtype, const SizeSpec& size, bool is_check_size) {
+  auto where = [&] {
+    return fmt::format("{} at W={}, {}, {} size '{}'", task.key, world, DtypeName(dtype),
+                       is_check_size ? "check" : "bench", size.label);
+  };
+  if (std::find(task.world_sizes.begin(), task.world_sizes.end(), world) == task.world_sizes.end()) {
+    std::string supported;
+    for (int w : task.world_sizes) supported += (supported.empty() ? "" : ", ") + std::to_string(w);
+    return Error(ErrorKind::kInvalidInput,
+                 fmt::format("{}: world size {} is not supported (supported: {})", task.key, world, supported));
+  }
+  if (std::find(task.dtypes.begin(), task.dtypes.end(), dtype) == task.dtypes.end()) {
+    std::string supported;
+    for (Dtype d : task.dtypes) supported += (supported.empty() ? "" : ", ") + std::string(DtypeName(d));
+    return Error(ErrorKind::kInvalidInput, fmt::format("{}: dtype {} is not supported (supported: {})", task.key,
+                                                       DtypeName(dtype), supported));
+  }
+  Problem p;
+  p.task = &task;
+  p.world = world;
+  p.dtype = dtype;
+  p.size_label = size.label;
+  p.is_check_size = is_check_size;
+  p.vars = task.params;
+  p.vars["W"] = world;
+  p.vars["elem"] = static_cast<double>(DtypeSize(dtype));
+  if (Status s = BindSizeVars(size, p.vars); !s.ok()) return s.WithContext(where());
+
+  for (size_t i = 0; i < task.inputs.size(); ++i) {
+    auto c = Resolve(task, task.inputs[i], dtype, p.vars, world, false);
+    if (!c.ok()) return c.status().WithContext(fmt::format("{}: inputs[{}] '{}'", where(), i, task.inputs[i].name));
+    p.inputs.push_back(std::move(*c));
+  }
+  for (size_t i = 0; i < task.outputs.size(); ++i) {
+    auto c = Resolve(task, task.outputs[i], dtype, p.vars, world, true);
+    if (!c.ok()) return c.status().WithContext(fmt::format("{}: outputs[{}] '{}'", where(), i, task.outputs[i].name));
+    p.outputs.push_back(std::move(*c));
+  }
+
+  if (task.workspace.empty()) {
+    size_t largest = 0;
+    for (const auto& t : p.inputs) largest = std::max(largest, t.nbytes);
+    for (const auto& t : p.outputs) largest = std::max(largest, t.nbytes);
+    p.workspace_bytes = 2 * largest + kMiB;
+  } else {
+    auto ws = EvaluateInt(task.workspace, p.vars, "workspace");
+    if (!ws.ok()) return ws.status().WithContext(where());
+    p.workspace_bytes = static_cast<size_t>(*ws);
+  }
+  auto bytes = Evaluate(task.perf_bytes, p.vars);
+  if (!bytes.ok()) return bytes.status().WithContext(where() + ": perf.bytes");
+  if (*bytes < 0) return Error(ErrorKind::kInvalidInput, where() + ": perf.bytes is negative");
+  p.perf_bytes = *bytes;
+  auto factor = Evaluate(task.perf_busbw_factor, p.vars);
+  if (!factor.ok()) return factor.status().WithContext(where() + ": perf.busbw_factor");
+  if (*factor < 0) return Error(ErrorKind::kInvalidInput, where() + ": perf.busbw_factor is negative");
+  p.busbw_factor = *factor;
+  return p;
+}
+
+Status ValidateShapes(const Task& task) {
+  for (int world : task.world_sizes) {
+    for (Dtype dt : task.dtypes) {
+      for (const auto& s : task.check_sizes) KF_RETURN_IF_ERROR(Instantiate(task, world, dt, s, true).status());
+      for (const auto& s : task.bench_sizes) KF_RETURN_IF_ERROR(Instantiate(task, world, dt, s, false).status());
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace kforge::eval
