@@ -141,6 +141,8 @@ class RunStore {
                                  const std::string& kforge_version, const std::string& task_suite_hash,
                                  const nlohmann::json& hardware);
   Status FinishRun(int64_t run_id, const std::string& state);
+  // Records where an imported run came from (a host or file name).
+  Status SetRunOrigin(int64_t run_id, const std::string& origin);
 
   // Idempotent: the same key returns the same id (state starts "pending").
   Result<int64_t> UpsertSession(int64_t run_id, const SessionKey& key);

@@ -1,0 +1,255 @@
+#include "kforge/results/compare.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "kforge/results/metrics.h"
+
+namespace kforge::results {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// SplitMix64: a tiny generator whose sequence is fixed by its definition, so
+// a seed gives the same interval on every platform and standard library.
+class SplitMix64 {
+ public:
+  explicit SplitMix64(uint64_t seed) : state_(seed) {}
+  uint64_t Next() {
+    uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+  // Uniform in [0, n) by 128-bit multiply (bias below 2^-40 for our n).
+  size_t Below(size_t n) { return static_cast<size_t>((static_cast<unsigned __int128>(Next()) * n) >> 64); }
+
+ private:
+  uint64_t state_;
+};
+
+std::map<std::string, ProblemSide> BestPerProblem(const std::vector<SampleOutcome>& samples, bool include_emulated,
+                                                  int* excluded) {
+  std::map<std::string, ProblemSide> out;
+  std::map<std::string, double> best;  // best correct, timed speedup
+  for (const auto& s : samples) {
+    if (s.emulated && !include_emulated) {
+      ++*excluded;
+      continue;
+    }
+    const std::string name = fmt::format("{}/w{}/{}", s.task, s.world, s.dtype);
+    ProblemSide& p = out[name];
+    if (!s.correct) continue;
+    p.correct = true;
+    if (s.speedup) best[name] = std::max(best[name], *s.speedup);
+  }
+  for (const auto& [name, speedup] : best) {
+    out[name].speedup = speedup;
+    out[name].fast1 = speedup > 1.0;
+  }
+  return out;
+}
+
+double Quantile(std::vector<double>& v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const double pos = q * static_cast<double>(v.size() - 1);
+  const size_t i = static_cast<size_t>(pos);
+  const double frac = pos - static_cast<double>(i);
+  return i + 1 < v.size() ? v[i] * (1 - frac) + v[i + 1] * frac : v[i];
+}
+
+std::string Sentence(const std::string& metric, const Interval& iv, const std::string& a, const std::string& b,
+                     const std::string& est, const std::string& lo, const std::string& hi, double conf) {
+  const std::string ci = fmt::format("{:.0f}% CI [{}, {}]", conf * 100, lo, hi);
+  if (!iv.significant) {
+    return fmt::format("{}: no significant difference between {} and {} ({} {}, {}).", metric, a, b,
+                       metric == "fast_1" ? "difference" : "ratio", est, ci);
+  }
+  const bool a_better = metric == "fast_1" ? iv.estimate > 0 : iv.estimate > 1;
+  return fmt::format("{}: {} is better than {} ({} {}, {}).", metric, a_better ? a : b, a_better ? b : a,
+                     metric == "fast_1" ? "difference" : "ratio", est, ci);
+}
+
+}  // namespace
+
+Result<Selector> ParseSelector(const std::string& spec, const fs::path& runs_root,
+                               const std::vector<fs::path>& default_runs) {
+  Selector sel;
+  sel.label = spec;
+  std::string run_part, filter_part;
+  const auto colon = spec.find(':');
+  if (colon != std::string::npos) {
+    run_part = spec.substr(0, colon);
+    filter_part = spec.substr(colon + 1);
+  } else if (spec.find('=') != std::string::npos) {
+    filter_part = spec;
+  } else {
+    run_part = spec;
+  }
+  if (!run_part.empty()) {
+    KF_ASSIGN_OR_RETURN(fs::path dir, ResolveRunDir(run_part, runs_root));
+    sel.run_dirs.push_back(dir);
+  } else {
+    if (default_runs.empty()) {
+      return Error(ErrorKind::kInvalidInput, "\"" + spec + "\" names no run: write RUN:" + spec + " or pass --run");
+    }
+    sel.run_dirs = default_runs;
+  }
+  static const std::set<std::string> kKeys = {"model", "strategy", "category", "world", "dtype"};
+  size_t start = 0;
+  while (start < filter_part.size()) {
+    size_t end = filter_part.find(',', start);
+    if (end == std::string::npos) end = filter_part.size();
+    const std::string item = filter_part.substr(start, end - start);
+    const auto eq = item.find('=');
+    if (eq == std::string::npos || !kKeys.count(item.substr(0, eq))) {
+      return Error(ErrorKind::kInvalidInput, "\"" + spec + "\": bad filter \"" + item +
+                                                 "\" (use model=, strategy=, category=, world=, dtype=)");
+    }
+    sel.filters[item.substr(0, eq)] = item.substr(eq + 1);
+    start = end + 1;
+  }
+  return sel;
+}
+
+bool Matches(const Selector& selector, const SampleOutcome& sample) {
+  for (const auto& [key, value] : selector.filters) {
+    if (DimensionValue(sample, key) != value) return false;
+  }
+  return true;
+}
+
+Comparison Compare(const std::vector<SampleOutcome>& a, const std::vector<SampleOutcome>& b,
+                   const std::string& a_label, const std::string& b_label, const CompareOptions& options) {
+  Comparison c;
+  c.a_label = a_label;
+  c.b_label = b_label;
+  c.resamples = options.resamples;
+  c.seed = options.seed;
+  c.confidence = options.confidence;
+  const auto pa = BestPerProblem(a, options.include_emulated, &c.excluded_emulated);
+  const auto pb = BestPerProblem(b, options.include_emulated, &c.excluded_emulated);
+  const double tol = std::log1p(options.tie_tolerance);
+  for (const auto& [name, sa] : pa) {
+    auto it = pb.find(name);
+    if (it == pb.end()) {
+      ++c.only_a;
+      continue;
+    }
+    ProblemComparison pc{name, sa, it->second, 0};
+    if (sa.correct != pc.b.correct) {
+      pc.outcome = sa.correct ? 1 : -1;
+    } else if (sa.correct) {
+      const double d = std::log(sa.speedup) - std::log(pc.b.speedup);
+      pc.outcome = d > tol ? 1 : (d < -tol ? -1 : 0);
+    }
+    (pc.outcome > 0 ? c.wins : pc.outcome < 0 ? c.losses : c.ties)++;
+    c.problems.push_back(pc);
+  }
+  for (const auto& [name, sb] : pb) c.only_b += pa.count(name) ? 0 : 1;
+
+  const size_t n = c.problems.size();
+  std::vector<double> dfast(n), dlog(n);
+  for (size_t i = 0; i < n; ++i) {
+    dfast[i] = (c.problems[i].a.fast1 ? 1.0 : 0.0) - (c.problems[i].b.fast1 ? 1.0 : 0.0);
+    dlog[i] = std::log(c.problems[i].a.speedup) - std::log(c.problems[i].b.speedup);
+  }
+  auto mean = [](const std::vector<double>& v) {
+    double s = 0;
+    for (double x : v) s += x;
+    return v.empty() ? 0.0 : s / static_cast<double>(v.size());
+  };
+  c.fast1_diff.estimate = mean(dfast);
+  const double log_ratio = mean(dlog);
+  std::vector<double> boot_fast, boot_log;
+  if (n > 0 && options.resamples > 0) {
+    SplitMix64 rng(options.seed);
+    boot_fast.reserve(options.resamples);
+    boot_log.reserve(options.resamples);
+    for (int r = 0; r < options.resamples; ++r) {
+      double sf = 0, sl = 0;
+      for (size_t j = 0; j < n; ++j) {
+        const size_t i = rng.Below(n);
+        sf += dfast[i];
+        sl += dlog[i];
+      }
+      boot_fast.push_back(sf / static_cast<double>(n));
+      boot_log.push_back(sl / static_cast<double>(n));
+    }
+  }
+  const double alpha = (1 - options.confidence) / 2;
+  c.fast1_diff.lo = Quantile(boot_fast, alpha);
+  c.fast1_diff.hi = Quantile(boot_fast, 1 - alpha);
+  c.fast1_diff.significant = n > 0 && (c.fast1_diff.lo > 0 || c.fast1_diff.hi < 0);
+  c.geomean_ratio.estimate = std::exp(log_ratio);
+  c.geomean_ratio.lo = std::exp(Quantile(boot_log, alpha));
+  c.geomean_ratio.hi = std::exp(Quantile(boot_log, 1 - alpha));
+  c.geomean_ratio.significant = n > 0 && (c.geomean_ratio.lo > 1 || c.geomean_ratio.hi < 1);
+
+  if (n == 0) {
+    c.verdict = "No problem was attempted by both sides: nothing to compare.";
+    return c;
+  }
+  c.verdict = Sentence("fast_1", c.fast1_diff, a_label, b_label, fmt::format("{:+.3f}", c.fast1_diff.estimate),
+                       fmt::format("{:+.3f}", c.fast1_diff.lo), fmt::format("{:+.3f}", c.fast1_diff.hi),
+                       options.confidence) +
+              "\n" +
+              Sentence("geomean speedup", c.geomean_ratio, a_label, b_label,
+                       fmt::format("{:.3f}x", c.geomean_ratio.estimate), fmt::format("{:.3f}x", c.geomean_ratio.lo),
+                       fmt::format("{:.3f}x", c.geomean_ratio.hi), options.confidence);
+  if (n < 10) c.verdict += fmt::format("\nOnly {} paired problems: intervals this wide are expected.", n);
+  return c;
+}
+
+std::string RenderComparisonText(const Comparison& c) {
+  std::string out = fmt::format("A = {}\nB = {}\n\n{:<32} {:>14} {:>14}  result\n", c.a_label, c.b_label, "problem",
+                                "A", "B");
+  auto side = [](const ProblemSide& s) {
+    return s.correct ? fmt::format("{:.3f}x", s.speedup) : std::string("incorrect");
+  };
+  for (const auto& p : c.problems) {
+    out += fmt::format("{:<32} {:>14} {:>14}  {}\n", p.problem, side(p.a), side(p.b),
+                       p.outcome > 0 ? "A wins" : p.outcome < 0 ? "B wins" : "tie");
+  }
+  out += fmt::format("\nA wins {}, B wins {}, ties {} over {} paired problems", c.wins, c.losses, c.ties,
+                     c.problems.size());
+  if (c.only_a || c.only_b) out += fmt::format(" ({} only in A, {} only in B: not compared)", c.only_a, c.only_b);
+  if (c.excluded_emulated) out += fmt::format("; {} emulated sessions left out", c.excluded_emulated);
+  out += fmt::format(".\nPaired bootstrap: {} resamples of problems, seed {}.\n\n{}\n", c.resamples, c.seed,
+                     c.verdict);
+  return out;
+}
+
+std::string RenderComparisonJson(const Comparison& c) {
+  nlohmann::ordered_json j;
+  j["schema"] = "kforge.compare/1";
+  j["a"] = c.a_label;
+  j["b"] = c.b_label;
+  j["wins"] = c.wins;
+  j["losses"] = c.losses;
+  j["ties"] = c.ties;
+  j["only_a"] = c.only_a;
+  j["only_b"] = c.only_b;
+  j["excluded_emulated"] = c.excluded_emulated;
+  auto iv = [](const Interval& i) {
+    return nlohmann::ordered_json{{"estimate", i.estimate}, {"lo", i.lo}, {"hi", i.hi}, {"significant", i.significant}};
+  };
+  j["fast1_diff"] = iv(c.fast1_diff);
+  j["geomean_ratio"] = iv(c.geomean_ratio);
+  j["bootstrap"] = {{"resamples", c.resamples}, {"seed", c.seed}, {"confidence", c.confidence}};
+  j["problems"] = nlohmann::ordered_json::array();
+  for (const auto& p : c.problems) {
+    j["problems"].push_back({{"problem", p.problem}, {"a_correct", p.a.correct}, {"a_speedup", p.a.speedup},
+                             {"b_correct", p.b.correct}, {"b_speedup", p.b.speedup}, {"outcome", p.outcome}});
+  }
+  j["verdict"] = c.verdict;
+  return j.dump(2) + "\n";
+}
+
+}  // namespace kforge::results
