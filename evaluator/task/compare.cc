@@ -40,7 +40,7 @@ bool AllClose(const std::vector<double>& got, const Tolerance& tol, F f) {
   return true;
 }
 
-std::vector<std::string> Hints(const ConcreteTensor& out, const void* raw, const std::vector<double>& got,
+std::vector<std::string> Hints(const ConcreteTensor& out, const std::vector<double>& got,
                                std::span<const double> expected, const CompareContext& ctx,
                                int64_t poisoned_bad) {
   std::vector<std::string> hints;
@@ -125,7 +125,7 @@ CompareReport CompareOutput(const ConcreteTensor& out, const void* raw, std::spa
     }
   }
   rep.passed = rep.bad_count == 0;
-  if (!rep.passed) rep.hints = Hints(out, raw, got, expected, ctx, poisoned_bad);
+  if (!rep.passed) rep.hints = Hints(out, got, expected, ctx, poisoned_bad);
   return rep;
 }
 
