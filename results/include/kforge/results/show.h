@@ -1,0 +1,25 @@
+// `kforge show`: a run's sessions turn by turn, as plain text.
+#pragma once
+
+#include <string>
+
+#include "kforge/core/status.h"
+#include "kforge/results/store.h"
+
+namespace kforge::results {
+
+struct ShowOptions {
+  std::string task;      // "" = every task
+  std::string model;     // "" = every model
+  std::string strategy;  // "" = every strategy
+  int sample = -1;       // -1 = every sample
+  bool full = false;     // print prompts, replies and kernels whole (else the first lines)
+  int max_lines = 40;
+};
+
+// For each matching session: its key and state, then every turn's prompt,
+// reply, kernel (the first in full, later ones as a diff to the previous
+// kernel), evaluations and feedback. No match is kNotFound.
+Result<std::string> RenderShowText(const RunStore& store, const ShowOptions& options);
+
+}  // namespace kforge::results
