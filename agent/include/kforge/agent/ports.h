@@ -1,0 +1,136 @@
+// The agent's seams: the three things a run talks to (a model, an evaluator,
+// the run store), each behind a narrow interface. The real implementations
+// adapt kforge_providers, kforge_evaluator and kforge_results (adapters.h);
+// tests use in-memory fakes.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kforge/core/status.h"
+
+namespace kforge::agent {
+
+// ---- the model ----
+
+struct ChatTurn {
+  std::string role;  // "user" | "assistant"
+  std::string text;
+};
+
+struct LlmCall {
+  std::string model;  // spec, e.g. "anthropic:claude-opus-4-7"
+  std::string system;
+  std::vector<ChatTurn> messages;
+  std::optional<double> temperature;
+  std::optional<int> max_output_tokens;
+  std::optional<std::string> reasoning_effort;
+  // Where this call sits in the run: lets a replay cassette match it.
+  std::string task;
+  int turn_index = 0;
+};
+
+struct LlmAnswer {
+  std::string text;
+  std::string finish_reason = "stop";  // stop | length | content_filter | error | other
+  int64_t input_tokens = 0, cached_input_tokens = 0, output_tokens = 0, reasoning_tokens = 0;
+  double cost_usd = 0;
+  double latency_s = 0;
+  std::string request_id;
+};
+
+// Thread-safe: a run calls it from several threads at once. Errors carry the
+// providers' ErrorKind (kRateLimited, kQuota, kAuth, ...).
+class LlmPort {
+ public:
+  virtual ~LlmPort() = default;
+  virtual Result<LlmAnswer> Complete(const LlmCall& call) = 0;
+};
+
+// ---- the evaluator ----
+
+struct EvalJob {
+  std::string task;         // task key, e.g. "001_allreduce"
+  std::string source;       // the kernel
+  std::string kernel_name;  // file name for diagnostics, e.g. "turn2.cu"
+  int world = 0;
+  std::string dtype;        // empty: the task's default
+  bool compile_only = false;
+};
+
+// One evaluation at a time per instance (the real one owns worker processes
+// bound to a GPU set). A Status error means kforge could not evaluate at all;
+// a kernel's faults are a status inside the kforge.eval/1 document.
+class EvalPort {
+ public:
+  virtual ~EvalPort() = default;
+  virtual Result<nlohmann::json> Evaluate(const EvalJob& job) = 0;
+};
+
+// ---- the run store ----
+
+struct SessionKeyRow {
+  std::string model, task, strategy;
+  int sample = 0;
+  int world = 0;
+  std::string dtype;
+  std::string category;
+};
+
+struct TurnRow {
+  int64_t id = 0;
+  int64_t session_id = 0;
+  int index = 0;
+  std::string prompt, reply, feedback;
+  std::string kernel;  // the extracted kernel source; empty when none
+  int64_t input_tokens = 0, cached_input_tokens = 0, output_tokens = 0, reasoning_tokens = 0;
+  double cost_usd = 0, latency_s = 0;
+  std::string request_id, finish_reason;
+};
+
+struct EvaluationRow {
+  int64_t id = 0;
+  int64_t turn_id = 0;
+  nlohmann::json doc;
+};
+
+struct SessionRow {
+  int64_t id = 0;
+  SessionKeyRow key;
+  std::string state;  // pending | running | done | stopped
+  std::string stop_reason;
+};
+
+struct RunRow {
+  int64_t id = 0;
+  double started_at = 0;  // unix seconds
+  nlohmann::json config;
+};
+
+// Every mutating call is durable when it returns OK.
+class StorePort {
+ public:
+  virtual ~StorePort() = default;
+  virtual Result<RunRow> CreateOrGetRun(const std::string& name, const nlohmann::json& config,
+                                        const nlohmann::json& hardware) = 0;
+  virtual Status FinishRun(int64_t run_id, const std::string& state) = 0;
+  virtual Result<int64_t> UpsertSession(int64_t run_id, const SessionKeyRow& key) = 0;
+  virtual Result<std::vector<SessionRow>> ListSessions(int64_t run_id) = 0;
+  virtual Status SetSessionState(int64_t session_id, const std::string& state,
+                                 const std::string& stop_reason) = 0;
+  virtual Result<int64_t> AppendTurn(const TurnRow& turn) = 0;
+  virtual Status SetTurnFeedback(int64_t turn_id, const std::string& feedback) = 0;
+  // Turns in index order, kernels and texts included.
+  virtual Result<std::vector<TurnRow>> ListTurns(int64_t session_id) = 0;
+  virtual Result<int64_t> RecordEvaluation(int64_t session_id, int64_t turn_id,
+                                           const nlohmann::json& doc) = 0;
+  virtual Result<std::vector<EvaluationRow>> ListEvaluations(int64_t session_id) = 0;
+  virtual Status SetBestEvaluation(int64_t session_id, int64_t evaluation_id) = 0;
+  virtual Status AppendEvent(int64_t run_id, const std::string& kind, const nlohmann::json& detail) = 0;
+};
+
+}  // namespace kforge::agent

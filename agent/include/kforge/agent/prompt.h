@@ -1,0 +1,37 @@
+// The prompt builder: the first message of every lineage, from the strategy's
+// system and user templates, the task card and the hardware card.
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "kforge/agent/strategy.h"
+#include "kforge/core/status.h"
+
+namespace kforge::agent {
+
+struct PromptInputs {
+  std::string task_key;       // "001_allreduce"
+  std::string task_title;
+  int world = 0;
+  std::string dtype;
+  std::string task_card;      // markdown from the evaluator (description, shapes, policy, ABI, reference)
+  std::string hardware_card;  // markdown (RenderHardwareCard); empty when unknown
+  std::string example_name;   // a hand-written solution shown as an example; empty: none
+  std::string example_source;
+};
+
+struct Prompt {
+  std::string system;
+  std::string user;
+};
+
+// The template view: task_key, task_title, world, dtype, task_card,
+// hardware_card, has_hardware, example {name, source} (absent when none),
+// turns, samples.
+nlohmann::json PromptView(const Strategy& strategy, const PromptInputs& in);
+
+Result<Prompt> BuildPrompt(const Strategy& strategy, const PromptInputs& in);
+
+}  // namespace kforge::agent

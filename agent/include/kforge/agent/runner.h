@@ -1,0 +1,88 @@
+// The run: every (model, task, repeat) session of a run advanced together on
+// the scheduler's pools, every step committed to the store before the next
+// begins. Running a run that the store already holds resumes it: each
+// session is rebuilt from its stored turns and evaluations and continues;
+// sessions stored as done do no more work.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kforge/agent/budget.h"
+#include "kforge/agent/ports.h"
+#include "kforge/agent/progress.h"
+#include "kforge/agent/prompt.h"
+#include "kforge/agent/scheduler.h"
+#include "kforge/agent/strategy.h"
+#include "kforge/core/clock.h"
+#include "kforge/core/status.h"
+
+namespace kforge::agent {
+
+struct RunTask {
+  std::string key;       // "001_allreduce"
+  std::string category;
+  Prompt prompt;         // built for the run's world and dtype
+};
+
+struct RunSpec {
+  std::string name;
+  std::vector<std::string> models;
+  std::vector<RunTask> tasks;
+  const Strategy* strategy = nullptr;  // turns/samples already overridden as the run asks
+  int repeats = 1;                     // independent sessions per (model, task)
+  int world = 2;
+  std::string dtype;                   // empty: the task's default
+  bool compile_only = false;           // no GPU: stop each session once a kernel compiles
+  Budgets budgets;
+  std::optional<double> deadline_unix; // no new model calls after this
+  PoolLimits pools;
+  nlohmann::json config = nlohmann::json::object();    // stored with the run
+  nlohmann::json hardware = nlohmann::json::object();  // the hardware card
+  double link_peak_gbps = 0;
+  int max_llm_attempts = 4;            // per call, for failures that may pass
+  double retry_backoff_s = 20;         // doubled per attempt
+};
+
+struct RunDeps {
+  LlmPort* llm = nullptr;
+  std::vector<EvalPort*> gpu_sets;   // one per GPU set (PoolLimits::gpu_sets of them)
+  std::vector<EvalPort*> compilers;  // one per compile slot
+  StorePort* store = nullptr;
+  Clock* clock = nullptr;
+  Executor* executor = nullptr;
+  ProgressView* progress = nullptr;  // optional
+};
+
+struct SessionSummary {
+  std::string model, task;
+  int sample = 0;
+  std::string state, stop_reason;
+  std::string best_outcome;  // of the best candidate; empty when no turn finished
+  double best_speedup = 0;
+  int turns = 0;
+};
+
+struct RunSummary {
+  int64_t run_id = 0;
+  RunStats stats;
+  std::vector<SessionSummary> sessions;
+  double wall_s = 0;
+  double gpu_busy_fraction = 0;  // busy seconds / (wall seconds x GPU sets)
+  bool compile_only = false;
+  // True when the run ended because a store write failed (nothing after the
+  // failed write happened; resume continues from there).
+  bool aborted = false;
+};
+
+// Runs (or resumes) the run to completion. A Status error means the store
+// failed or the spec is unusable; the run is then resumable.
+Result<RunSummary> ExecuteRun(const RunSpec& spec, const RunDeps& deps);
+
+// The human summary printed at the end of `kforge run`.
+std::string RenderRunSummary(const RunSummary& summary);
+
+}  // namespace kforge::agent

@@ -1,0 +1,113 @@
+// The two executors: real threads, and a discrete-event simulation for tests
+// and benchmarks on fake time.
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <queue>
+#include <thread>
+
+#include "kforge/agent/scheduler.h"
+
+namespace kforge::agent {
+namespace {
+
+class ThreadExecutor final : public Executor {
+ public:
+  ~ThreadExecutor() override {
+    for (auto& [id, t] : threads_) t.join();
+  }
+
+  void Start(uint64_t id, Pool, std::function<double()> work) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    threads_.emplace(id, std::thread([this, id, work = std::move(work)] {
+      work();
+      std::lock_guard<std::mutex> l(mu_);
+      done_.push_back(id);
+      cv_.notify_all();
+    }));
+  }
+
+  std::vector<uint64_t> Wait(std::optional<Clock::TimePoint> until) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    auto ready = [this] { return !done_.empty() || threads_.empty(); };
+    if (until) {
+      auto left = *until - RealClock().Now();
+      cv_.wait_for(lock, std::max(left, Clock::Duration::zero()), ready);
+    } else {
+      cv_.wait(lock, ready);
+    }
+    std::vector<uint64_t> out(done_.begin(), done_.end());
+    done_.clear();
+    for (uint64_t id : out) {
+      auto it = threads_.find(id);
+      std::thread t = std::move(it->second);
+      threads_.erase(it);
+      lock.unlock();
+      t.join();
+      lock.lock();
+    }
+    return out;
+  }
+
+  size_t in_flight() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return threads_.size() - done_.size();
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<uint64_t, std::thread> threads_;
+  std::vector<uint64_t> done_;
+};
+
+class SimExecutor final : public Executor {
+ public:
+  SimExecutor(FakeClock& clock, std::function<double(Pool)> extra) : clock_(clock), extra_(std::move(extra)) {}
+
+  void Start(uint64_t id, Pool pool, std::function<double()> work) override {
+    double seconds = work() + (extra_ ? extra_(pool) : 0.0);
+    auto end = clock_.Now() + std::chrono::duration_cast<Clock::Duration>(std::chrono::duration<double>(seconds));
+    events_.push({end, seq_++, id});
+  }
+
+  std::vector<uint64_t> Wait(std::optional<Clock::TimePoint> until) override {
+    std::vector<uint64_t> out;
+    if (events_.empty() || (until && *until < events_.top().end)) {
+      if (until && *until > clock_.Now()) clock_.Advance(*until - clock_.Now());
+      return out;
+    }
+    Clock::TimePoint t = events_.top().end;
+    if (t > clock_.Now()) clock_.Advance(t - clock_.Now());
+    while (!events_.empty() && events_.top().end <= t) {
+      out.push_back(events_.top().id);
+      events_.pop();
+    }
+    return out;
+  }
+
+  size_t in_flight() const override { return events_.size(); }
+
+ private:
+  struct Event {
+    Clock::TimePoint end;
+    uint64_t seq;
+    uint64_t id;
+    bool operator>(const Event& o) const { return end != o.end ? end > o.end : seq > o.seq; }
+  };
+  FakeClock& clock_;
+  std::function<double(Pool)> extra_;
+  std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;
+  uint64_t seq_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Executor> MakeThreadExecutor() { return std::make_unique<ThreadExecutor>(); }
+
+std::unique_ptr<Executor> MakeSimExecutor(FakeClock& clock, std::function<double(Pool)> extra_seconds) {
+  return std::make_unique<SimExecutor>(clock, std::move(extra_seconds));
+}
+
+}  // namespace kforge::agent

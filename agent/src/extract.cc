@@ -1,0 +1,115 @@
+#include "kforge/agent/extract.h"
+
+#include <regex>
+#include <vector>
+
+#include <fmt/format.h>
+
+namespace kforge::agent {
+namespace {
+
+struct Block {
+  std::string lang;
+  std::string body;
+  bool closed = false;
+};
+
+std::string Trim(std::string_view s) {
+  size_t b = s.find_first_not_of(" \t\r");
+  if (b == std::string_view::npos) return {};
+  size_t e = s.find_last_not_of(" \t\r");
+  return std::string(s.substr(b, e - b + 1));
+}
+
+// Fences are lines starting (after indentation) with ``` or ~~~; a block
+// closes at the next fence line with the same marker and nothing after it.
+std::vector<Block> FindBlocks(std::string_view text) {
+  std::vector<Block> blocks;
+  Block* open = nullptr;
+  std::string marker;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string_view::npos) end = text.size();
+    std::string_view line = text.substr(pos, end - pos);
+    std::string trimmed = Trim(line);
+    bool is_fence = trimmed.rfind("```", 0) == 0 || trimmed.rfind("~~~", 0) == 0;
+    if (open == nullptr) {
+      if (is_fence) {
+        marker = trimmed.substr(0, 3);
+        blocks.push_back({});
+        open = &blocks.back();
+        std::string lang = Trim(std::string_view(trimmed).substr(3));
+        for (char& c : lang) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+        open->lang = lang.substr(0, lang.find_first_of(" \t{"));
+      }
+    } else if (is_fence && trimmed == marker) {
+      open->closed = true;
+      open = nullptr;
+    } else {
+      open->body.append(line);
+      open->body.push_back('\n');
+    }
+    pos = end + 1;
+  }
+  return blocks;
+}
+
+bool IsCodeLanguage(const std::string& lang) {
+  return lang.empty() || lang == "cuda" || lang == "cu" || lang == "cpp" || lang == "c++" || lang == "cxx" ||
+         lang == "cc" || lang == "c" || lang == "cuh";
+}
+
+bool DefinesKfRun(const std::string& body) {
+  static const std::regex kDefinition(R"(\bkf_run\s*\([^;{)]*\)\s*\{)");
+  return std::regex_search(body, kDefinition);
+}
+
+}  // namespace
+
+Extraction ExtractKernel(std::string_view reply) {
+  Extraction x;
+  std::vector<Block> blocks = FindBlocks(reply);
+  x.blocks_seen = static_cast<int>(blocks.size());
+  std::vector<const Block*> defining;
+  bool truncated_candidate = false;
+  for (const Block& b : blocks) {
+    if (!IsCodeLanguage(b.lang) || !DefinesKfRun(b.body)) continue;
+    if (!b.closed) {
+      truncated_candidate = true;
+      continue;
+    }
+    defining.push_back(&b);
+  }
+  if (defining.empty()) {
+    if (truncated_candidate) {
+      x.problem =
+          "Your reply was cut off inside the code block that defines kf_run (the closing ``` never came), so there "
+          "is no complete kernel to compile. Send the whole kernel again, more concisely if needed.";
+    } else if (blocks.empty()) {
+      x.problem =
+          "Your reply contains no fenced code block. Put the complete kernel in one ```cuda block that defines "
+          "kf_setup, kf_run and kf_teardown.";
+    } else {
+      x.problem = fmt::format(
+          "None of the {} code block(s) in your reply defines kf_run. Put the complete kernel in one ```cuda "
+          "block that defines kf_setup, kf_run and kf_teardown.",
+          blocks.size());
+    }
+    return x;
+  }
+  for (const Block* b : defining) {
+    if (b->body != defining.front()->body) {
+      x.problem = fmt::format(
+          "Your reply contains {} different code blocks that each define kf_run, so it is unclear which one to "
+          "evaluate. Send exactly one complete kernel in a single ```cuda block.",
+          defining.size());
+      return x;
+    }
+  }
+  x.ok = true;
+  x.source = defining.front()->body;
+  return x;
+}
+
+}  // namespace kforge::agent

@@ -1,0 +1,225 @@
+#include "kforge/agent/feedback.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+#include <sstream>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "kforge/agent/template.h"
+
+namespace kforge::agent {
+namespace {
+
+using nlohmann::json;
+
+constexpr size_t kMaxDiagnostics = 6;
+constexpr size_t kMaxMismatches = 6;
+constexpr size_t kMaxLogLines = 30;
+
+std::string Num(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  return fmt::format("{:.4g}", v);
+}
+
+double GetNum(const json& j, const char* key, double fallback = 0) {
+  auto it = j.find(key);
+  return (it != j.end() && it->is_number()) ? it->get<double>() : fallback;
+}
+
+std::string GetStr(const json& j, const char* key) {
+  auto it = j.find(key);
+  return (it != j.end() && it->is_string()) ? it->get<std::string>() : std::string();
+}
+
+std::vector<std::string> Lines(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+std::string JoinInts(const json& arr) {
+  std::string out;
+  if (!arr.is_array()) return out;
+  for (const auto& v : arr) {
+    if (!out.empty()) out += ", ";
+    out += v.is_number() ? std::to_string(v.get<int64_t>()) : v.dump();
+  }
+  return out;
+}
+
+json CompileView(const FeedbackInput& in) {
+  json view = json::object();
+  const json compile = in.eval.value("compile", json::object());
+  std::vector<std::string> src = Lines(in.source);
+  json errors = json::array();
+  std::set<std::pair<int, std::string>> seen;
+  size_t total = 0;
+  for (const auto& d : compile.value("diagnostics", json::array())) {
+    if (!d.is_object() || GetStr(d, "severity") == "warning" || GetStr(d, "severity") == "note") continue;
+    int line = static_cast<int>(GetNum(d, "line", 0));
+    std::string message = GetStr(d, "message");
+    if (!seen.insert({line, message}).second) continue;
+    ++total;
+    if (errors.size() >= kMaxDiagnostics) continue;
+    json e = {{"line", line}, {"column", static_cast<int>(GetNum(d, "column", 0))}, {"message", message},
+              {"file", GetStr(d, "file")}};
+    std::string file = GetStr(d, "file");
+    bool ours = file.empty() || file == in.kernel_name ||
+                std::filesystem::path(file).filename() == std::filesystem::path(in.kernel_name).filename();
+    if (ours && line >= 1 && static_cast<size_t>(line) <= src.size()) e["source_line"] = src[line - 1];
+    errors.push_back(e);
+  }
+  view["errors"] = errors;
+  if (total > errors.size()) view["more_errors"] = static_cast<int>(total - errors.size());
+  if (errors.empty()) {
+    std::vector<std::string> log = Lines(GetStr(compile, "log"));
+    if (log.size() > kMaxLogLines) log.resize(kMaxLogLines);
+    std::string excerpt;
+    for (const auto& l : log) excerpt += l + "\n";
+    view["log"] = excerpt;
+  }
+  return view;
+}
+
+json MismatchView(const json& eval) {
+  json out = json::array();
+  std::set<std::string> failing_ranks;
+  std::set<std::string> seen;
+  int failed_checks = 0;
+  const json correctness = eval.value("correctness", json::object());
+  for (const auto& check : correctness.value("checks", json::array())) {
+    if (!check.is_object() || check.value("passed", true)) continue;
+    ++failed_checks;
+    for (const auto& m : check.value("mismatches", json::array())) {
+      int rank = static_cast<int>(GetNum(m, "rank", -1));
+      failing_ranks.insert(std::to_string(rank));
+      std::string key = fmt::format("{}/{}/{}", GetStr(check, "size"), rank, GetStr(m, "output"));
+      if (!seen.insert(key).second || out.size() >= kMaxMismatches) continue;
+      json first_bad = json::array();
+      for (const auto& fb : m.value("first_bad", json::array())) {
+        if (first_bad.size() >= 4) break;
+        first_bad.push_back({{"index", "[" + JoinInts(fb.value("index", json::array())) + "]"},
+                             {"got", Num(GetNum(fb, "got", NAN))},
+                             {"expected", Num(GetNum(fb, "expected", NAN))}});
+      }
+      json hints = json::array();
+      for (const auto& h : m.value("hints", json::array())) {
+        if (h.is_string()) hints.push_back(h);
+      }
+      out.push_back({{"size", GetStr(check, "size")},
+                     {"trial", static_cast<int>(GetNum(check, "trial", 0))},
+                     {"rank", rank},
+                     {"output", GetStr(m, "output")},
+                     {"bad_count", static_cast<int64_t>(GetNum(m, "bad_count", 0))},
+                     {"nan_count", static_cast<int64_t>(GetNum(m, "nan_count", 0))},
+                     {"has_nan", GetNum(m, "nan_count", 0) > 0},
+                     {"max_abs_err", Num(GetNum(m, "max_abs_err", NAN))},
+                     {"max_rel_err", Num(GetNum(m, "max_rel_err", NAN))},
+                     {"first_bad", first_bad},
+                     {"hints", hints},
+                     {"has_hints", !hints.empty()}});
+    }
+  }
+  std::string ranks;
+  for (const auto& r : failing_ranks) ranks += (ranks.empty() ? "" : ", ") + r;
+  return {{"items", out},
+          {"failing_ranks", ranks},
+          {"failed_checks", failed_checks},
+          {"trials", static_cast<int>(GetNum(correctness, "trials", 0))},
+          {"passed_trials", static_cast<int>(GetNum(correctness, "passed_trials", 0))}};
+}
+
+json TimingView(const json& eval, double link_peak_gbps) {
+  json rows = json::array();
+  for (const auto& t : eval.value("timing", json::array())) {
+    if (!t.is_object()) continue;
+    const json base = t.value("baseline", json::object());
+    const json cand = t.value("candidate", json::object());
+    json row = {{"size", GetStr(t, "size")},
+                {"baseline_us", Num(GetNum(base, "median_us", NAN))},
+                {"candidate_us", Num(GetNum(cand, "median_us", NAN))},
+                {"speedup", Num(GetNum(t, "speedup", NAN))},
+                {"busbw_gbps", Num(GetNum(t, "busbw_gbps", NAN))},
+                {"baseline_busbw_gbps", Num(GetNum(t, "baseline_busbw_gbps", NAN))},
+                {"candidate_cv", Num(GetNum(cand, "cv", NAN))}};
+    if (link_peak_gbps > 0 && t.contains("busbw_gbps")) {
+      row["busbw_pct_of_peak"] = Num(100.0 * GetNum(t, "busbw_gbps") / link_peak_gbps);
+    }
+    // Optional per-rank medians: skew = (slowest - fastest) / fastest.
+    const json per_rank = cand.value("rank_median_us", json::array());
+    if (per_rank.is_array() && per_rank.size() > 1) {
+      double lo = INFINITY, hi = 0;
+      for (const auto& v : per_rank) {
+        if (!v.is_number()) continue;
+        lo = std::min(lo, v.get<double>());
+        hi = std::max(hi, v.get<double>());
+      }
+      if (lo > 0 && std::isfinite(lo)) row["rank_skew_pct"] = Num(100.0 * (hi - lo) / lo);
+    }
+    json warnings = json::array();
+    for (const auto& w : t.value("warnings", json::array())) {
+      if (w.is_string()) warnings.push_back(w);
+    }
+    row["warnings"] = warnings;
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+}  // namespace
+
+json FeedbackView(const FeedbackInput& in) {
+  const json& e = in.eval;
+  json view = {{"outcome", std::string(OutcomeName(in.outcome))},
+               {"turn", in.turn},
+               {"turns", in.turns},
+               {"turns_left", std::max(0, in.turns - in.turn)},
+               {"last_turn", in.turn >= in.turns},
+               {"status", GetStr(e, "status")},
+               {"message", GetStr(e, "message")},
+               {"emulated", e.value("emulated", false)},
+               {"world", static_cast<int>(GetNum(e, "world", 0))},
+               {"dtype", GetStr(e, "dtype")},
+               {"extract_problem", in.extract_problem}};
+  if (in.outcome == Outcome::kCompileError) view["compile"] = CompileView(in);
+  json violations = json::array();
+  if (e.contains("policy") && e["policy"].is_object()) {
+    for (const auto& v : e["policy"].value("violations", json::array())) {
+      if (v.is_string()) violations.push_back(v);
+    }
+  }
+  view["violations"] = violations;
+  if (e.contains("error") && e["error"].is_object()) {
+    const json& err = e["error"];
+    view["error"] = {{"phase", GetStr(err, "phase")},
+                     {"rank", static_cast<int>(GetNum(err, "rank", -1))},
+                     {"message", GetStr(err, "message")}};
+  }
+  if (e.contains("timeout") && e["timeout"].is_object()) {
+    const json& t = e["timeout"];
+    view["hang"] = {{"phase", GetStr(t, "phase")},
+                    {"deadline_s", Num(GetNum(t, "deadline_s", NAN))},
+                    {"hung_ranks", JoinInts(t.value("hung_ranks", json::array()))}};
+  }
+  view["mismatch"] = MismatchView(e);
+  view["timing"] = TimingView(e, in.link_peak_gbps);
+  if (e.contains("speedup") && e["speedup"].is_number()) view["speedup"] = Num(e["speedup"].get<double>());
+  return view;
+}
+
+Result<std::string> ComposeFeedback(const Strategy& strategy, const FeedbackInput& in) {
+  auto it = strategy.feedback_templates.find(in.outcome);
+  if (it == strategy.feedback_templates.end()) {
+    return Error(ErrorKind::kInternal,
+                 fmt::format("strategy {} has no feedback template for {}", strategy.name, OutcomeName(in.outcome)));
+  }
+  return RenderTemplate(it->second, FeedbackView(in),
+                        fmt::format("{} feedback.{}", strategy.path.string(), OutcomeName(in.outcome)));
+}
+
+}  // namespace kforge::agent

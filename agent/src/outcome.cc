@@ -1,0 +1,64 @@
+#include "kforge/agent/outcome.h"
+
+#include <string>
+
+namespace kforge::agent {
+
+std::string_view OutcomeName(Outcome outcome) {
+  switch (outcome) {
+    case Outcome::kNoKernel: return "no_kernel";
+    case Outcome::kCompileError: return "compile_error";
+    case Outcome::kPolicyViolation: return "policy_violation";
+    case Outcome::kRuntimeError: return "runtime_error";
+    case Outcome::kHang: return "hang";
+    case Outcome::kMismatch: return "mismatch";
+    case Outcome::kSlow: return "slow";
+    case Outcome::kFast: return "fast";
+    case Outcome::kCompiled: return "compiled";
+    case Outcome::kHarnessError: return "harness_error";
+  }
+  return "unknown";
+}
+
+std::optional<Outcome> ParseOutcome(std::string_view name) {
+  for (Outcome o : kAllOutcomes) {
+    if (OutcomeName(o) == name) return o;
+  }
+  return std::nullopt;
+}
+
+bool IsCorrect(Outcome outcome) { return outcome == Outcome::kSlow || outcome == Outcome::kFast; }
+
+Outcome ClassifyEvaluation(const nlohmann::json& doc, bool compile_only) {
+  std::string status = doc.is_object() ? doc.value("status", std::string()) : std::string();
+  if (status == "compile_error") return Outcome::kCompileError;
+  if (status == "policy_violation") return Outcome::kPolicyViolation;
+  if (compile_only && status != "harness_error") return Outcome::kCompiled;
+  if (status == "runtime_error") return Outcome::kRuntimeError;
+  if (status == "timeout") return Outcome::kHang;
+  if (status == "mismatch") return Outcome::kMismatch;
+  if (status == "passed") {
+    const auto it = doc.find("speedup");
+    double speedup = (it != doc.end() && it->is_number()) ? it->get<double>() : 0.0;
+    return speedup > 1.0 ? Outcome::kFast : Outcome::kSlow;
+  }
+  return Outcome::kHarnessError;
+}
+
+double ProgressScore(Outcome outcome, double speedup) {
+  switch (outcome) {
+    case Outcome::kFast:
+    case Outcome::kSlow: return 10.0 + speedup;
+    case Outcome::kMismatch: return 5;
+    case Outcome::kRuntimeError:
+    case Outcome::kHang: return 4;
+    case Outcome::kCompiled: return 3.5;
+    case Outcome::kPolicyViolation: return 3;
+    case Outcome::kCompileError: return 2;
+    case Outcome::kNoKernel: return 1;
+    case Outcome::kHarnessError: return 0;
+  }
+  return 0;
+}
+
+}  // namespace kforge::agent
