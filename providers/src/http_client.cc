@@ -151,6 +151,15 @@ std::variant<ChatResponse, ProviderError> HttpClient::Attempt(const ChatRequest&
     response = std::move(parsed).value();
     if (on_text && !response.text.empty()) on_text(response.text);
   } else {
+    // A last event without its blank line still counts; an error from it
+    // (a half-written JSON payload) means the stream was cut, reported below.
+    sse.Finish([&](const SseEvent& ev) {
+      if (!stream_error) stream_error = decoder->OnEvent(ev.event, ev.data);
+    });
+    if (stream_error && decoder->Done()) {
+      stream_error->status = stream_error->status.WithContext(who);
+      return *std::move(stream_error);
+    }
     if (!decoder->Done()) {
       return ProviderError{Error(ErrorKind::kTransport,
                                  fmt::format("{}: the stream ended before its final event ({} characters received)",

@@ -18,6 +18,14 @@ void SseParser::Feed(std::string_view bytes, const Sink& sink) {
   }
 }
 
+void SseParser::Finish(const Sink& sink) {
+  if (!line_.empty()) {
+    Line(line_, sink);
+    line_.clear();
+  }
+  Line("", sink);
+}
+
 bool SseParser::HasPartialEvent() const { return pending_ || !line_.empty(); }
 
 void SseParser::Line(std::string_view line, const Sink& sink) {

@@ -26,6 +26,12 @@ class SseParser {
  public:
   using Sink = std::function<void(const SseEvent&)>;
   void Feed(std::string_view bytes, const Sink& sink);
+  // At a clean end of the body: dispatches a last event that lacks its
+  // closing blank line. The spec drops such an event, but recorded streams
+  // end this way (anthropic_stream_max_tokens.sse ends right after
+  // message_stop's data line) and the decoder still checks for the terminal
+  // event, so a stream cut short is caught there.
+  void Finish(const Sink& sink);
   // True when bytes of an undispatched event are pending (a cut stream).
   bool HasPartialEvent() const;
 

@@ -72,7 +72,7 @@ TEST_F(ReplayTest, BadLinesNameTheLine) {
   ASSERT_FALSE(client.ok());
   EXPECT_NE(client.status().message().find("c.jsonl:3"), std::string::npos) << client.status().message();
   EXPECT_NE(client.status().message().find("response.text"), std::string::npos);
-  EXPECT_EQ(MakeClient("replay:" + (dir_ / "absent.jsonl").string(), {}).status().kind(), ErrorKind::kIo);
+  EXPECT_EQ(MakeClient("replay:" + (dir_ / "absent.jsonl").string(), {}).status().kind(), ErrorKind::kNotFound);
 }
 
 TEST_F(ReplayTest, HashIgnoresStreamingButNotContent) {

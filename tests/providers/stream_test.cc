@@ -34,6 +34,9 @@ Decoded DecodeSse(WireFormat wire, std::string_view body, const std::vector<size
     });
     from = to;
   }
+  sse.Finish([&](const SseEvent& ev) {
+    if (!out.error) out.error = decoder->OnEvent(ev.event, ev.data);
+  });
   out.done = decoder->Done();
   out.partial = sse.HasPartialEvent();
   out.response = decoder->response();
@@ -166,11 +169,15 @@ TEST(SseParserTest, FollowsTheEventStreamRules) {
   p.Feed("\n\r\n", sink);
   p.Feed("data: cut", sink);
   ASSERT_EQ(events.size(), 2u);
+  EXPECT_TRUE(p.HasPartialEvent());
+  p.Finish(sink);
+  ASSERT_EQ(events.size(), 3u);
+  EXPECT_EQ(events[2].data, "cut");
   EXPECT_EQ(events[0].event, "one");
   EXPECT_EQ(events[0].data, "a\nb");
   EXPECT_EQ(events[1].event, "message");
   EXPECT_EQ(events[1].data, " two spaces");
-  EXPECT_TRUE(p.HasPartialEvent());
+  EXPECT_FALSE(p.HasPartialEvent());
 }
 
 TEST(SseParserTest, CommentOnlyBlocksDispatchNothing) {
