@@ -8,13 +8,24 @@
 #include <cmath>
 
 namespace kforge::eval {
+namespace {
+
+// Expressions in messages are cut short: a hostile one can be megabytes.
+std::string Shown(std::string_view text) {
+  constexpr size_t kMax = 80;
+  if (text.size() <= kMax) return std::string(text);
+  return std::string(text.substr(0, kMax - 3)) + "...";
+}
+
+}  // namespace
 
 // Recursive descent over the grammar
 //   sum     := product (('+' | '-') product)*
 //   product := unary (('*' | '/' | '%') unary)*
 //   unary   := ('-' | '+') unary | primary
 //   primary := number | name | name '(' sum (',' sum)* ')' | '(' sum ')'
-// building a flat node list. Every descent counts against kMaxExprDepth.
+// building a flat node list. Each nesting (parenthesis, function call, unary
+// sign) counts against kMaxExprDepth; each costs a bounded number of frames.
 class ExprParser {
  public:
   explicit ExprParser(Expr& expr) : e_(expr), s_(expr.text_) {}
@@ -55,7 +66,7 @@ class ExprParser {
   Status Unexpected() {
     SkipSpace();
     if (pos_ >= s_.size()) {
-      return Error(ErrorKind::kInvalidInput, fmt::format("unexpected end of expression '{}'", s_));
+      return Error(ErrorKind::kInvalidInput, fmt::format("unexpected end of expression '{}'", Shown(s_)));
     }
     return e_.ErrorAt(Column(), fmt::format("unexpected '{}'", s_[pos_]));
   }
@@ -63,17 +74,17 @@ class ExprParser {
 
   Status TooDeep() {
     return Error(ErrorKind::kInvalidInput,
-                 fmt::format("expression nested too deeply or too long (limit {} levels) in '{}'", kMaxExprDepth, s_));
+                 fmt::format("expression nested too deeply or too long in '{}'", Shown(s_)));
   }
 
   Result<int> Sum(int depth) {
     if (depth > kMaxExprDepth) return TooDeep();
-    KF_ASSIGN_OR_RETURN(int lhs, Product(depth + 1));
+    KF_ASSIGN_OR_RETURN(int lhs, Product(depth));
     while (Peek('+') || Peek('-')) {
       const Op op = s_[pos_] == '+' ? Op::kAdd : Op::kSub;
       const int col = Column();
       ++pos_;
-      KF_ASSIGN_OR_RETURN(int rhs, Product(depth + 1));
+      KF_ASSIGN_OR_RETURN(int rhs, Product(depth));
       lhs = Add(op, col, lhs, rhs);
       if (too_tall_) return TooDeep();
     }
@@ -81,14 +92,13 @@ class ExprParser {
   }
 
   Result<int> Product(int depth) {
-    if (depth > kMaxExprDepth) return TooDeep();
-    KF_ASSIGN_OR_RETURN(int lhs, Unary(depth + 1));
+    KF_ASSIGN_OR_RETURN(int lhs, Unary(depth));
     while (Peek('*') || Peek('/') || Peek('%')) {
       const char c = s_[pos_];
       const Op op = c == '*' ? Op::kMul : c == '/' ? Op::kDiv : Op::kMod;
       const int col = Column();
       ++pos_;
-      KF_ASSIGN_OR_RETURN(int rhs, Unary(depth + 1));
+      KF_ASSIGN_OR_RETURN(int rhs, Unary(depth));
       lhs = Add(op, col, lhs, rhs);
       if (too_tall_) return TooDeep();
     }
@@ -107,11 +117,10 @@ class ExprParser {
       ++pos_;
       return Unary(depth + 1);
     }
-    return Primary(depth + 1);
+    return Primary(depth);
   }
 
   Result<int> Primary(int depth) {
-    if (depth > kMaxExprDepth) return TooDeep();
     SkipSpace();
     if (pos_ >= s_.size()) return Unexpected();
     const char c = s_[pos_];
@@ -131,7 +140,7 @@ class ExprParser {
     SkipSpace();
     if (pos_ >= s_.size()) {
       return Error(ErrorKind::kInvalidInput,
-                   fmt::format("expected '{}' at the end of '{}'", what, s_));
+                   fmt::format("expected '{}' at the end of '{}'", what, Shown(s_)));
     }
     return e_.ErrorAt(Column(), fmt::format("expected '{}' but found '{}'", what, s_[pos_]));
   }
@@ -241,7 +250,7 @@ Result<Expr> Expr::Parse(std::string_view text) {
 }
 
 Status Expr::ErrorAt(int column, const std::string& what) const {
-  return Error(ErrorKind::kInvalidInput, fmt::format("{} at column {} in '{}'", what, column, text_));
+  return Error(ErrorKind::kInvalidInput, fmt::format("{} at column {} in '{}'", what, column, Shown(text_)));
 }
 
 std::vector<std::string> Expr::Variables() const {

@@ -1,0 +1,191 @@
+#include "kforge/evaluator/compare.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+namespace kforge::eval {
+namespace {
+
+ConcreteTensor Out(std::vector<int64_t> shape, Dtype dt = Dtype::kF32, Tolerance tol = {1e-3, 1e-3}) {
+  ConcreteTensor t;
+  t.name = "y";
+  t.dtype = dt;
+  t.shape = std::move(shape);
+  t.numel = 1;
+  for (int64_t d : t.shape) t.numel *= d;
+  t.nbytes = static_cast<size_t>(t.numel) * DtypeSize(dt);
+  t.tolerance = tol;
+  return t;
+}
+
+std::vector<float> F32(const std::vector<double>& v) { return std::vector<float>(v.begin(), v.end()); }
+
+bool HasHint(const CompareReport& r, const std::string& h) {
+  for (const auto& x : r.hints) {
+    if (x == h) return true;
+  }
+  return false;
+}
+
+std::string Hints(const CompareReport& r) {
+  std::string s;
+  for (const auto& h : r.hints) s += "[" + h + "] ";
+  return s;
+}
+
+TEST(Compare, PassesWithinTolerance) {
+  const auto out = Out({4}, Dtype::kF32, {0.01, 0.1});
+  const std::vector<double> exp = {1, -2, 100, 0};
+  // |got - exp| <= 0.01 + 0.1 * |exp|
+  const auto got = F32({1.1, -2.2, 110, 0.01});
+  CompareContext ctx;
+  auto r = CompareOutput(out, got.data(), exp, ctx);
+  EXPECT_TRUE(r.passed) << r.bad_count;
+  EXPECT_EQ(r.bad_count, 0);
+  EXPECT_TRUE(r.hints.empty());
+  EXPECT_NEAR(r.max_abs_err, 10, 1e-4);
+  EXPECT_NEAR(r.max_rel_err, 0.1, 1e-6);
+  const auto worse = F32({1.2, -2, 100, 0});
+  EXPECT_FALSE(CompareOutput(out, worse.data(), exp, ctx).passed);
+}
+
+TEST(Compare, ReportsCountsAndFirstBadWithMultiDimensionalIndex) {
+  const auto out = Out({3, 5});
+  std::vector<double> exp(15);
+  for (int i = 0; i < 15; ++i) exp[i] = i + 1;
+  auto got = F32(exp);
+  for (int i : {1, 6, 7, 8, 9, 10, 11, 12, 13, 14}) got[i] += 1;  // 10 bad: report the first 8
+  got[0] = std::numeric_limits<float>::quiet_NaN();
+  CompareContext ctx;
+  ctx.rank = 3;
+  auto r = CompareOutput(out, got.data(), exp, ctx);
+  EXPECT_FALSE(r.passed);
+  EXPECT_EQ(r.rank, 3);
+  EXPECT_EQ(r.output, "y");
+  EXPECT_EQ(r.bad_count, 11);
+  EXPECT_EQ(r.nan_count, 1);
+  EXPECT_DOUBLE_EQ(r.max_abs_err, 1);
+  EXPECT_DOUBLE_EQ(r.max_rel_err, 0.5);  // element 1: |3 - 2| / 2
+  ASSERT_EQ(r.first_bad.size(), kMaxFirstBad);
+  EXPECT_EQ(r.first_bad[0].index, (std::vector<int64_t>{0, 0}));
+  EXPECT_TRUE(std::isnan(r.first_bad[0].got));
+  EXPECT_EQ(r.first_bad[1].index, (std::vector<int64_t>{0, 1}));
+  EXPECT_EQ(r.first_bad[1].got, 3);
+  EXPECT_EQ(r.first_bad[1].expected, 2);
+  EXPECT_EQ(r.first_bad[2].index, (std::vector<int64_t>{1, 1}));  // flat 6
+  EXPECT_EQ(r.first_bad[7].index, (std::vector<int64_t>{2, 1}));  // flat 11
+
+  const auto j = ToJson(r);
+  EXPECT_EQ(j["rank"], 3);
+  EXPECT_EQ(j["output"], "y");
+  EXPECT_EQ(j["bad_count"], 11);
+  EXPECT_EQ(j["nan_count"], 1);
+  EXPECT_EQ(j["first_bad"].size(), 8u);
+  EXPECT_TRUE(j["first_bad"][0]["got"].is_null());  // NaN is not JSON
+  EXPECT_EQ(j["first_bad"][2]["index"], nlohmann::json({1, 1}));
+  EXPECT_EQ(j["first_bad"][1]["expected"], 2.0);
+  EXPECT_TRUE(j["hints"].is_array());
+  EXPECT_EQ(j["max_abs_err"], 1.0);
+}
+
+TEST(Compare, NanAndInfNeverPass) {
+  const auto out = Out({3}, Dtype::kF32, {1e30, 1});
+  const std::vector<double> exp = {1, std::numeric_limits<double>::infinity(), 3};
+  const auto got = F32({std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity(), 3});
+  auto r = CompareOutput(out, got.data(), exp, {});
+  EXPECT_FALSE(r.passed);
+  EXPECT_EQ(r.bad_count, 2);
+  EXPECT_EQ(r.nan_count, 1);
+}
+
+TEST(Compare, HintAllZeros) {
+  const auto out = Out({4});
+  const std::vector<double> exp = {1, 2, 3, 4};
+  const auto got = F32({0, 0, 0, 0});
+  CompareContext ctx;
+  ctx.world = 4;
+  auto r = CompareOutput(out, got.data(), exp, ctx);
+  EXPECT_TRUE(HasHint(r, "all zeros")) << Hints(r);
+  EXPECT_EQ(r.hints.size(), 1u) << Hints(r);
+}
+
+TEST(Compare, HintUnwrittenAndPartiallyWritten) {
+  const auto out = Out({2, 3}, Dtype::kBF16);
+  const std::vector<double> exp = {1, 2, 3, 4, 5, 6};
+  std::vector<uint8_t> raw(12, 0xFF);
+  auto r = CompareOutput(out, raw.data(), exp, {});
+  EXPECT_FALSE(r.passed);
+  EXPECT_EQ(r.nan_count, 6);  // 0xFFFF is a bf16 NaN
+  EXPECT_EQ(r.hints, std::vector<std::string>{"unwritten (still holds the poison pattern 0xFF bytes)"});
+
+  for (int i = 0; i < 4; ++i) StoreFromDouble(raw.data(), Dtype::kBF16, i, exp[i]);
+  r = CompareOutput(out, raw.data(), exp, {});
+  EXPECT_EQ(r.bad_count, 2);
+  EXPECT_TRUE(HasHint(r, "partially written (2 of 6 elements still poisoned)")) << Hints(r);
+
+  // Integers: -1 is all 0xFF bytes but a legitimate value when expected.
+  const auto ints = Out({3}, Dtype::kI32, {0, 0});
+  const std::vector<int32_t> got = {-1, -1, 7};
+  r = CompareOutput(ints, got.data(), std::vector<double>{-1, 5, 7}, {});
+  EXPECT_EQ(r.bad_count, 1);
+  EXPECT_TRUE(HasHint(r, "partially written (1 of 3 elements still poisoned)")) << Hints(r);
+}
+
+TEST(Compare, HintEqualsAnInputOfThisRank) {
+  const auto out = Out({4});
+  ConcreteTensor a = Out({4}), x = Out({4}, Dtype::kBF16);
+  a.name = "a";
+  x.name = "x";
+  const auto a_data = F32({9, 9, 9, 9});
+  std::vector<uint16_t> x_data(4);
+  for (int i = 0; i < 4; ++i) StoreFromDouble(x_data.data(), Dtype::kBF16, i, 0.5 * i);
+  CompareContext ctx;
+  ctx.input_specs = {&a, &x};
+  ctx.inputs = {a_data.data(), x_data.data()};
+  const auto got = F32({0, 0.5, 1, 1.5});
+  auto r = CompareOutput(out, got.data(), std::vector<double>{4, 5, 6, 7}, ctx);
+  EXPECT_TRUE(HasHint(r, "equals input x of this rank")) << Hints(r);
+  EXPECT_FALSE(HasHint(r, "equals input a of this rank")) << Hints(r);
+}
+
+TEST(Compare, HintEqualsAnotherRanksExpectedOutput) {
+  const auto out = Out({3});
+  const std::vector<double> r0 = {1, 2, 3}, r1 = {4, 5, 6}, r2 = {7, 8, 9};
+  CompareContext ctx;
+  ctx.world = 3;
+  ctx.rank = 1;
+  ctx.expected_by_rank = {r0, r1, r2};
+  const auto got = F32(r2);
+  auto r = CompareOutput(out, got.data(), r1, ctx);
+  EXPECT_TRUE(HasHint(r, "equals rank 2's expected output")) << Hints(r);
+  EXPECT_FALSE(HasHint(r, "equals rank 0's expected output")) << Hints(r);
+}
+
+TEST(Compare, HintOffByAFactorOfW) {
+  const auto out = Out({3});
+  const std::vector<double> exp = {1, -2, 3};
+  CompareContext ctx;
+  ctx.world = 4;
+  const auto times = F32({4, -8, 12});
+  auto r = CompareOutput(out, times.data(), exp, ctx);
+  EXPECT_TRUE(HasHint(r, "off by a factor of W (4)")) << Hints(r);
+  const auto over = F32({0.25, -0.5, 0.75});
+  r = CompareOutput(out, over.data(), exp, ctx);
+  EXPECT_TRUE(HasHint(r, "off by a factor of 1/W (1/4)")) << Hints(r);
+  const auto other = F32({2, -4, 6});
+  r = CompareOutput(out, other.data(), exp, ctx);
+  EXPECT_TRUE(r.hints.empty()) << Hints(r);
+}
+
+TEST(Compare, WrongExpectedSizeNeverPasses) {
+  const auto out = Out({3});
+  const auto got = F32({1, 2, 3});
+  auto r = CompareOutput(out, got.data(), std::vector<double>{1, 2}, {});
+  EXPECT_FALSE(r.passed);
+}
+
+}  // namespace
+}  // namespace kforge::eval

@@ -1,0 +1,255 @@
+#include "kforge/evaluator/inputs.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <cmath>
+#include <numeric>
+
+#include "kforge/evaluator/task_check.h"
+#include "kforge/oracle.h"
+#include "task_fixture.h"
+
+// Oracles and a generator for the test tasks below (names no real task uses).
+KF_ORACLE(ttsum) {
+  for (int r = 0; r < io.world; ++r) {
+    auto y = io.out(r, "y");
+    for (size_t i = 0; i < y.size(); ++i) {
+      double s = 0;
+      for (int p = 0; p < io.world; ++p) s += io.in(p, "x")[i];
+      y[i] = s;
+    }
+  }
+  return kforge::Status::Ok();
+}
+
+KF_ORACLE(ttlazy) {  // writes only rank 0's output
+  auto y = io.out(0, "y");
+  for (size_t i = 0; i < y.size(); ++i) y[i] = io.in(0, "x")[i];
+  return kforge::Status::Ok();
+}
+
+KF_ORACLE(ttgen) {
+  for (int r = 0; r < io.world; ++r) {
+    auto y = io.out(r, "y");
+    for (size_t i = 0; i < y.size(); ++i) y[i] = io.in(r, "x")[i];
+  }
+  return kforge::Status::Ok();
+}
+
+KF_INPUT_GENERATOR(ttgen) {
+  auto& d = gen.tensor->data;
+  for (size_t i = 0; i < d.size(); ++i) d[i] = gen.rank * 1000 + static_cast<double>(i) + 0.25;
+  return kforge::Status::Ok();
+}
+
+namespace kforge::eval {
+namespace {
+
+using testing::LoadOrDie;
+using testing::Replace;
+using testing::SumToml;
+using testing::TempDir;
+
+std::string Named(const std::string& name) { return Replace(SumToml(), "name = \"sum\"", "name = \"" + name + "\""); }
+
+std::string WithInit(const std::string& toml, const std::string& init, const std::string& dtype = "T") {
+  std::string t = Replace(toml, R"(init = { kind = "normal", mean = 0.0, std = 1.0 })", "init = " + init);
+  return Replace(t, "name = \"x\"\ndtype = \"T\"", "name = \"x\"\ndtype = \"" + dtype + "\"");
+}
+
+// A problem with N = n elements of x at W = 4.
+struct Fixture {
+  TempDir tmp;
+  Task task;
+  Problem p;
+  Fixture(const std::string& toml, int64_t n, Dtype dt = Dtype::kF32, const std::string& name = "001_ttsum") {
+    task = LoadOrDie(tmp.path(), name, toml);
+    SizeSpec size{"n", {{"N", std::to_string(n)}}};
+    auto r = Instantiate(task, 4, dt, size, true);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    if (r.ok()) p = *r;
+  }
+  std::vector<uint8_t> Gen(int rank, uint64_t seed, int threads = 0) {
+    std::vector<uint8_t> bytes(p.inputs[0].nbytes, 0xAB);
+    Status s = GenerateInput(p, 0, rank, seed, bytes.data(), threads);
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    return bytes;
+  }
+  std::vector<double> Values(const std::vector<uint8_t>& bytes) {
+    std::vector<double> v(static_cast<size_t>(p.inputs[0].numel));
+    for (size_t i = 0; i < v.size(); ++i) v[i] = LoadAsDouble(bytes.data(), p.inputs[0].dtype, i);
+    return v;
+  }
+};
+
+TEST(Inputs, DeterministicAndIndependentOfThreadCount) {
+  Fixture f(Named("ttsum"), 300001);  // odd: the last Box-Muller pair is cut
+  const auto one = f.Gen(1, 42, 1);
+  EXPECT_EQ(f.Gen(1, 42, 1), one);
+  EXPECT_EQ(f.Gen(1, 42, 3), one);
+  EXPECT_EQ(f.Gen(1, 42, 4), one);
+  EXPECT_EQ(f.Gen(1, 42, 0), one);
+  EXPECT_NE(f.Gen(1, 43, 1), one);  // another seed
+  EXPECT_NE(f.Gen(2, 42, 1), one);  // another rank
+}
+
+TEST(Inputs, NormalHasTheRequestedMoments) {
+  Fixture f(WithInit(Named("ttsum"), R"({ kind = "normal", mean = 3.0, std = 2.0 })", "f64"), 200000);
+  const auto v = f.Values(f.Gen(0, 7));
+  const double mean = std::accumulate(v.begin(), v.end(), 0.0) / v.size();
+  double var = 0;
+  for (double x : v) var += (x - mean) * (x - mean);
+  const double sd = std::sqrt(var / v.size());
+  EXPECT_NEAR(mean, 3.0, 0.03);
+  EXPECT_NEAR(sd, 2.0, 0.03);
+  EXPECT_TRUE(std::all_of(v.begin(), v.end(), [](double x) { return std::isfinite(x); }));
+}
+
+TEST(Inputs, ValuesAreRoundedToTheDtype) {
+  Fixture f(Named("ttsum"), 1000, Dtype::kBF16);
+  const auto bytes = f.Gen(0, 9);
+  for (size_t i = 0; i < 1000; ++i) {
+    uint16_t b;
+    std::memcpy(&b, bytes.data() + 2 * i, 2);
+    const double v = LoadAsDouble(bytes.data(), Dtype::kBF16, i);
+    uint16_t again;
+    StoreFromDouble(&again, Dtype::kBF16, 0, v);
+    ASSERT_EQ(again, b);
+  }
+}
+
+TEST(Inputs, SameOnAllRanks) {
+  const std::string toml = Replace(Named("ttsum"), "init = {", "same_on_all_ranks = true\ninit = {");
+  Fixture f(toml, 5000);
+  EXPECT_EQ(f.Gen(0, 5), f.Gen(3, 5));
+  EXPECT_NE(f.Gen(0, 5), f.Gen(0, 6));
+}
+
+TEST(Inputs, UniformStaysInRange) {
+  Fixture f(WithInit(Named("ttsum"), R"({ kind = "uniform", low = -2.0, high = 5.0 })", "f64"), 100000);
+  const auto v = f.Values(f.Gen(0, 11));
+  const auto [lo, hi] = std::minmax_element(v.begin(), v.end());
+  EXPECT_GE(*lo, -2.0);
+  EXPECT_LT(*hi, 5.0);
+  EXPECT_LT(*lo, -1.99);
+  EXPECT_GT(*hi, 4.99);
+}
+
+TEST(Inputs, IntHitsBothInclusiveBoundsFromExpressions) {
+  Fixture f(WithInit(Named("ttsum"), R"({ kind = "int", low = "-W", high = "W + 1" })", "i32"), 20000);
+  const auto v = f.Values(f.Gen(0, 3));
+  std::vector<int> counts(10, 0);
+  for (double x : v) {
+    ASSERT_EQ(x, std::floor(x));
+    ASSERT_GE(x, -4);
+    ASSERT_LE(x, 5);
+    ++counts[static_cast<int>(x) + 4];
+  }
+  for (int c : counts) EXPECT_GT(c, 1500);  // ~2000 each
+}
+
+TEST(Inputs, PermutationIsAPermutationAndDependsOnTheSeed) {
+  for (int64_t n : {1, 2, 3, 1000, 70001}) {
+    Fixture f(WithInit(Named("ttsum"), R"({ kind = "permutation" })", "i64"), n);
+    const auto a = f.Values(f.Gen(0, 1));
+    auto sorted = a;
+    std::sort(sorted.begin(), sorted.end());
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(sorted[i], static_cast<double>(i)) << "n = " << n;
+    if (n >= 1000) {
+      EXPECT_NE(f.Values(f.Gen(0, 2)), a);
+      EXPECT_EQ(f.Gen(0, 1, 1), f.Gen(0, 1, 4));
+      int fixed = 0;
+      for (int64_t i = 0; i < n; ++i) fixed += a[i] == static_cast<double>(i);
+      EXPECT_LT(fixed, 20) << "n = " << n;  // a random permutation has ~1 fixed point
+    }
+  }
+}
+
+TEST(Inputs, PermutationThatDoesNotFitTheDtypeFails) {
+  Fixture f(WithInit(Named("ttsum"), R"({ kind = "permutation" })"), 1000, Dtype::kBF16);
+  std::vector<uint8_t> bytes(f.p.inputs[0].nbytes);
+  Status s = GenerateInput(f.p, 0, 0, 1, bytes.data());
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("a permutation of 1000 elements does not fit bf16"), std::string::npos) << s.message();
+}
+
+TEST(Inputs, CustomUsesTheRegisteredGenerator) {
+  Fixture f(WithInit(Named("ttgen"), R"({ kind = "custom" })"), 10, Dtype::kF32, "001_ttgen");
+  const auto v = f.Values(f.Gen(2, 1));
+  for (size_t i = 0; i < v.size(); ++i) EXPECT_EQ(v[i], 2000 + static_cast<double>(i) + 0.25);
+
+  Fixture missing(WithInit(Named("ttnogen"), R"({ kind = "custom" })"), 10, Dtype::kF32, "001_ttnogen");
+  std::vector<uint8_t> bytes(missing.p.inputs[0].nbytes);
+  Status s = GenerateInput(missing.p, 0, 0, 1, bytes.data());
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.kind(), ErrorKind::kNotFound);
+  EXPECT_NE(s.message().find("KF_INPUT_GENERATOR(ttnogen)"), std::string::npos) << s.message();
+}
+
+TEST(Inputs, OracleSeesAllRanksInputsAsDoubles) {
+  Fixture f(Named("ttsum"), 1001, Dtype::kBF16);
+  auto host = GenerateAllInputs(f.p, 77);
+  ASSERT_TRUE(host.ok()) << host.status().ToString();
+  std::vector<std::vector<const void*>> ptrs(4);
+  for (int r = 0; r < 4; ++r) ptrs[r].push_back((*host)[r][0].data());
+  auto io = BuildOracleIo(f.p, 77, ptrs);
+  ASSERT_TRUE(io.ok()) << io.status().ToString();
+  EXPECT_EQ(io->world, 4);
+  EXPECT_EQ(io->params.at("N"), 1001);
+  EXPECT_EQ(io->in_shape(3, "x"), (std::vector<int64_t>{1001}));
+  EXPECT_TRUE(std::isnan(io->out(0, "y")[0]));  // outputs start as NaN
+  ASSERT_TRUE(RunOracle(f.p, *io).ok());
+  for (size_t i = 0; i < 1001; i += 97) {
+    double s = 0;
+    for (int r = 0; r < 4; ++r) s += LoadAsDouble((*host)[r][0].data(), Dtype::kBF16, i);
+    EXPECT_EQ(io->out(2, "y")[i], s);
+  }
+  // Generating inside BuildOracleIo gives the same inputs.
+  auto self = BuildOracleIo(f.p, 77, {});
+  ASSERT_TRUE(self.ok());
+  EXPECT_EQ(self->inputs[1][0].data, io->inputs[1][0].data);
+}
+
+TEST(Inputs, RunOracleFailsWithoutAnOracle) {
+  Fixture f(Named("ttnone"), 10, Dtype::kF32, "001_ttnone");
+  auto io = BuildOracleIo(f.p, 1, {});
+  ASSERT_TRUE(io.ok());
+  Status s = RunOracle(f.p, *io);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.kind(), ErrorKind::kNotFound);
+  EXPECT_NE(s.message().find("no oracle registered under 'ttnone'"), std::string::npos) << s.message();
+}
+
+TEST(Inputs, CheckOracleRunsEveryCheckProblemAndCatchesUnwrittenOutputs) {
+  TempDir tmp;
+  Task good = testing::LoadOrDie(tmp.path(), "001_ttsum", Named("ttsum"));
+  auto stats = CheckOracle(good, 5);
+  ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+  EXPECT_EQ(stats->problems, 3 * 2 * 2);  // W x dtypes x check sizes
+  int64_t values = 0;
+  for (int w : {2, 4, 8}) values += 2 * w * (8 + 1001);
+  EXPECT_EQ(stats->output_values, values);
+  EXPECT_EQ(stats->skipped, 0);
+
+  // A budget of 100 elements keeps tiny (x and y: 16 W elements) at W = 2 and 4 only.
+  auto quick = CheckOracle(good, 5, 100);
+  ASSERT_TRUE(quick.ok());
+  EXPECT_EQ(quick->problems, 2 * 2);
+  EXPECT_EQ(quick->skipped, 3 * 2 * 2 - 4);
+
+  Task lazy = testing::LoadOrDie(tmp.path(), "002_ttlazy", Replace(Named("ttlazy"), "id = 1", "id = 2"));
+  auto bad = CheckOracle(lazy, 5);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("oracle left rank 1's output 'y' element 0 = nan"), std::string::npos)
+      << bad.status().message();
+
+  // Checked only on rank 0: the lazy oracle is enough.
+  Task rooted = testing::LoadOrDie(tmp.path(), "003_ttlazy",
+                                   Replace(Replace(Named("ttlazy"), "id = 1", "id = 3"), "name = \"y\"", "name = \"y\"\nranks = \"0\""));
+  EXPECT_TRUE(CheckOracle(rooted, 5).ok());
+}
+
+}  // namespace
+}  // namespace kforge::eval

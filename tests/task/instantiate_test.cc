@@ -1,0 +1,155 @@
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "kforge/evaluator/task.h"
+#include "task_fixture.h"
+
+namespace kforge::eval {
+namespace {
+
+using testing::LoadOrDie;
+using testing::Replace;
+using testing::SumToml;
+using testing::TempDir;
+
+// x[N] split into W shards: y[N/W] on every rank, checked only on `root`.
+std::string ShardToml() {
+  std::string t = SumToml();
+  t = Replace(t, "name = \"y\"\ndtype = \"T\"\nshape = [\"N\"]",
+              "name = \"y\"\ndtype = \"T\"\nshape = [\"N / W\"]\nranks = \"root\"\n\n"
+              "[[outputs]]\nname = \"idx\"\ndtype = \"i32\"\nshape = [\"R\", \"C\"]");
+  t = Replace(t, "root = 0", "root = 1\nrows = 3");
+  t = Replace(t, R"({ label = "tiny", N = "8" })", R"({ label = "tiny", N = "8 * 8", R = "rows", C = "R * W" })");
+  t = Replace(t, R"({ label = "odd", N = "1001" })", R"({ label = "odd", N = "12", R = "1", C = "W" })");
+  t = Replace(t, R"({ label = "1MiB", N = "1Mi / elem" })",
+              R"x({ label = "1MiB", N = "1Mi / elem", R = "2", C = "cdiv(N, 8)" })x");
+  return t;
+}
+
+TEST(Instantiate, ResolvesShapesAtEveryWorldSize) {
+  TempDir tmp;
+  Task t = LoadOrDie(tmp.path(), "001_sum", ShardToml());
+  for (int w : {2, 4, 8}) {
+    auto p = Instantiate(t, w, Dtype::kBF16, t.check_sizes[0], true);
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    EXPECT_EQ(p->world, w);
+    EXPECT_EQ(p->dtype, Dtype::kBF16);
+    EXPECT_EQ(p->size_label, "tiny");
+    EXPECT_TRUE(p->is_check_size);
+    EXPECT_EQ(p->vars.at("W"), w);
+    EXPECT_EQ(p->vars.at("elem"), 2);
+    EXPECT_EQ(p->vars.at("N"), 64);
+    EXPECT_EQ(p->vars.at("C"), 3 * w);  // reads another size variable and W
+    ASSERT_EQ(p->inputs.size(), 1u);
+    EXPECT_EQ(p->inputs[0].shape, (std::vector<int64_t>{64}));
+    EXPECT_EQ(p->inputs[0].nbytes, 128u);
+    ASSERT_EQ(p->outputs.size(), 2u);
+    EXPECT_EQ(p->outputs[0].shape, (std::vector<int64_t>{64 / w}));
+    EXPECT_EQ(p->outputs[0].numel, 64 / w);
+    EXPECT_EQ(p->outputs[0].only_rank, 1);
+    EXPECT_EQ(p->outputs[0].tolerance.atol, 2e-2);
+    EXPECT_EQ(p->outputs[1].dtype, Dtype::kI32);
+    EXPECT_EQ(p->outputs[1].shape, (std::vector<int64_t>{3, 3 * w}));
+    EXPECT_EQ(p->outputs[1].nbytes, static_cast<size_t>(4 * 3 * 3 * w));
+    EXPECT_EQ(p->outputs[1].only_rank, -1);
+    EXPECT_EQ(p->outputs[1].tolerance.atol, 0);  // integers compare exactly
+    EXPECT_EQ(p->outputs[1].tolerance.rtol, 0);
+    // Default: 2 x the largest tensor (x: 128 bytes, idx: 36 W bytes) + 1 MiB.
+    EXPECT_EQ(p->workspace_bytes, 2 * std::max<size_t>(128, 36 * w) + (1u << 20));
+    EXPECT_EQ(p->perf_bytes, 128);
+    EXPECT_DOUBLE_EQ(p->busbw_factor, 2.0 * (w - 1) / w);
+  }
+  auto bench = Instantiate(t, 4, Dtype::kF32, t.bench_sizes[0], false);
+  ASSERT_TRUE(bench.ok()) << bench.status().ToString();
+  EXPECT_EQ(bench->inputs[0].numel, 262144);
+  EXPECT_EQ(bench->inputs[0].nbytes, 1u << 20);
+  EXPECT_EQ(bench->outputs[0].tolerance.atol, 1e-5);
+  EXPECT_EQ(bench->outputs[1].shape, (std::vector<int64_t>{2, 32768}));
+  EXPECT_FALSE(bench->is_check_size);
+}
+
+TEST(Instantiate, ShapeThatIsNotIntegralAtSomeWorldSizeIsAnError) {
+  TempDir tmp;
+  Task t = LoadOrDie(tmp.path(), "001_sum", ShardToml());
+  // odd: N = 12 divides by 2 and 4, not by 8.
+  EXPECT_TRUE(Instantiate(t, 2, Dtype::kF32, t.check_sizes[1], true).ok());
+  EXPECT_TRUE(Instantiate(t, 4, Dtype::kF32, t.check_sizes[1], true).ok());
+  auto p = Instantiate(t, 8, Dtype::kF32, t.check_sizes[1], true);
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().message(),
+            "001_sum at W=8, f32, check size 'odd': outputs[0] 'y': shape 'N / W' = 1.5 is not an integer");
+  Status all = ValidateShapes(t);
+  ASSERT_FALSE(all.ok());
+  EXPECT_NE(all.message().find("W=8"), std::string::npos) << all.message();
+  EXPECT_NE(all.message().find("'odd'"), std::string::npos) << all.message();
+}
+
+TEST(Instantiate, ValidateShapesPassesForAGoodTask) {
+  TempDir tmp;
+  Task t = LoadOrDie(tmp.path(), "001_sum", SumToml());
+  EXPECT_TRUE(ValidateShapes(t).ok()) << ValidateShapes(t).ToString();
+}
+
+TEST(Instantiate, RejectsUnsupportedWorldSizeAndDtype) {
+  TempDir tmp;
+  Task t = LoadOrDie(tmp.path(), "001_sum", SumToml());
+  auto w = Instantiate(t, 3, Dtype::kF32, t.check_sizes[0], true);
+  ASSERT_FALSE(w.ok());
+  EXPECT_EQ(w.status().message(), "001_sum: world size 3 is not supported (supported: 2, 4, 8)");
+  auto d = Instantiate(t, 2, Dtype::kF16, t.check_sizes[0], true);
+  ASSERT_FALSE(d.ok());
+  EXPECT_EQ(d.status().message(), "001_sum: dtype f16 is not supported (supported: f32, bf16)");
+}
+
+TEST(Instantiate, OutputRankMustBeARank) {
+  TempDir tmp;
+  std::string toml = Replace(SumToml(), "name = \"y\"", "name = \"y\"\nranks = \"W\"");
+  Task t = LoadOrDie(tmp.path(), "001_sum", toml);
+  auto p = Instantiate(t, 4, Dtype::kF32, t.check_sizes[0], true);
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("ranks 'W' = 4 is not a rank of W = 4"), std::string::npos)
+      << p.status().message();
+}
+
+TEST(Instantiate, OutputToleranceOverridesAndWorkspaceExpression) {
+  TempDir tmp;
+  std::string toml = Replace(SumToml(), "name = \"y\"", "name = \"y\"\ntolerance = { atol = 0.5 }");
+  toml = Replace(toml, "[params]", "workspace = \"N * elem * W + 1Ki\"\n\n[params]");
+  Task t = LoadOrDie(tmp.path(), "001_sum", toml);
+  auto p = Instantiate(t, 4, Dtype::kBF16, t.check_sizes[1], true);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->outputs[0].tolerance.atol, 0.5);
+  EXPECT_EQ(p->outputs[0].tolerance.rtol, 0);
+  EXPECT_EQ(p->workspace_bytes, 1001u * 2 * 4 + 1024);
+}
+
+TEST(Instantiate, SizeVariablesResolveInDependencyOrderAndCyclesFail) {
+  TempDir tmp;
+  // Keys are stored sorted (A before B); A depends on B, so order must come from dependencies.
+  std::string toml = Replace(SumToml(), R"({ label = "tiny", N = "8" })", R"({ label = "tiny", N = "A", A = "B * 2", B = "W" })");
+  Task t = LoadOrDie(tmp.path(), "001_sum", toml);
+  auto p = Instantiate(t, 4, Dtype::kF32, t.check_sizes[0], true);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->inputs[0].numel, 8);
+
+  TempDir tmp2;
+  toml = Replace(SumToml(), R"({ label = "tiny", N = "8" })", R"({ label = "tiny", N = "A", A = "N + 1" })");
+  Task c = LoadOrDie(tmp2.path(), "001_sum", toml);
+  auto cyc = Instantiate(c, 4, Dtype::kF32, c.check_sizes[0], true);
+  ASSERT_FALSE(cyc.ok());
+  EXPECT_NE(cyc.status().message().find("cycle: A, N"), std::string::npos) << cyc.status().message();
+}
+
+TEST(Instantiate, NegativeOrFractionalSizeVariableFails) {
+  TempDir tmp;
+  std::string toml = Replace(SumToml(), R"({ label = "tiny", N = "8" })", R"({ label = "tiny", N = "7 / W" })");
+  Task t = LoadOrDie(tmp.path(), "001_sum", toml);
+  auto p = Instantiate(t, 2, Dtype::kF32, t.check_sizes[0], true);
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("size variable N '7 / W' = 3.5 is not an integer"), std::string::npos)
+      << p.status().message();
+}
+
+}  // namespace
+}  // namespace kforge::eval
