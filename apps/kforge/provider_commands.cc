@@ -35,10 +35,7 @@ int RunAsk(const AskFlags& f) {
   options.base_url = f.base_url;
   options.cache_enabled = !f.no_cache;
   options.record_path = f.record;
-  options.on_retry = [](int attempt, const Status& why, std::chrono::milliseconds wait) {
-    std::fprintf(stderr, "\n[attempt %d failed: %s; retrying in %.1f s]\n", attempt, why.ToString().c_str(),
-                 wait.count() / 1000.0);
-  };
+  // Retries are reported by the providers log (one WARN line each).
   auto client = providers::MakeClient(f.model, options);
   if (!client.ok()) {
     std::fprintf(stderr, "kforge ask: %s\n", client.status().ToString().c_str());

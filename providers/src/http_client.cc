@@ -189,6 +189,7 @@ Result<ChatResponse> HttpClient::Complete(const ChatRequest& original, const Tex
       hit->from_cache = true;
       hit->attempts = 0;
       hit->cost_usd = 0;  // paid when it was first asked
+      hit->latency_s = 0;
       if (on_text && !hit->text.empty()) on_text(hit->text);
       LogDebug("providers", "{}: answered from the response cache ({})", request.model, hash.substr(0, 12));
       return *std::move(hit);
