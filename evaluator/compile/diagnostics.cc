@@ -3,6 +3,7 @@
 #include <cxxabi.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <optional>
 #include <regex>
@@ -18,7 +19,8 @@ namespace {
 // still be context. Bounds the regex work on pathological logs.
 constexpr size_t kMaxHeaderLine = 4096;
 
-std::optional<Severity> SeverityFromWord(std::string_view word) {
+std::optional<Severity> SeverityFromWord(std::string word) {
+  for (char& c : word) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   if (word == "error" || word == "fatal error" || word == "catastrophic error" || word == "internal error" ||
       word == "fatal") {
     return Severity::kError;
@@ -59,7 +61,7 @@ std::string DemangleQuoted(std::string text) {
 bool IsNoise(std::string_view line) {
   static const std::regex kNoise(
       R"(^(\d+ errors? detected in the compilation of .*|Remark: The warnings can be suppressed.*|)"
-      R"(compilation terminated\.|Compilation terminated\.|In file included from .*|\s+from .*|)"
+      R"(compilation terminated\.|Compilation terminated\.|.*: Assembler messages:|In file included from .*|\s+from .*[:,]|)"
       R"(.*: In (member )?function .*|.*: In instantiation of .*|.*: At global scope:|)"
       R"(collect2: error: ld returned \d+ exit status|.*ld(\.\w+)?: .*: in function .*)$)");
   return std::regex_match(line.begin(), line.end(), kNoise);
@@ -141,7 +143,8 @@ class Parser {
   std::optional<Diagnostic> Header(const std::string& line, bool& edg) {
     static const std::regex kEdg(
         R"(^(.+?)\((\d+)\): (catastrophic error|internal error|error|warning|remark|note)(?: #\d+(?:-[A-Z])?)?: (.*)$)");
-    static const std::regex kGcc(R"(^(.+?):(\d+):(?:(\d+):)? (fatal error|error|warning|note): (.*)$)");
+    // The assembler prints "Error:" / "Warning:" with a capital.
+    static const std::regex kGcc(R"(^(.+?):(\d+):(?:(\d+):)? (fatal error|error|warning|note|Error|Warning): (.*)$)");
     static const std::regex kPtxasAt(R"(^ptxas (.+?), line (\d+); (fatal|error|warning)\s*: (.*)$)");
     static const std::regex kTool(
         R"(^(ptxas|nvlink|nvcc|fatbinary|cicc|cudafe\+\+|nvdisasm)\s+(fatal|error|warning)\s*: (.*)$)");
