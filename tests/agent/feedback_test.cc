@@ -1,1 +1,127 @@
+#include "kforge/agent/feedback.h"
+
 #include <gtest/gtest.h>
+
+#include "test_util.h"
+
+namespace kforge::agent {
+namespace {
+
+using nlohmann::json;
+
+const Strategy& Refine() {
+  static Strategy s = *FindStrategy("refine", testing::PromptsDir());
+  return s;
+}
+
+std::string Compose(FeedbackInput in) {
+  auto r = ComposeFeedback(Refine(), in);
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  return r.ok() ? *r : "";
+}
+
+TEST(Feedback, CompileErrorsQuoteTheSourceAndDeduplicate) {
+  FeedbackInput in;
+  in.outcome = Outcome::kCompileError;
+  in.kernel_name = "k.cu";
+  in.source = "line one\n  int x = y\nline three\n";
+  in.turn = 1;
+  in.turns = 4;
+  json d1 = {{"file", "k.cu"}, {"line", 2}, {"column", 11}, {"severity", "error"}, {"message", "expected a ';'"}};
+  json warn = {{"file", "k.cu"}, {"line", 1}, {"severity", "warning"}, {"message", "unused"}};
+  in.eval = {{"status", "compile_error"}, {"compile", {{"diagnostics", {d1, d1, warn}}}}};
+  std::string fb = Compose(in);
+  EXPECT_NE(fb.find("line 2:11: expected a ';'"), std::string::npos) << fb;
+  EXPECT_NE(fb.find("    int x = y"), std::string::npos) << fb;
+  EXPECT_EQ(fb.find("unused"), std::string::npos);
+  EXPECT_EQ(fb.find("expected a ';'"), fb.rfind("expected a ';'"));  // once
+  EXPECT_NE(fb.find("Turn 1 of 4"), std::string::npos);
+  EXPECT_NE(fb.find("send the complete corrected kernel"), std::string::npos);
+}
+
+TEST(Feedback, CompileLogShownWhenNoDiagnosticParsed) {
+  FeedbackInput in;
+  in.outcome = Outcome::kCompileError;
+  in.eval = {{"status", "compile_error"}, {"compile", {{"log", "ptxas fatal: something odd"}}}};
+  EXPECT_NE(Compose(in).find("ptxas fatal: something odd"), std::string::npos);
+}
+
+TEST(Feedback, ManyErrorsAreCappedWithACount) {
+  FeedbackInput in;
+  in.outcome = Outcome::kCompileError;
+  json diags = json::array();
+  for (int i = 1; i <= 10; ++i) diags.push_back({{"line", i}, {"severity", "error"}, {"message", "e" + std::to_string(i)}});
+  in.eval = {{"status", "compile_error"}, {"compile", {{"diagnostics", diags}}}};
+  std::string fb = Compose(in);
+  EXPECT_NE(fb.find("(4 more distinct error(s)"), std::string::npos) << fb;
+  EXPECT_EQ(fb.find("e7"), std::string::npos);
+}
+
+TEST(Feedback, MismatchNamesRanksValuesAndHints) {
+  FeedbackInput in;
+  in.outcome = Outcome::kMismatch;
+  json mm = {{"rank", 3}, {"output", "y"}, {"bad_count", 12}, {"nan_count", 2}, {"max_abs_err", 0.5},
+             {"max_rel_err", 0.25}, {"first_bad", {{{"index", {3, 7}}, {"got", 1.0}, {"expected", 1.5}}}},
+             {"hints", {"off by a factor of W (4)"}}};
+  in.eval = {{"status", "mismatch"},
+             {"correctness", {{"trials", 5}, {"passed_trials", 1},
+                              {"checks", {{{"size", "odd"}, {"trial", 1}, {"passed", false}, {"mismatches", {mm}}}}}}}};
+  std::string fb = Compose(in);
+  EXPECT_NE(fb.find("1 of 5 trials passed; wrong output on rank(s) 3"), std::string::npos) << fb;
+  EXPECT_NE(fb.find("rank 3, output y: 12 wrong element(s), 2 NaN"), std::string::npos) << fb;
+  EXPECT_NE(fb.find("at [3, 7]: got 1, expected 1.5"), std::string::npos) << fb;
+  EXPECT_NE(fb.find("off by a factor of W (4)"), std::string::npos);
+}
+
+TEST(Feedback, RuntimeErrorAndHang) {
+  FeedbackInput in;
+  in.outcome = Outcome::kRuntimeError;
+  in.eval = {{"status", "runtime_error"},
+             {"error", {{"phase", "timing"}, {"rank", 2}, {"message", "CUDA error: misaligned address"}}}};
+  std::string fb = Compose(in);
+  EXPECT_NE(fb.find("phase: timing, rank 2"), std::string::npos) << fb;
+  EXPECT_NE(fb.find("misaligned address"), std::string::npos);
+  in.outcome = Outcome::kHang;
+  in.eval = {{"status", "timeout"}, {"timeout", {{"phase", "correctness"}, {"deadline_s", 60}, {"hung_ranks", {1, 3}}}}};
+  fb = Compose(in);
+  EXPECT_NE(fb.find("ranks that never finished: 1, 3"), std::string::npos) << fb;
+  EXPECT_NE(fb.find("correctness (deadline 60 s)"), std::string::npos) << fb;
+}
+
+TEST(Feedback, TimingShowsSpeedupBusbwShareOfPeakAndSkew) {
+  FeedbackInput in;
+  in.outcome = Outcome::kSlow;
+  in.link_peak_gbps = 450;
+  in.eval = {{"status", "passed"},
+             {"speedup", 0.8},
+             {"timing", {{{"size", "1MiB"}, {"baseline", {{"median_us", 30.0}}},
+                          {"candidate", {{"median_us", 37.5}, {"rank_median_us", {37.5, 30.0}}}},
+                          {"speedup", 0.8}, {"busbw_gbps", 90.0}, {"baseline_busbw_gbps", 112.5}}}}};
+  std::string fb = Compose(in);
+  EXPECT_NE(fb.find("| 1MiB | 30 | 37.5 | 0.8 | 90 | 112.5 | 20 |"), std::string::npos) << fb;
+  EXPECT_NE(fb.find("ranks differ by 25%"), std::string::npos) << fb;
+  EXPECT_NE(fb.find("speedup 0.8x"), std::string::npos);
+}
+
+TEST(Feedback, LastTurnDropsTheRequestForAnotherKernel) {
+  FeedbackInput in;
+  in.outcome = Outcome::kPolicyViolation;
+  in.eval = {{"status", "policy_violation"}, {"policy", {{"violations", {"calls ncclSend"}}}}};
+  in.turn = 4;
+  in.turns = 4;
+  std::string fb = Compose(in);
+  EXPECT_NE(fb.find("- calls ncclSend"), std::string::npos);
+  EXPECT_EQ(fb.find("Send the complete kernel"), std::string::npos) << fb;
+}
+
+TEST(Feedback, ClassifiesDocuments) {
+  EXPECT_EQ(ClassifyEvaluation({{"status", "passed"}, {"speedup", 1.2}}, false), Outcome::kFast);
+  EXPECT_EQ(ClassifyEvaluation({{"status", "passed"}, {"speedup", 1.0}}, false), Outcome::kSlow);
+  EXPECT_EQ(ClassifyEvaluation({{"status", "timeout"}}, false), Outcome::kHang);
+  EXPECT_EQ(ClassifyEvaluation({{"status", "passed"}}, true), Outcome::kCompiled);
+  EXPECT_EQ(ClassifyEvaluation({{"status", "compile_error"}}, true), Outcome::kCompileError);
+  EXPECT_EQ(ClassifyEvaluation({{"status", "weird"}}, false), Outcome::kHarnessError);
+}
+
+}  // namespace
+}  // namespace kforge::agent

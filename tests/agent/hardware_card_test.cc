@@ -1,1 +1,70 @@
+#include "kforge/agent/hardware_card.h"
+
 #include <gtest/gtest.h>
+
+#include "test_util.h"
+
+namespace kforge::agent {
+namespace {
+
+TEST(HardwareCard, ShippedProfilesExpandToTheProbeShape) {
+  for (const char* name : {"h100_8", "h200_8", "b200_8"}) {
+    auto card = FindHardwareProfile(name, testing::PromptsDir());
+    ASSERT_TRUE(card.ok()) << name << ": " << card.status().ToString();
+    EXPECT_EQ((*card)["world"], 8);
+    ASSERT_EQ((*card)["gpus"].size(), 8u);
+    EXPECT_EQ((*card)["gpus"][7]["index"], 7);
+    EXPECT_EQ((*card)["p2p"].size(), 8u);
+    EXPECT_EQ((*card)["nvlink"].size(), 56u);
+    EXPECT_FALSE((*card)["emulated"].get<bool>());
+    for (const char* f : {"cc_major", "sm_count", "smem_per_block_optin", "l2_bytes", "hbm_bandwidth_gbps"}) {
+      EXPECT_TRUE((*card)["gpus"][0].contains(f)) << name << " " << f;
+    }
+  }
+}
+
+TEST(HardwareCard, RendersTheNumbers) {
+  auto card = FindHardwareProfile("h100_8", testing::PromptsDir());
+  ASSERT_TRUE(card.ok());
+  std::string md = RenderHardwareCard(TrimHardware(*card, 4));
+  EXPECT_NE(md.find("4 x NVIDIA H100 80GB HBM3 (compute capability 9.0, nvcc arch sm_90a), 132 SMs"), std::string::npos)
+      << md;
+  EXPECT_NE(md.find("L2 cache 50 MiB"), std::string::npos) << md;
+  EXPECT_NE(md.find("at 3350 GB/s"), std::string::npos);
+  EXPECT_NE(md.find("every GPU pair, 18 links, 450 GB/s"), std::string::npos) << md;
+  EXPECT_NE(md.find("NCCL 2.21.5"), std::string::npos);
+  EXPECT_DOUBLE_EQ(LinkPeakGbps(*card), 450);
+}
+
+TEST(HardwareCard, TrimKeepsTheFirstGpus) {
+  auto card = FindHardwareProfile("b200_8", testing::PromptsDir());
+  ASSERT_TRUE(card.ok());
+  nlohmann::json t = TrimHardware(*card, 2);
+  EXPECT_EQ(t["gpus"].size(), 2u);
+  EXPECT_EQ(t["p2p"].size(), 2u);
+  EXPECT_EQ(t["p2p"][0].size(), 2u);
+  EXPECT_EQ(t["nvlink"].size(), 2u);
+  EXPECT_EQ(t["world"], 2);
+}
+
+TEST(HardwareCard, EmulatedAndMissingP2pAreSaid) {
+  nlohmann::json card = {{"gpus", {{{"index", 0}, {"name", "G"}}, {{"index", 1}, {"name", "G"}}}},
+                         {"p2p", {{true, false}, {false, true}}},
+                         {"nvlink", nlohmann::json::array()},
+                         {"emulated", true}};
+  std::string md = RenderHardwareCard(card);
+  EXPECT_NE(md.find("NOT available"), std::string::npos) << md;
+  EXPECT_NE(md.find("EMULATED"), std::string::npos);
+  EXPECT_NE(md.find("over PCIe"), std::string::npos);
+}
+
+TEST(HardwareCard, BadProfileNamesFileLineField) {
+  auto r = ParseHardwareProfile("world = 8\nnccl_version = \"x\"\ncuda_driver_version = \"x\"\n"
+                                "cuda_runtime_version = \"x\"\n[gpu]\nname = \"G\"\ncc_major = \"nine\"\n",
+                                "p.toml");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(), "p.toml:7: gpu.cc_major: expected a non-negative integer");
+}
+
+}  // namespace
+}  // namespace kforge::agent

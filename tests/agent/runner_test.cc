@@ -1,1 +1,269 @@
+#include "kforge/agent/runner.h"
+
 #include <gtest/gtest.h>
+
+#include "fakes.h"
+#include "test_util.h"
+
+namespace kforge::agent {
+namespace {
+
+using testing::FakeEval;
+using testing::FakeLlm;
+using testing::FakeStore;
+using testing::MakeStrategy;
+
+// A run on fake time: fake model, fake evaluators, fake store, simulated executor.
+struct Rig {
+  explicit Rig(const std::string& strategy_toml, int tasks = 2, int gpu_sets = 1, double llm_latency = 30)
+      : strategy(MakeStrategy(strategy_toml)), llm(llm_latency) {
+    spec.name = "test";
+    spec.models = {"fake:a", "fake:b"};
+    for (int i = 0; i < tasks; ++i) {
+      spec.tasks.push_back({"00" + std::to_string(i + 1) + "_task", "collective", {"SYS", "PROMPT " + std::to_string(i)}});
+    }
+    spec.strategy = &strategy;
+    spec.pools.gpu_sets = gpu_sets;
+    spec.pools.compile_slots = 2;
+    for (int i = 0; i < gpu_sets; ++i) gpus.push_back(std::make_unique<FakeEval>(10));
+    compiler = std::make_unique<FakeEval>(2);
+  }
+
+  Result<RunSummary> Run() {
+    auto executor = MakeSimExecutor(clock);
+    RunDeps deps;
+    deps.llm = &llm;
+    for (auto& g : gpus) deps.gpu_sets.push_back(g.get());
+    deps.compilers = {compiler.get()};
+    deps.store = &store;
+    deps.clock = &clock;
+    deps.executor = executor.get();
+    return ExecuteRun(spec, deps);
+  }
+
+  Strategy strategy;
+  FakeLlm llm;
+  std::vector<std::unique_ptr<FakeEval>> gpus;
+  std::unique_ptr<FakeEval> compiler;
+  FakeStore store;
+  FakeClock clock;
+  RunSpec spec;
+};
+
+const FakeStore::Session& SessionFor(const FakeStore& store, const std::string& model, const std::string& task) {
+  for (const auto& [id, s] : store.sessions) {
+    if (s.row.key.model == model && s.row.key.task == task) return s;
+  }
+  throw std::runtime_error("no session");
+}
+
+TEST(Runner, RefinesThroughEveryOutcomeAndRecordsEachTurn) {
+  Rig rig("turns = 6\n");
+  rig.spec.models = {"fake:a"};
+  rig.spec.tasks.resize(1);
+  rig.llm.SetTags({{{"001_task", 0}, "NOKERNEL"},
+                   {{"001_task", 1}, "SYNTAX"},
+                   {{"001_task", 2}, "CRASH"},
+                   {{"001_task", 3}, "WRONG"},
+                   {{"001_task", 4}, "SLOW"},
+                   {{"001_task", 5}, "FAST1.7"}});
+  auto r = rig.Run();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const auto& s = SessionFor(rig.store, "fake:a", "001_task");
+  ASSERT_EQ(s.turns.size(), 6u);
+  EXPECT_NE(s.turns[0].feedback.find("no fenced code block"), std::string::npos) << s.turns[0].feedback;
+  EXPECT_NE(s.turns[1].feedback.find("did not compile"), std::string::npos);
+  EXPECT_NE(s.turns[1].feedback.find("expected a ';'"), std::string::npos);
+  EXPECT_NE(s.turns[2].feedback.find("illegal memory access"), std::string::npos);
+  EXPECT_NE(s.turns[3].feedback.find("rank 1"), std::string::npos);
+  EXPECT_NE(s.turns[4].feedback.find("not faster"), std::string::npos);
+  EXPECT_NE(s.turns[5].feedback.find("1.7x"), std::string::npos);
+  // The prompt of each turn is the previous turn's feedback.
+  for (size_t i = 1; i < s.turns.size(); ++i) EXPECT_EQ(s.turns[i].prompt, s.turns[i - 1].feedback);
+  // Five evaluations (no evaluation for the reply without a kernel).
+  EXPECT_EQ(s.evals.size(), 5u);
+  ASSERT_NE(s.best, 0);
+  EXPECT_EQ(s.evals.back().id, s.best);
+  EXPECT_EQ(s.row.state, "done");
+  EXPECT_EQ(rig.store.run_state, "done");
+  ASSERT_EQ(r->sessions.size(), 1u);
+  EXPECT_EQ(r->sessions[0].best_outcome, "fast");
+  EXPECT_DOUBLE_EQ(r->sessions[0].best_speedup, 1.7);
+  EXPECT_EQ(r->stats.models["fake:a"].faster, 1);
+}
+
+TEST(Runner, CompileOnlyStopsAfterCompileAndSaysWhy) {
+  Rig rig("turns = 4\n");
+  rig.spec.compile_only = true;
+  rig.spec.pools.gpu_sets = 0;
+  rig.gpus.clear();
+  rig.llm.SetTags({{{"001_task", 0}, "SYNTAX"}, {{"002_task", 0}, "SYNTAX"}});
+  auto r = rig.Run();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  for (const auto& [id, s] : rig.store.sessions) {
+    EXPECT_EQ(s.row.state, "stopped");
+    EXPECT_EQ(s.row.stop_reason, "evaluation needs a GPU");
+    ASSERT_EQ(s.turns.size(), 2u);
+    EXPECT_NE(s.turns[1].feedback.find("evaluation needs a GPU"), std::string::npos);
+    ASSERT_EQ(s.evals.size(), 1u);  // only the compile error is a verdict
+  }
+  EXPECT_NE(RenderRunSummary(*r).find("Evaluation needs a GPU"), std::string::npos);
+}
+
+TEST(Runner, RunBudgetStopsEveryoneWithTheReason) {
+  Rig rig("turns = 10\n");
+  rig.spec.budgets.run.usd = 0.05;  // five calls at $0.01
+  // Every reply is slow so nobody stops by a rule.
+  rig.llm.SetTags([] {
+    std::map<std::pair<std::string, int>, std::string> m;
+    for (int i = 0; i < 10; ++i) {
+      m[{"001_task", i}] = "SLOW";
+      m[{"002_task", i}] = "SLOW";
+    }
+    return m;
+  }());
+  auto r = rig.Run();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  size_t turns = 0;
+  for (const auto& [id, s] : rig.store.sessions) {
+    turns += s.turns.size();
+    EXPECT_EQ(s.row.state, "stopped");
+    EXPECT_NE(s.row.stop_reason.find("budget: run spent"), std::string::npos) << s.row.stop_reason;
+  }
+  // Calls already in flight when the limit was crossed finish; no new ones start.
+  EXPECT_GE(turns, 5u);
+  EXPECT_LE(turns, 5u + 4u);
+}
+
+TEST(Runner, PerModelBudgetStopsOnlyThatModel) {
+  Rig rig("turns = 3\n");
+  rig.spec.budgets.per_model.tokens = 1500;  // each call uses 1500 tokens
+  auto r = rig.Run();
+  ASSERT_TRUE(r.ok());
+  for (const auto& [id, s] : rig.store.sessions) {
+    EXPECT_NE(s.row.stop_reason.find("budget: model " + s.row.key.model), std::string::npos) << s.row.stop_reason;
+  }
+}
+
+TEST(Runner, TransientFailuresRetryWithBackoffOnFakeTime) {
+  Rig rig("turns = 1\n");
+  rig.spec.models = {"fake:a"};
+  rig.spec.tasks.resize(1);
+  int failures = 2;
+  rig.llm.SetScript([&failures](const LlmCall&) -> Result<LlmAnswer> {
+    if (failures-- > 0) return Error(ErrorKind::kOverloaded, "529 overloaded");
+    return LlmAnswer{};
+  });
+  auto r = rig.Run();
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(rig.llm.calls().size(), 3u);
+  // 20 s + 40 s of backoff, 30 s of model latency, then compile and evaluation.
+  EXPECT_GE(rig.clock.Elapsed(), std::chrono::seconds(90));
+  const auto& s = SessionFor(rig.store, "fake:a", "001_task");
+  EXPECT_EQ(s.row.state, "done");
+  EXPECT_EQ(s.turns.size(), 1u);
+}
+
+TEST(Runner, AuthFailureStopsOnlyThatModel) {
+  Rig rig("turns = 2\n");
+  rig.llm.SetScript([](const LlmCall& c) -> Result<LlmAnswer> {
+    if (c.model == "fake:b") return Error(ErrorKind::kAuth, "401 invalid key");
+    return LlmAnswer{};
+  });
+  auto r = rig.Run();
+  ASSERT_TRUE(r.ok());
+  for (const auto& [id, s] : rig.store.sessions) {
+    if (s.row.key.model == "fake:b") {
+      EXPECT_EQ(s.row.state, "stopped");
+      EXPECT_NE(s.row.stop_reason.find("auth"), std::string::npos);
+      EXPECT_TRUE(s.turns.empty());
+    } else {
+      EXPECT_EQ(s.row.state, "done");
+    }
+  }
+}
+
+TEST(Runner, HarnessFailureStopsTheSessionResumably) {
+  Rig rig("turns = 2\n");
+  rig.spec.models = {"fake:a"};
+  rig.spec.tasks.resize(1);
+  rig.gpus[0]->fail_with = Error(ErrorKind::kHarness, "worker failed to start");
+  auto r = rig.Run();
+  ASSERT_TRUE(r.ok());
+  auto& s = rig.store.sessions.begin()->second;
+  EXPECT_EQ(s.row.state, "stopped");
+  EXPECT_NE(s.row.stop_reason.find("worker failed"), std::string::npos);
+  // Resume with a working evaluator: the stored kernel is evaluated, no new model call for it.
+  rig.gpus[0]->fail_with.reset();
+  size_t calls = rig.llm.calls().size();
+  auto r2 = rig.Run();
+  ASSERT_TRUE(r2.ok());
+  EXPECT_EQ(s.row.state, "done");
+  EXPECT_EQ(rig.llm.calls().size(), calls + 1);  // only turn 2 is new
+  EXPECT_EQ(s.turns.size(), 2u);
+}
+
+// Kill the run at every store write in turn, resume, and require the same
+// record as a run that was never interrupted.
+TEST(Runner, ResumeAfterACrashAtEveryStepGivesTheSameRecord) {
+  const std::string strategy = "turns = 3\nsamples = 2\nrefine = \"beam\"\nbeam = 2\n";
+  auto tags = [] {
+    std::map<std::pair<std::string, int>, std::string> m = {
+        {{"001_task", 0}, "SYNTAX"}, {{"001_task", 1}, "WRONG"}, {{"001_task", 2}, "NOKERNEL"},
+        {{"001_task", 3}, "SLOW"},   {{"001_task", 4}, "FAST1.3"}, {{"002_task", 0}, "CRASH"},
+        {{"002_task", 1}, "HANG"},   {{"002_task", 2}, "FAST2.0"}};
+    return m;
+  };
+  Rig clean(strategy);
+  clean.llm.SetTags(tags());
+  ASSERT_TRUE(clean.Run().ok());
+  const nlohmann::json expected = clean.store.Dump();
+  const int total = clean.store.mutations;
+  ASSERT_GT(total, 40);
+  for (int crash_at = 0; crash_at < total; ++crash_at) {
+    Rig rig(strategy);
+    rig.llm.SetTags(tags());
+    rig.store.crash_after = crash_at;
+    auto first = rig.Run();
+    ASSERT_FALSE(first.ok()) << "crash_at " << crash_at;
+    rig.store.Revive();
+    auto second = rig.Run();
+    ASSERT_TRUE(second.ok()) << "crash_at " << crash_at << ": " << second.status().ToString();
+    ASSERT_EQ(rig.store.Dump(), expected) << "crash_at " << crash_at;
+    EXPECT_EQ(rig.store.run_state, "done");
+  }
+}
+
+TEST(Runner, DoneSessionsAreSkippedOnResume) {
+  Rig rig("turns = 2\n");
+  ASSERT_TRUE(rig.Run().ok());
+  size_t calls = rig.llm.calls().size();
+  int evals = rig.gpus[0]->evaluations;
+  auto again = rig.Run();
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(rig.llm.calls().size(), calls);
+  EXPECT_EQ(rig.gpus[0]->evaluations, evals);
+  for (const auto& s : again->sessions) EXPECT_EQ(s.state, "done");
+}
+
+TEST(Runner, KeepsEveryGpuBusyUnderLoad) {
+  // 20 tasks x 2 models on 4 GPU sets; each model call takes 60 s, each
+  // evaluation 10 s, and many model calls run at once: GPU-bound after the
+  // first replies arrive.
+  Rig rig("turns = 6\n", 20, 4, 60);
+  rig.spec.pools.llm_total = 64;
+  rig.spec.pools.llm_per_model = 32;
+  rig.spec.pools.compile_slots = 8;
+  auto r = rig.Run();
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->sessions.size(), 40u);
+  double busy = 0;
+  for (double b : r->stats.gpu_busy_s) busy += b;
+  EXPECT_DOUBLE_EQ(busy, 40 * 6 * 10.0);
+  // The only idle GPU time is before the first replies arrive (60 s model
+  // call + 2 s compile) and the last round's tail.
+  EXPECT_GE(r->gpu_busy_fraction, 0.9) << "wall " << r->wall_s;
+}
+
+}  // namespace
+}  // namespace kforge::agent

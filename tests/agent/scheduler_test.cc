@@ -1,1 +1,116 @@
+#include "kforge/agent/scheduler.h"
+
 #include <gtest/gtest.h>
+
+namespace kforge::agent {
+namespace {
+
+TEST(Scheduler, ModelCallsAreRoundRobinAcrossModels) {
+  FakeClock clock;
+  PoolLimits limits;
+  limits.llm_total = 3;
+  limits.llm_per_model = 10;
+  Scheduler s(limits, clock);
+  uint64_t id = 1;
+  for (int i = 0; i < 5; ++i) s.Enqueue({id++, Pool::kLlm, "a"});  // a floods the queue first
+  for (int i = 0; i < 5; ++i) s.Enqueue({id++, Pool::kLlm, "b"});
+  s.Enqueue({id++, Pool::kLlm, "c"});
+  auto first = s.DispatchReady();
+  ASSERT_EQ(first.size(), 3u);
+  // One of each model, not three of the one that queued first.
+  EXPECT_EQ(first[0].id, 1u);
+  EXPECT_EQ(first[1].id, 6u);
+  EXPECT_EQ(first[2].id, 11u);
+  s.Release(1);
+  s.Release(6);
+  auto next = s.DispatchReady();
+  ASSERT_EQ(next.size(), 2u);
+  EXPECT_EQ(next[0].id, 2u);  // after c, back to a, then b
+  EXPECT_EQ(next[1].id, 7u);
+}
+
+TEST(Scheduler, PerModelCapHoldsEvenWithFreeGlobalSlots) {
+  FakeClock clock;
+  PoolLimits limits;
+  limits.llm_total = 10;
+  limits.llm_per_model = 2;
+  limits.llm_model_override["slow"] = 1;
+  Scheduler s(limits, clock);
+  for (uint64_t i = 1; i <= 4; ++i) s.Enqueue({i, Pool::kLlm, "fast"});
+  for (uint64_t i = 5; i <= 8; ++i) s.Enqueue({i, Pool::kLlm, "slow"});
+  EXPECT_EQ(s.DispatchReady().size(), 3u);
+  EXPECT_EQ(s.busy(Pool::kLlm), 3);
+  EXPECT_EQ(s.queued(Pool::kLlm), 5u);
+}
+
+TEST(Scheduler, GpuSetsRunOneEvaluationEachAndNeverIdleWhileWorkWaits) {
+  FakeClock clock;
+  PoolLimits limits;
+  limits.gpu_sets = 2;
+  Scheduler s(limits, clock);
+  for (uint64_t i = 1; i <= 5; ++i) s.Enqueue({i, Pool::kGpu, ""});
+  auto d = s.DispatchReady();
+  ASSERT_EQ(d.size(), 2u);
+  EXPECT_EQ(d[0].slot, 0);
+  EXPECT_EQ(d[1].slot, 1);
+  EXPECT_FALSE(s.GpuIdleWhileReady());
+  clock.Advance(std::chrono::seconds(10));
+  s.Release(d[1].id);
+  EXPECT_TRUE(s.GpuIdleWhileReady());  // until the next dispatch
+  auto d2 = s.DispatchReady();
+  ASSERT_EQ(d2.size(), 1u);
+  EXPECT_EQ(d2[0].slot, 1);
+  EXPECT_EQ(d2[0].id, 3u);  // first come, first served
+  EXPECT_FALSE(s.GpuIdleWhileReady());
+  clock.Advance(std::chrono::seconds(5));
+  auto busy = s.GpuBusySeconds();
+  EXPECT_DOUBLE_EQ(busy[0], 15);
+  EXPECT_DOUBLE_EQ(busy[1], 15);
+}
+
+TEST(Scheduler, CompileSlotsBoundConcurrentCompiles) {
+  FakeClock clock;
+  PoolLimits limits;
+  limits.compile_slots = 2;
+  Scheduler s(limits, clock);
+  for (uint64_t i = 1; i <= 3; ++i) s.Enqueue({i, Pool::kCompile, ""});
+  EXPECT_EQ(s.DispatchReady().size(), 2u);
+  EXPECT_TRUE(s.DispatchReady().empty());
+  s.Release(2);
+  auto d = s.DispatchReady();
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].id, 3u);
+  EXPECT_EQ(d[0].slot, 1);
+}
+
+TEST(SimExecutor, CompletesInOrderOfSimulatedTime) {
+  FakeClock clock;
+  auto ex = MakeSimExecutor(clock);
+  ex->Start(1, Pool::kLlm, [] { return 30.0; });
+  ex->Start(2, Pool::kGpu, [] { return 10.0; });
+  EXPECT_EQ(ex->in_flight(), 2u);
+  EXPECT_EQ(ex->Wait(std::nullopt), std::vector<uint64_t>{2});
+  EXPECT_EQ(clock.Elapsed(), std::chrono::seconds(10));
+  // A timer before the next completion advances only to the timer.
+  EXPECT_TRUE(ex->Wait(clock.Now() + std::chrono::seconds(5)).empty());
+  EXPECT_EQ(clock.Elapsed(), std::chrono::seconds(15));
+  EXPECT_EQ(ex->Wait(std::nullopt), std::vector<uint64_t>{1});
+  EXPECT_EQ(clock.Elapsed(), std::chrono::seconds(30));
+}
+
+TEST(ThreadExecutor, RunsWorkOnThreadsAndReportsCompletion) {
+  auto ex = MakeThreadExecutor();
+  std::atomic<int> ran{0};
+  for (uint64_t i = 1; i <= 3; ++i) ex->Start(i, Pool::kCompile, [&ran] { ++ran; return 0.0; });
+  std::vector<uint64_t> done;
+  while (done.size() < 3) {
+    for (uint64_t id : ex->Wait(std::nullopt)) done.push_back(id);
+  }
+  std::sort(done.begin(), done.end());
+  EXPECT_EQ(done, (std::vector<uint64_t>{1, 2, 3}));
+  EXPECT_EQ(ran.load(), 3);
+  EXPECT_EQ(ex->in_flight(), 0u);
+}
+
+}  // namespace
+}  // namespace kforge::agent
