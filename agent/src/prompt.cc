@@ -9,6 +9,7 @@ nlohmann::json PromptView(const Strategy& strategy, const PromptInputs& in) {
                          {"world", in.world},               {"dtype", in.dtype},
                          {"task_card", in.task_card},       {"hardware_card", in.hardware_card},
                          {"has_hardware", !in.hardware_card.empty()},
+                         {"abi_header", in.abi_header},     {"reference_source", in.reference_source},
                          {"turns", strategy.turns},         {"samples", strategy.samples},
                          {"multi_turn", strategy.turns > 1}};
   if (strategy.example && !in.example_source.empty()) {

@@ -18,6 +18,8 @@ struct PromptInputs {
   std::string dtype;
   std::string task_card;      // markdown from the evaluator (description, shapes, policy, ABI, reference)
   std::string hardware_card;  // markdown (RenderHardwareCard); empty when unknown
+  std::string abi_header;     // kforge/kernel.h, verbatim
+  std::string reference_source;  // the task's reference.cu (the baseline), verbatim
   std::string example_name;   // a hand-written solution shown as an example; empty: none
   std::string example_source;
 };
@@ -28,7 +30,8 @@ struct Prompt {
 };
 
 // The template view: task_key, task_title, world, dtype, task_card,
-// hardware_card, has_hardware, example {name, source} (absent when none),
+// hardware_card, has_hardware, abi_header, reference_source, example
+// {name, source} (absent when none),
 // turns, samples.
 nlohmann::json PromptView(const Strategy& strategy, const PromptInputs& in);
 

@@ -1,0 +1,43 @@
+// Adapters from the agent's ports to the real modules: kforge_providers
+// (models), kforge_evaluator (tasks, compile, GPU evaluation, hardware probe)
+// and kforge_results (the run store).
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kforge/agent/ports.h"
+#include "kforge/agent/prompt.h"
+#include "kforge/agent/strategy.h"
+#include "kforge/core/status.h"
+
+namespace kforge::eval {
+struct Task;
+}
+
+namespace kforge::agent {
+
+// One providers::Client per model spec, made on first use. Thread-safe.
+std::unique_ptr<LlmPort> MakeProviderLlm();
+
+// An evaluator over `tasks` (which must outlive it), bound to `gpus`
+// (empty: the evaluator's default). One evaluation at a time.
+std::unique_ptr<EvalPort> MakeEvaluatorPort(const std::vector<eval::Task>* tasks, std::vector<int> gpus);
+
+// The run store at `run_dir` (results::RunStore).
+Result<std::unique_ptr<StorePort>> OpenRunStore(const std::filesystem::path& run_dir);
+
+// The probed hardware card of `gpus`, or an error when there is no usable GPU.
+Result<nlohmann::json> ProbeHardwareCard(const std::vector<int>& gpus);
+
+// Everything the prompt builder needs for one task: the evaluator's task card
+// at (world, dtype), the ABI header, the reference source and, for strategies
+// that want one, the task's first hand-written solution.
+Result<PromptInputs> TaskPromptInputs(const eval::Task& task, int world, const std::string& dtype,
+                                      const Strategy& strategy, const std::string& hardware_card);
+
+}  // namespace kforge::agent

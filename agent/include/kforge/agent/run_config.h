@@ -1,0 +1,58 @@
+// What `kforge run` was asked to do: from flags or a run file (TOML), stored
+// with the run as JSON so that `--resume NAME` continues the same run.
+#pragma once
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kforge/agent/budget.h"
+#include "kforge/core/status.h"
+
+namespace kforge::agent {
+
+struct RunConfig {
+  std::string name;
+  std::vector<std::string> models;
+  std::vector<std::string> tasks;  // selectors: keys, numbers, names, globs, "category:X" or a category
+  std::string strategy = "refine";
+  std::optional<int> turns, samples;
+  int repeats = 1;
+  int world = 2;
+  std::string dtype;
+  std::vector<int> gpus;          // empty: every visible GPU
+  std::string hardware;           // a profile name for the prompt instead of the probe
+  bool compile_only = false;
+  Budgets budgets;
+  std::optional<double> deadline_unix;
+  int llm_concurrency = 4;        // per model
+  int compile_jobs = 0;           // 0: the number of CPU cores
+  std::string out = "runs";       // runs/<name>/
+};
+
+// Reads a run file. Errors name the file, the line and the field.
+Result<RunConfig> ParseRunFile(std::string_view toml_text, const std::filesystem::path& origin);
+Result<RunConfig> LoadRunFile(const std::filesystem::path& path);
+
+nlohmann::json RunConfigToJson(const RunConfig& c);
+Result<RunConfig> RunConfigFromJson(const nlohmann::json& j);
+
+// "2025-06-01T08:00:00" (local time), "+8h", "+90m", "+3600s" or unix seconds.
+Result<double> ParseDeadline(const std::string& text, double now_unix);
+
+struct TaskRef {
+  std::string key;   // "001_allreduce"
+  std::string name;  // "allreduce"
+  int id = 0;
+  std::string category;
+};
+
+// The tasks the selectors pick, in suite order, each once. A selector that
+// picks nothing is an error naming it.
+Result<std::vector<std::string>> SelectTasks(const std::vector<std::string>& selectors,
+                                             const std::vector<TaskRef>& suite);
+
+}  // namespace kforge::agent

@@ -1,0 +1,245 @@
+// The agent's ports over the real modules. Each adapter only converts types;
+// the behaviour (retries, limits, compile caching, durability) is the
+// module's own.
+#include "kforge/agent/adapters.h"
+
+#include <map>
+#include <mutex>
+
+#include <fmt/format.h>
+
+#include "kforge/core/fs.h"
+#include "kforge/evaluator/evaluate.h"
+#include "kforge/evaluator/hardware.h"
+#include "kforge/evaluator/task.h"
+#include "kforge/evaluator/task_card.h"
+#include "kforge/providers/client.h"
+#include "kforge/results/store.h"
+
+namespace kforge::agent {
+namespace {
+
+namespace fs = std::filesystem;
+
+class ProviderLlm final : public LlmPort {
+ public:
+  Result<LlmAnswer> Complete(const LlmCall& call) override {
+    KF_ASSIGN_OR_RETURN(providers::Client * client, ClientFor(call.model));
+    providers::ChatRequest req;
+    req.model = call.model;
+    req.system = call.system;
+    for (const auto& m : call.messages) req.messages.push_back({m.role, m.text});
+    req.temperature = call.temperature;
+    req.max_output_tokens = call.max_output_tokens;
+    req.reasoning_effort = call.reasoning_effort;
+    KF_ASSIGN_OR_RETURN(providers::ChatResponse r, client->Complete(req));
+    LlmAnswer a;
+    a.text = std::move(r.text);
+    a.finish_reason = std::string(providers::FinishReasonName(r.finish));
+    a.input_tokens = r.usage.input_tokens;
+    a.cached_input_tokens = r.usage.cached_input_tokens;
+    a.output_tokens = r.usage.output_tokens;
+    a.reasoning_tokens = r.usage.reasoning_tokens;
+    a.cost_usd = r.cost_usd;
+    a.latency_s = r.latency_s;
+    a.request_id = r.request_id;
+    return a;
+  }
+
+ private:
+  Result<providers::Client*> ClientFor(const std::string& model) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = clients_.find(model);
+    if (it != clients_.end()) return it->second.get();
+    KF_ASSIGN_OR_RETURN(auto client, providers::MakeClient(model, providers::ClientOptions{}));
+    providers::Client* raw = client.get();
+    clients_[model] = std::move(client);
+    return raw;
+  }
+
+  std::mutex mu_;
+  std::map<std::string, std::unique_ptr<providers::Client>> clients_;
+};
+
+class EvaluatorPort final : public EvalPort {
+ public:
+  EvaluatorPort(const std::vector<eval::Task>* tasks, std::vector<int> gpus)
+      : tasks_(tasks), gpus_(std::move(gpus)), evaluator_(eval::MakeEvaluator()) {}
+
+  Result<nlohmann::json> Evaluate(const EvalJob& job) override {
+    const eval::Task* task = eval::FindTask(*tasks_, job.task);
+    if (!task) return Error(ErrorKind::kNotFound, fmt::format("no task '{}'", job.task));
+    eval::EvalOptions o;
+    o.world = job.world;
+    o.gpus = gpus_;
+    o.compile_only = job.compile_only;
+    if (!job.dtype.empty()) {
+      KF_ASSIGN_OR_RETURN(eval::Dtype dt, eval::ParseDtype(job.dtype));
+      o.dtype = dt;
+    }
+    return evaluator_->Evaluate(*task, job.source, job.kernel_name, o);
+  }
+
+ private:
+  const std::vector<eval::Task>* tasks_;
+  std::vector<int> gpus_;
+  std::unique_ptr<eval::Evaluator> evaluator_;
+};
+
+class RunStoreAdapter final : public StorePort {
+ public:
+  explicit RunStoreAdapter(std::unique_ptr<results::RunStore> store) : store_(std::move(store)) {}
+
+  Result<RunRow> CreateOrGetRun(const std::string& name, const nlohmann::json& config,
+                                const nlohmann::json& hardware) override {
+    KF_ASSIGN_OR_RETURN(results::RunInfo info,
+                        store_->CreateOrGetRun(name, config, "0.1.0", TaskSuiteHash(config), hardware));
+    return RunRow{info.id, info.started_at, info.config};
+  }
+  Status FinishRun(int64_t run_id, const std::string& state) override { return store_->FinishRun(run_id, state); }
+  Result<int64_t> UpsertSession(int64_t run_id, const SessionKeyRow& k) override {
+    results::SessionKey key;
+    key.model = k.model;
+    key.task = k.task;
+    key.strategy = k.strategy;
+    key.sample = k.sample;
+    key.world = k.world;
+    key.dtype = k.dtype;
+    key.category = k.category;
+    return store_->UpsertSession(run_id, key);
+  }
+  Result<std::vector<SessionRow>> ListSessions(int64_t run_id) override {
+    KF_ASSIGN_OR_RETURN(auto rows, store_->ListSessions(run_id));
+    std::vector<SessionRow> out;
+    for (const auto& r : rows) {
+      out.push_back({r.id,
+                     {r.key.model, r.key.task, r.key.strategy, r.key.sample, r.key.world, r.key.dtype, r.key.category},
+                     r.state,
+                     r.stop_reason});
+    }
+    return out;
+  }
+  Status SetSessionState(int64_t id, const std::string& state, const std::string& reason) override {
+    return store_->SetSessionState(id, state, reason);
+  }
+  Result<int64_t> AppendTurn(const TurnRow& t) override {
+    results::TurnRecord r;
+    r.session_id = t.session_id;
+    r.index = t.index;
+    r.prompt = t.prompt;
+    r.reply = t.reply;
+    r.feedback = t.feedback;
+    if (!t.kernel.empty()) {
+      KF_ASSIGN_OR_RETURN(r.kernel_sha, store_->PutBlob(t.kernel));
+    }
+    r.input_tokens = t.input_tokens;
+    r.cached_input_tokens = t.cached_input_tokens;
+    r.output_tokens = t.output_tokens;
+    r.reasoning_tokens = t.reasoning_tokens;
+    r.cost_usd = t.cost_usd;
+    r.latency_s = t.latency_s;
+    r.request_id = t.request_id;
+    r.finish_reason = t.finish_reason;
+    return store_->AppendTurn(r);
+  }
+  Status SetTurnFeedback(int64_t turn_id, const std::string& feedback) override {
+    return store_->SetTurnFeedback(turn_id, feedback);
+  }
+  Result<std::vector<TurnRow>> ListTurns(int64_t session_id) override {
+    KF_ASSIGN_OR_RETURN(auto rows, store_->ListTurns(session_id));
+    std::vector<TurnRow> out;
+    for (const auto& r : rows) {
+      TurnRow t;
+      t.id = r.id;
+      t.session_id = r.session_id;
+      t.index = r.index;
+      t.prompt = r.prompt;
+      t.reply = r.reply;
+      t.feedback = r.feedback;
+      if (!r.kernel_sha.empty()) {
+        KF_ASSIGN_OR_RETURN(t.kernel, store_->GetBlob(r.kernel_sha));
+      }
+      t.input_tokens = r.input_tokens;
+      t.cached_input_tokens = r.cached_input_tokens;
+      t.output_tokens = r.output_tokens;
+      t.reasoning_tokens = r.reasoning_tokens;
+      t.cost_usd = r.cost_usd;
+      t.latency_s = r.latency_s;
+      t.request_id = r.request_id;
+      t.finish_reason = r.finish_reason;
+      out.push_back(std::move(t));
+    }
+    return out;
+  }
+  Result<int64_t> RecordEvaluation(int64_t session_id, int64_t turn_id, const nlohmann::json& doc) override {
+    return store_->RecordEvaluation(session_id, turn_id, doc);
+  }
+  Result<std::vector<EvaluationRow>> ListEvaluations(int64_t session_id) override {
+    KF_ASSIGN_OR_RETURN(auto rows, store_->ListEvaluations(session_id));
+    std::vector<EvaluationRow> out;
+    for (const auto& r : rows) {
+      KF_ASSIGN_OR_RETURN(nlohmann::json doc, store_->GetEvaluationDoc(r));
+      out.push_back({r.id, r.turn_id, std::move(doc)});
+    }
+    return out;
+  }
+  Status SetBestEvaluation(int64_t session_id, int64_t eval_id) override {
+    return store_->SetBestEvaluation(session_id, eval_id);
+  }
+  Status AppendEvent(int64_t run_id, const std::string& kind, const nlohmann::json& detail) override {
+    return store_->AppendEvent(run_id, kind, detail);
+  }
+
+ private:
+  static std::string TaskSuiteHash(const nlohmann::json& config) {
+    auto it = config.find("task_suite_hash");
+    return (it != config.end() && it->is_string()) ? it->get<std::string>() : std::string();
+  }
+
+  std::unique_ptr<results::RunStore> store_;
+};
+
+}  // namespace
+
+std::unique_ptr<LlmPort> MakeProviderLlm() { return std::make_unique<ProviderLlm>(); }
+
+std::unique_ptr<EvalPort> MakeEvaluatorPort(const std::vector<eval::Task>* tasks, std::vector<int> gpus) {
+  return std::make_unique<EvaluatorPort>(tasks, std::move(gpus));
+}
+
+Result<std::unique_ptr<StorePort>> OpenRunStore(const fs::path& run_dir) {
+  KF_ASSIGN_OR_RETURN(auto store, results::RunStore::Open(run_dir, false));
+  return std::unique_ptr<StorePort>(std::make_unique<RunStoreAdapter>(std::move(store)));
+}
+
+Result<nlohmann::json> ProbeHardwareCard(const std::vector<int>& gpus) {
+  KF_ASSIGN_OR_RETURN(nlohmann::json card, eval::ProbeHardware(gpus));
+  if (!card.contains("world") && card.contains("gpus")) card["world"] = card["gpus"].size();
+  return card;
+}
+
+Result<PromptInputs> TaskPromptInputs(const eval::Task& task, int world, const std::string& dtype,
+                                      const Strategy& strategy, const std::string& hardware_card) {
+  PromptInputs in;
+  in.task_key = task.key;
+  in.task_title = task.title;
+  in.world = world;
+  eval::Dtype dt = task.dtypes.empty() ? eval::Dtype::kF32 : task.dtypes.front();
+  if (!dtype.empty()) {
+    KF_ASSIGN_OR_RETURN(dt, eval::ParseDtype(dtype));
+  }
+  in.dtype = std::string(eval::DtypeName(dt));
+  in.task_card = eval::RenderTaskCard(task, world, dt);
+  in.hardware_card = hardware_card;
+  fs::path abi = fs::path(KFORGE_SOURCE_ROOT) / "evaluator" / "include" / "kforge" / "kernel.h";
+  if (const char* env = std::getenv("KFORGE_ABI_HEADER"); env && *env) abi = env;
+  KF_ASSIGN_OR_RETURN(in.abi_header, ReadFile(abi));
+  KF_ASSIGN_OR_RETURN(in.reference_source, ReadFile(task.reference));
+  if (strategy.example && !task.solutions.empty()) {
+    in.example_name = task.solutions.front().filename().string();
+    KF_ASSIGN_OR_RETURN(in.example_source, ReadFile(task.solutions.front()));
+  }
+  return in;
+}
+
+}  // namespace kforge::agent

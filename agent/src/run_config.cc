@@ -1,0 +1,281 @@
+#include "kforge/agent/run_config.h"
+
+#include <toml++/toml.h>
+
+#include <ctime>
+#include <fnmatch.h>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "kforge/core/fs.h"
+
+namespace kforge::agent {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+Status FieldError(const fs::path& origin, const toml::node* node, std::string_view field, std::string_view what) {
+  int line = node ? static_cast<int>(node->source().begin.line) : 0;
+  return Error(ErrorKind::kInvalidInput, fmt::format("{}:{}: {}: {}", origin.string(), line, field, what));
+}
+
+Result<std::vector<std::string>> Strings(const fs::path& origin, const toml::table& t, const char* key) {
+  std::vector<std::string> out;
+  const toml::node* n = t.get(key);
+  if (!n) return out;
+  if (auto s = n->value<std::string>()) return std::vector<std::string>{*s};
+  const toml::array* a = n->as_array();
+  if (!a) return FieldError(origin, n, key, "expected a string or a list of strings");
+  for (const auto& v : *a) {
+    auto s = v.value<std::string>();
+    if (!s) return FieldError(origin, &v, key, "expected a list of strings");
+    out.push_back(*s);
+  }
+  return out;
+}
+
+Status ReadLimits(const fs::path& origin, const toml::node* n, const std::string& field, BudgetLimits* out) {
+  if (!n) return Status::Ok();
+  const toml::table* t = n->as_table();
+  if (!t) return FieldError(origin, n, field, "expected a table");
+  for (const auto& [k, v] : *t) {
+    std::string key(k.str());
+    if (key == "usd" || key == "wall_s") {
+      auto d = v.value<double>();
+      if (!d || *d < 0) return FieldError(origin, &v, field + "." + key, "expected a non-negative number");
+      (key == "usd" ? out->usd : out->wall_s) = *d;
+    } else if (key == "tokens") {
+      auto i = v.value<int64_t>();
+      if (!i || *i < 0) return FieldError(origin, &v, field + "." + key, "expected a non-negative integer");
+      out->tokens = *i;
+    } else {
+      return FieldError(origin, &v, field + "." + key, "unknown field (usd, tokens, wall_s)");
+    }
+  }
+  return Status::Ok();
+}
+
+json LimitsJson(const BudgetLimits& l) {
+  json j = json::object();
+  if (l.usd) j["usd"] = *l.usd;
+  if (l.tokens) j["tokens"] = *l.tokens;
+  if (l.wall_s) j["wall_s"] = *l.wall_s;
+  return j;
+}
+
+BudgetLimits LimitsFrom(const json& j) {
+  BudgetLimits l;
+  if (j.contains("usd")) l.usd = j["usd"].get<double>();
+  if (j.contains("tokens")) l.tokens = j["tokens"].get<int64_t>();
+  if (j.contains("wall_s")) l.wall_s = j["wall_s"].get<double>();
+  return l;
+}
+
+}  // namespace
+
+Result<RunConfig> ParseRunFile(std::string_view text, const fs::path& origin) {
+  toml::table root;
+  try {
+    root = toml::parse(text, origin.string());
+  } catch (const toml::parse_error& e) {
+    return Error(ErrorKind::kInvalidInput, fmt::format("{}:{}: {}", origin.string(), e.source().begin.line,
+                                                       std::string(e.description())));
+  }
+  static const std::set<std::string> kKnown = {
+      "name",   "models",  "tasks", "strategy",     "turns",           "samples",      "repeats",
+      "world",  "dtype",   "gpus",  "hardware",     "compile_only",    "deadline",     "llm_concurrency",
+      "compile_jobs", "out", "budget"};
+  for (const auto& [k, v] : root) {
+    if (!kKnown.count(std::string(k.str()))) return FieldError(origin, &v, k.str(), "unknown field");
+  }
+  RunConfig c;
+  c.name = root["name"].value_or(origin.stem().string());
+  KF_ASSIGN_OR_RETURN(c.models, Strings(origin, root, "models"));
+  KF_ASSIGN_OR_RETURN(c.tasks, Strings(origin, root, "tasks"));
+  if (c.models.empty()) return FieldError(origin, root.get("models"), "models", "at least one model is required");
+  if (c.tasks.empty()) return FieldError(origin, root.get("tasks"), "tasks", "at least one task selector is required");
+  auto str = [&](const char* key, std::string* out) -> Status {
+    if (const toml::node* n = root.get(key)) {
+      auto v = n->value<std::string>();
+      if (!v) return FieldError(origin, n, key, "expected a string");
+      *out = *v;
+    }
+    return Status::Ok();
+  };
+  auto integer = [&](const char* key, int min, int* out) -> Status {
+    if (const toml::node* n = root.get(key)) {
+      auto v = n->value<int64_t>();
+      if (!v || *v < min) return FieldError(origin, n, key, fmt::format("expected an integer >= {}", min));
+      *out = static_cast<int>(*v);
+    }
+    return Status::Ok();
+  };
+  KF_RETURN_IF_ERROR(str("strategy", &c.strategy));
+  KF_RETURN_IF_ERROR(str("dtype", &c.dtype));
+  KF_RETURN_IF_ERROR(str("hardware", &c.hardware));
+  KF_RETURN_IF_ERROR(str("out", &c.out));
+  int turns = 0, samples = 0;
+  KF_RETURN_IF_ERROR(integer("turns", 1, &turns));
+  KF_RETURN_IF_ERROR(integer("samples", 1, &samples));
+  if (turns) c.turns = turns;
+  if (samples) c.samples = samples;
+  KF_RETURN_IF_ERROR(integer("repeats", 1, &c.repeats));
+  KF_RETURN_IF_ERROR(integer("world", 1, &c.world));
+  KF_RETURN_IF_ERROR(integer("llm_concurrency", 1, &c.llm_concurrency));
+  KF_RETURN_IF_ERROR(integer("compile_jobs", 0, &c.compile_jobs));
+  if (const toml::node* n = root.get("compile_only")) {
+    auto v = n->value<bool>();
+    if (!v) return FieldError(origin, n, "compile_only", "expected true or false");
+    c.compile_only = *v;
+  }
+  if (const toml::node* n = root.get("gpus")) {
+    const toml::array* a = n->as_array();
+    if (!a) return FieldError(origin, n, "gpus", "expected a list of GPU indices");
+    for (const auto& v : *a) {
+      auto i = v.value<int64_t>();
+      if (!i || *i < 0) return FieldError(origin, &v, "gpus", "expected non-negative integers");
+      c.gpus.push_back(static_cast<int>(*i));
+    }
+  }
+  if (const toml::node* n = root.get("deadline")) {
+    auto v = n->value<std::string>();
+    if (!v) return FieldError(origin, n, "deadline", "expected a string");
+    auto d = ParseDeadline(*v, static_cast<double>(std::time(nullptr)));
+    if (!d.ok()) return FieldError(origin, n, "deadline", d.status().message());
+    c.deadline_unix = *d;
+  }
+  if (const toml::node* n = root.get("budget")) {
+    const toml::table* b = n->as_table();
+    if (!b) return FieldError(origin, n, "budget", "expected a table");
+    for (const auto& [k, v] : *b) {
+      std::string key(k.str());
+      if (key == "per_model") {
+        KF_RETURN_IF_ERROR(ReadLimits(origin, &v, "budget.per_model", &c.budgets.per_model));
+      } else if (key == "per_task") {
+        KF_RETURN_IF_ERROR(ReadLimits(origin, &v, "budget.per_task", &c.budgets.per_task));
+      } else if (key != "usd" && key != "tokens" && key != "wall_s") {
+        return FieldError(origin, &v, "budget." + key, "unknown field (usd, tokens, wall_s, per_model, per_task)");
+      }
+    }
+    for (const char* key : {"usd", "tokens", "wall_s"}) {
+      const toml::node* v = b->get(key);
+      if (!v) continue;
+      toml::table one;
+      one.insert(key, *v);
+      Status st = ReadLimits(origin, &one, "budget", &c.budgets.run);
+      if (!st.ok()) return FieldError(origin, v, std::string("budget.") + key, "expected a non-negative number");
+    }
+  }
+  return c;
+}
+
+Result<RunConfig> LoadRunFile(const fs::path& path) {
+  KF_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  return ParseRunFile(text, path);
+}
+
+json RunConfigToJson(const RunConfig& c) {
+  json j = {{"name", c.name},         {"models", c.models},   {"tasks", c.tasks},
+            {"strategy", c.strategy}, {"repeats", c.repeats}, {"world", c.world},
+            {"dtype", c.dtype},       {"gpus", c.gpus},       {"hardware", c.hardware},
+            {"compile_only", c.compile_only}, {"llm_concurrency", c.llm_concurrency},
+            {"compile_jobs", c.compile_jobs}, {"out", c.out}};
+  if (c.turns) j["turns"] = *c.turns;
+  if (c.samples) j["samples"] = *c.samples;
+  if (c.deadline_unix) j["deadline_unix"] = *c.deadline_unix;
+  j["budget"] = {{"run", LimitsJson(c.budgets.run)},
+                 {"per_model", LimitsJson(c.budgets.per_model)},
+                 {"per_task", LimitsJson(c.budgets.per_task)}};
+  return j;
+}
+
+Result<RunConfig> RunConfigFromJson(const json& j) {
+  try {
+    RunConfig c;
+    c.name = j.at("name").get<std::string>();
+    c.models = j.at("models").get<std::vector<std::string>>();
+    c.tasks = j.at("tasks").get<std::vector<std::string>>();
+    c.strategy = j.at("strategy").get<std::string>();
+    c.repeats = j.value("repeats", 1);
+    c.world = j.value("world", 2);
+    c.dtype = j.value("dtype", "");
+    c.gpus = j.value("gpus", std::vector<int>{});
+    c.hardware = j.value("hardware", "");
+    c.compile_only = j.value("compile_only", false);
+    c.llm_concurrency = j.value("llm_concurrency", 4);
+    c.compile_jobs = j.value("compile_jobs", 0);
+    c.out = j.value("out", "runs");
+    if (j.contains("turns")) c.turns = j["turns"].get<int>();
+    if (j.contains("samples")) c.samples = j["samples"].get<int>();
+    if (j.contains("deadline_unix")) c.deadline_unix = j["deadline_unix"].get<double>();
+    if (j.contains("budget")) {
+      c.budgets.run = LimitsFrom(j["budget"].value("run", json::object()));
+      c.budgets.per_model = LimitsFrom(j["budget"].value("per_model", json::object()));
+      c.budgets.per_task = LimitsFrom(j["budget"].value("per_task", json::object()));
+    }
+    return c;
+  } catch (const json::exception& e) {
+    return Error(ErrorKind::kInvalidInput, fmt::format("stored run config: {}", e.what()));
+  }
+}
+
+Result<double> ParseDeadline(const std::string& text, double now_unix) {
+  if (!text.empty() && text[0] == '+') {
+    char unit = text.back();
+    double scale = unit == 'h' ? 3600 : unit == 'm' ? 60 : unit == 's' ? 1 : 0;
+    if (scale == 0) return Error(ErrorKind::kInvalidInput, fmt::format("'{}': use +Nh, +Nm or +Ns", text));
+    try {
+      return now_unix + std::stod(text.substr(1, text.size() - 2)) * scale;
+    } catch (const std::exception&) {
+      return Error(ErrorKind::kInvalidInput, fmt::format("'{}': not a number", text));
+    }
+  }
+  std::tm tm{};
+  if (strptime(text.c_str(), "%Y-%m-%dT%H:%M:%S", &tm) || strptime(text.c_str(), "%Y-%m-%dT%H:%M", &tm)) {
+    tm.tm_isdst = -1;
+    return static_cast<double>(std::mktime(&tm));
+  }
+  try {
+    size_t used = 0;
+    double v = std::stod(text, &used);
+    if (used == text.size()) return v;
+  } catch (const std::exception&) {
+  }
+  return Error(ErrorKind::kInvalidInput,
+               fmt::format("'{}': expected YYYY-MM-DDTHH:MM[:SS], +Nh/+Nm/+Ns or unix seconds", text));
+}
+
+Result<std::vector<std::string>> SelectTasks(const std::vector<std::string>& selectors,
+                                             const std::vector<TaskRef>& suite) {
+  std::set<std::string> picked;
+  for (const auto& sel : selectors) {
+    bool any = false;
+    std::string category = sel.rfind("category:", 0) == 0 ? sel.substr(9) : "";
+    for (const auto& t : suite) {
+      bool match = false;
+      if (!category.empty()) {
+        match = t.category == category;
+      } else if (sel == "all" || sel == "*") {
+        match = true;
+      } else if (sel.find_first_of("*?[") != std::string::npos) {
+        match = fnmatch(sel.c_str(), t.key.c_str(), 0) == 0 || fnmatch(sel.c_str(), t.name.c_str(), 0) == 0;
+      } else {
+        match = sel == t.key || sel == t.name || sel == std::to_string(t.id) || sel == t.category;
+      }
+      if (match) {
+        picked.insert(t.key);
+        any = true;
+      }
+    }
+    if (!any) return Error(ErrorKind::kInvalidInput, fmt::format("task selector '{}' matches no task", sel));
+  }
+  std::vector<std::string> out;
+  for (const auto& t : suite) {
+    if (picked.count(t.key)) out.push_back(t.key);
+  }
+  return out;
+}
+
+}  // namespace kforge::agent

@@ -1,0 +1,330 @@
+// `kforge run` (many models x tasks under one strategy, resumable) and
+// `kforge prompt` (print exactly what a session would send first).
+#include <unistd.h>
+
+#include <cstdio>
+#include <ctime>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "command.h"
+#include "kforge/agent/adapters.h"
+#include "kforge/agent/hardware_card.h"
+#include "kforge/agent/prompt.h"
+#include "kforge/agent/run_config.h"
+#include "kforge/agent/runner.h"
+#include "kforge/agent/strategy.h"
+#include "kforge/core/clock.h"
+#include "kforge/evaluator/evaluate.h"
+#include "kforge/evaluator/task.h"
+#include "kforge/results/store.h"
+
+namespace kforge::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using agent::RunConfig;
+
+int Fail(const char* cmd, const std::string& message) {
+  std::fprintf(stderr, "kforge %s: %s\n", cmd, message.c_str());
+  return 1;
+}
+
+// The card for the prompt: a named profile, else the probe, else none.
+std::string HardwareMarkdown(const std::string& profile, const std::vector<int>& gpus, int world,
+                             const fs::path& prompts_dir, std::string* why_none, nlohmann::json* card_out) {
+  Result<nlohmann::json> card = profile.empty() ? agent::ProbeHardwareCard(gpus)
+                                                : agent::FindHardwareProfile(profile, prompts_dir);
+  if (!card.ok()) {
+    *why_none = card.status().message();
+    return "";
+  }
+  nlohmann::json trimmed = profile.empty() ? *card : agent::TrimHardware(*card, world);
+  if (card_out) *card_out = trimmed;
+  return agent::RenderHardwareCard(trimmed);
+}
+
+// ---- kforge prompt ----
+
+struct PromptArgs {
+  std::string task, strategy = "refine", hardware, dtype, tasks_dir;
+  int world = 2;
+};
+
+int RunPrompt(const PromptArgs& a) {
+  fs::path dir = a.tasks_dir.empty() ? eval::DefaultTasksDir() : fs::path(a.tasks_dir);
+  auto tasks = eval::LoadTasks(dir);
+  if (!tasks.ok()) return Fail("prompt", tasks.status().message());
+  const eval::Task* task = eval::FindTask(*tasks, a.task);
+  if (!task) return Fail("prompt", fmt::format("no task '{}' in {}", a.task, dir.string()));
+  fs::path prompts = agent::DefaultPromptsDir();
+  auto strategy = agent::FindStrategy(a.strategy, prompts);
+  if (!strategy.ok()) return Fail("prompt", strategy.status().message());
+  std::string why;
+  std::string hw = HardwareMarkdown(a.hardware, {}, a.world, prompts, &why, nullptr);
+  if (hw.empty()) {
+    if (!a.hardware.empty()) return Fail("prompt", why);
+    std::fprintf(stderr, "kforge prompt: no hardware card (%s); pass --hardware h100_8|h200_8|b200_8\n", why.c_str());
+  }
+  auto in = agent::TaskPromptInputs(*task, a.world, a.dtype, *strategy, hw);
+  if (!in.ok()) return Fail("prompt", in.status().message());
+  auto p = agent::BuildPrompt(*strategy, *in);
+  if (!p.ok()) return Fail("prompt", p.status().message());
+  std::printf("===== system =====\n%s\n===== user =====\n%s", p->system.c_str(), p->user.c_str());
+  return 0;
+}
+
+void AddPrompt(CLI::App& app, int& exit_code) {
+  auto a = std::make_shared<PromptArgs>();
+  CLI::App* cmd = app.add_subcommand("prompt", "print the first prompt a session would send");
+  cmd->add_option("--task", a->task, "task key, number or name")->required();
+  cmd->add_option("--strategy", a->strategy, "strategy name or file (prompts/strategies)");
+  cmd->add_option("--hardware", a->hardware, "hardware profile (prompts/hardware) instead of probing the GPUs");
+  cmd->add_option("--world", a->world, "world size W")->check(CLI::Range(1, 64));
+  cmd->add_option("--dtype", a->dtype, "the task's T (default: its first dtype)");
+  cmd->add_option("--tasks-dir", a->tasks_dir, "where tasks live");
+  cmd->callback([a, &exit_code] { exit_code = RunPrompt(*a); });
+}
+
+// ---- kforge run ----
+
+struct RunArgs {
+  std::string run_file, resume, name, models, tasks, strategy, dtype, hardware, deadline, out = "runs", tasks_dir;
+  int turns = 0, samples = 0, repeats = 0, world = 0, llm_concurrency = 0, compile_jobs = 0;
+  std::vector<int> gpus;
+  double budget_usd = -1, model_budget_usd = -1, task_budget_usd = -1, budget_wall_s = -1;
+  int64_t budget_tokens = -1, model_budget_tokens = -1;
+  bool compile_only = false;
+};
+
+std::vector<std::string> SplitCommas(const std::string& s) {
+  std::vector<std::string> out;
+  size_t pos = 0;
+  while (pos <= s.size()) {
+    size_t end = s.find(',', pos);
+    if (end == std::string::npos) end = s.size();
+    if (end > pos) out.push_back(s.substr(pos, end - pos));
+    pos = end + 1;
+  }
+  return out;
+}
+
+// The config: stored (resume), else the run file, then flags on top.
+Result<RunConfig> ConfigFromArgs(const RunArgs& a) {
+  RunConfig c;
+  if (!a.resume.empty()) {
+    fs::path dir = fs::path(a.out) / a.resume;
+    if (!fs::exists(results::StorePath(dir))) {
+      return Error(ErrorKind::kNotFound, fmt::format("no run '{}' under {}", a.resume, a.out));
+    }
+    KF_ASSIGN_OR_RETURN(auto store, results::RunStore::Open(dir, true));
+    KF_ASSIGN_OR_RETURN(auto runs, store->ListRuns());
+    for (const auto& r : runs) {
+      if (r.name == a.resume) {
+        KF_ASSIGN_OR_RETURN(c, agent::RunConfigFromJson(r.config));
+        c.out = a.out;
+        if (a.compile_only) c.compile_only = true;
+        return c;
+      }
+    }
+    return Error(ErrorKind::kNotFound, fmt::format("no run '{}' in {}", a.resume, dir.string()));
+  }
+  if (!a.run_file.empty()) {
+    KF_ASSIGN_OR_RETURN(c, agent::LoadRunFile(a.run_file));
+  }
+  if (!a.name.empty()) c.name = a.name;
+  if (!a.models.empty()) c.models = SplitCommas(a.models);
+  if (!a.tasks.empty()) c.tasks = SplitCommas(a.tasks);
+  if (!a.strategy.empty()) c.strategy = a.strategy;
+  if (a.turns > 0) c.turns = a.turns;
+  if (a.samples > 0) c.samples = a.samples;
+  if (a.repeats > 0) c.repeats = a.repeats;
+  if (a.world > 0) c.world = a.world;
+  if (!a.dtype.empty()) c.dtype = a.dtype;
+  if (!a.gpus.empty()) c.gpus = a.gpus;
+  if (!a.hardware.empty()) c.hardware = a.hardware;
+  if (a.compile_only) c.compile_only = true;
+  if (a.llm_concurrency > 0) c.llm_concurrency = a.llm_concurrency;
+  if (a.compile_jobs > 0) c.compile_jobs = a.compile_jobs;
+  if (a.run_file.empty() || a.out != "runs") c.out = a.out;
+  if (a.budget_usd >= 0) c.budgets.run.usd = a.budget_usd;
+  if (a.budget_tokens >= 0) c.budgets.run.tokens = a.budget_tokens;
+  if (a.budget_wall_s >= 0) c.budgets.run.wall_s = a.budget_wall_s;
+  if (a.model_budget_usd >= 0) c.budgets.per_model.usd = a.model_budget_usd;
+  if (a.model_budget_tokens >= 0) c.budgets.per_model.tokens = a.model_budget_tokens;
+  if (a.task_budget_usd >= 0) c.budgets.per_task.usd = a.task_budget_usd;
+  if (!a.deadline.empty()) {
+    KF_ASSIGN_OR_RETURN(c.deadline_unix, agent::ParseDeadline(a.deadline, static_cast<double>(std::time(nullptr))));
+  }
+  if (c.models.empty()) return Error(ErrorKind::kInvalidInput, "--models (or a run file) is required");
+  if (c.tasks.empty()) return Error(ErrorKind::kInvalidInput, "--tasks (or a run file) is required");
+  if (c.name.empty()) {
+    char buf[32];
+    std::time_t now = std::time(nullptr);
+    std::strftime(buf, sizeof buf, "run-%Y%m%d-%H%M%S", std::localtime(&now));
+    c.name = buf;
+  }
+  return c;
+}
+
+int RunRun(const RunArgs& a) {
+  auto cfg_or = ConfigFromArgs(a);
+  if (!cfg_or.ok()) return Fail("run", cfg_or.status().message());
+  RunConfig cfg = *cfg_or;
+  fs::path tasks_dir = a.tasks_dir.empty() ? eval::DefaultTasksDir() : fs::path(a.tasks_dir);
+  auto tasks = eval::LoadTasks(tasks_dir);
+  if (!tasks.ok()) return Fail("run", tasks.status().message());
+  std::vector<agent::TaskRef> suite;
+  for (const auto& t : *tasks) suite.push_back({t.key, t.name, t.id, t.category});
+  auto keys = agent::SelectTasks(cfg.tasks, suite);
+  if (!keys.ok()) return Fail("run", keys.status().message());
+  fs::path prompts = agent::DefaultPromptsDir();
+  auto strategy_or = agent::FindStrategy(cfg.strategy, prompts);
+  if (!strategy_or.ok()) return Fail("run", strategy_or.status().message());
+  agent::Strategy strategy = *strategy_or;
+  if (cfg.turns) strategy.turns = *cfg.turns;
+  if (cfg.samples) strategy.samples = *cfg.samples;
+
+  // The GPUs: probed unless compile-only was asked for; none found means compile-only.
+  bool compile_only = cfg.compile_only;
+  nlohmann::json probed = nlohmann::json::object();
+  std::string no_gpu_reason = "--compile-only";
+  if (!compile_only) {
+    auto card = agent::ProbeHardwareCard(cfg.gpus);
+    if (card.ok()) {
+      probed = *card;
+    } else {
+      compile_only = true;
+      no_gpu_reason = card.status().message();
+    }
+  }
+  if (compile_only) {
+    std::fprintf(stderr,
+                 "kforge run: no GPU evaluation (%s). Kernels will be compiled and policy-checked only; "
+                 "evaluation needs a GPU.\n",
+                 no_gpu_reason.c_str());
+  }
+  std::string why;
+  nlohmann::json card = probed;
+  std::string hw_md;
+  if (!cfg.hardware.empty()) {
+    hw_md = HardwareMarkdown(cfg.hardware, {}, cfg.world, prompts, &why, &card);
+    if (hw_md.empty()) return Fail("run", why);
+  } else if (!probed.empty()) {
+    hw_md = agent::RenderHardwareCard(probed);
+  }
+
+  agent::RunSpec spec;
+  spec.name = cfg.name;
+  spec.models = cfg.models;
+  spec.strategy = &strategy;
+  spec.repeats = cfg.repeats;
+  spec.world = cfg.world;
+  spec.dtype = cfg.dtype;
+  spec.compile_only = compile_only;
+  spec.budgets = cfg.budgets;
+  spec.deadline_unix = cfg.deadline_unix;
+  spec.config = agent::RunConfigToJson(cfg);
+  spec.hardware = card;
+  spec.link_peak_gbps = agent::LinkPeakGbps(card);
+  for (const auto& key : *keys) {
+    const eval::Task* t = eval::FindTask(*tasks, key);
+    auto in = agent::TaskPromptInputs(*t, cfg.world, cfg.dtype, strategy, hw_md);
+    if (!in.ok()) return Fail("run", fmt::format("{}: {}", key, in.status().message()));
+    auto p = agent::BuildPrompt(strategy, *in);
+    if (!p.ok()) return Fail("run", p.status().message());
+    spec.tasks.push_back({t->key, t->category, *p});
+  }
+
+  // Pools: one evaluator per disjoint GPU set of `world` GPUs (all GPUs in one
+  // set when there are fewer than world: the evaluator then emulates).
+  std::vector<int> gpus = cfg.gpus;
+  if (gpus.empty() && probed.contains("gpus")) {
+    for (const auto& g : probed["gpus"]) gpus.push_back(g.value("index", 0));
+  }
+  std::vector<std::unique_ptr<agent::EvalPort>> owned;
+  agent::RunDeps deps;
+  if (!compile_only) {
+    size_t sets = std::max<size_t>(1, gpus.size() / std::max(1, cfg.world));
+    for (size_t s = 0; s < sets; ++s) {
+      std::vector<int> set;
+      if (gpus.size() < static_cast<size_t>(cfg.world)) {
+        set = gpus;
+      } else {
+        set.assign(gpus.begin() + s * cfg.world, gpus.begin() + (s + 1) * cfg.world);
+      }
+      owned.push_back(agent::MakeEvaluatorPort(&*tasks, set));
+      deps.gpu_sets.push_back(owned.back().get());
+    }
+  }
+  int compile_jobs = cfg.compile_jobs > 0 ? cfg.compile_jobs : std::max(1u, std::thread::hardware_concurrency());
+  for (int i = 0; i < compile_jobs; ++i) {
+    owned.push_back(agent::MakeEvaluatorPort(&*tasks, {}));
+    deps.compilers.push_back(owned.back().get());
+  }
+  spec.pools.gpu_sets = static_cast<int>(deps.gpu_sets.size());
+  spec.pools.compile_slots = compile_jobs;
+  spec.pools.llm_per_model = cfg.llm_concurrency;
+  spec.pools.llm_total = cfg.llm_concurrency * static_cast<int>(cfg.models.size());
+
+  fs::path run_dir = fs::path(cfg.out) / cfg.name;
+  auto store = agent::OpenRunStore(run_dir);
+  if (!store.ok()) return Fail("run", store.status().message());
+  auto llm = agent::MakeProviderLlm();
+  auto executor = agent::MakeThreadExecutor();
+  agent::ProgressView progress(stderr, isatty(fileno(stderr)) != 0, RealClock());
+  deps.llm = llm.get();
+  deps.store = store->get();
+  deps.clock = &RealClock();
+  deps.executor = executor.get();
+  deps.progress = &progress;
+  std::fprintf(stderr, "kforge run %s: %zu model(s) x %zu task(s) x %d, strategy %s, W=%d, store %s\n",
+               cfg.name.c_str(), cfg.models.size(), spec.tasks.size(), cfg.repeats, strategy.name.c_str(), cfg.world,
+               run_dir.string().c_str());
+  auto summary = agent::ExecuteRun(spec, deps);
+  if (!summary.ok()) {
+    return Fail("run", fmt::format("{} (the run is resumable: kforge run --resume {})", summary.status().ToString(),
+                                   cfg.name));
+  }
+  std::printf("%s", agent::RenderRunSummary(*summary).c_str());
+  std::printf("store: %s\n", run_dir.string().c_str());
+  return 0;
+}
+
+void AddRun(CLI::App& app, int& exit_code) {
+  auto a = std::make_shared<RunArgs>();
+  CLI::App* cmd = app.add_subcommand("run", "run models x tasks under a strategy (resumable)");
+  cmd->add_option("run_file", a->run_file, "a run file (TOML); flags override it")->check(CLI::ExistingFile);
+  cmd->add_option("--resume", a->resume, "continue the run called NAME where it stopped");
+  cmd->add_option("--name", a->name, "the run's name (default run-DATE-TIME)");
+  cmd->add_option("--models", a->models, "model specs, comma-separated (e.g. openai:gpt-5.5,anthropic:claude-opus-4-7)");
+  cmd->add_option("--tasks", a->tasks, "task selectors, comma-separated: keys, numbers, names, globs, categories");
+  cmd->add_option("--strategy", a->strategy, "strategy name or file (default refine)");
+  cmd->add_option("--turns", a->turns, "override the strategy's turns")->check(CLI::Range(1, 1000));
+  cmd->add_option("--samples", a->samples, "override the strategy's samples per turn")->check(CLI::Range(1, 1000));
+  cmd->add_option("--repeats", a->repeats, "independent sessions per model and task")->check(CLI::Range(1, 1000));
+  cmd->add_option("--world", a->world, "world size W (default 2)")->check(CLI::Range(1, 64));
+  cmd->add_option("--dtype", a->dtype, "the tasks' T (default: each task's first)");
+  cmd->add_option("--gpus", a->gpus, "GPUs to use, e.g. 0,1,2,3")->delimiter(',');
+  cmd->add_option("--hardware", a->hardware, "hardware profile for the prompt instead of the probe");
+  cmd->add_flag("--compile-only", a->compile_only, "compile and policy-check only (no GPU)");
+  cmd->add_option("--budget-usd", a->budget_usd, "dollars for the whole run");
+  cmd->add_option("--budget-tokens", a->budget_tokens, "tokens for the whole run");
+  cmd->add_option("--budget-wall", a->budget_wall_s, "wall-clock seconds for the whole run");
+  cmd->add_option("--model-budget-usd", a->model_budget_usd, "dollars per model");
+  cmd->add_option("--model-budget-tokens", a->model_budget_tokens, "tokens per model");
+  cmd->add_option("--task-budget-usd", a->task_budget_usd, "dollars per model and task");
+  cmd->add_option("--deadline", a->deadline, "no new model calls after: YYYY-MM-DDTHH:MM, +8h, +90m");
+  cmd->add_option("--llm-concurrency", a->llm_concurrency, "model calls in flight per model (default 4)");
+  cmd->add_option("--compile-jobs", a->compile_jobs, "concurrent compiles (default: CPU cores)");
+  cmd->add_option("--out", a->out, "where run directories go (default runs)");
+  cmd->add_option("--tasks-dir", a->tasks_dir, "where tasks live");
+  cmd->callback([a, &exit_code] { exit_code = RunRun(*a); });
+}
+
+KF_COMMAND("prompt", AddPrompt);
+KF_COMMAND("run", AddRun);
+
+}  // namespace
+}  // namespace kforge::cli
