@@ -75,8 +75,10 @@ int main(int argc, char** argv) {
     for (int k = 0; k < 20; ++k) cached.push_back(compiler.Compile(job).seconds);
     std::filesystem::remove_all(dir);
   }
-  std::printf("kernel %s arch %s: cold median %.2f s (min %.2f, %d runs); cached median %.2f ms (%zu lookups)\n",
-              job.display_name.c_str(), job.arch.c_str(), Median(cold), *std::min_element(cold.begin(), cold.end()),
-              runs, Median(cached) * 1e3, cached.size());
+  std::printf(
+      "kernel %s arch %s: cold median %.2f s (min %.2f, %d runs); cached median %.2f ms (%zu "
+      "lookups)\n",
+      job.display_name.c_str(), job.arch.c_str(), Median(cold),
+      *std::min_element(cold.begin(), cold.end()), runs, Median(cached) * 1e3, cached.size());
   return 0;
 }

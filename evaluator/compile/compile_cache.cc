@@ -3,7 +3,6 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-
 #include <nlohmann/json.hpp>
 
 #include "kforge/core/fs.h"
@@ -55,22 +54,26 @@ std::optional<CacheRecord> LoadCacheRecord(const fs::path& entry_dir) {
   }
 }
 
-Status PublishCacheEntry(const fs::path& staging, const fs::path& entry_dir, const CacheRecord& record) {
+Status PublishCacheEntry(const fs::path& staging, const fs::path& entry_dir,
+                         const CacheRecord& record) {
   nlohmann::json diagnostics = nlohmann::json::array();
   for (const Diagnostic& d : record.diagnostics) {
     nlohmann::json item = d.ToJson();
     item["context"] = d.context;
     diagnostics.push_back(std::move(item));
   }
-  nlohmann::json j = {{"version", kRecordVersion}, {"ok", record.ok},     {"message", record.message},
-                      {"log", record.log},         {"seconds", record.seconds}, {"diagnostics", diagnostics}};
+  nlohmann::json j = {{"version", kRecordVersion}, {"ok", record.ok},
+                      {"message", record.message}, {"log", record.log},
+                      {"seconds", record.seconds}, {"diagnostics", diagnostics}};
   // dump() with "replace" so that odd bytes in a compiler log never throw.
-  KF_RETURN_IF_ERROR(WriteFileAtomic(staging / kRecordName, j.dump(1, ' ', false, nlohmann::json::error_handler_t::replace)));
+  KF_RETURN_IF_ERROR(WriteFileAtomic(
+      staging / kRecordName, j.dump(1, ' ', false, nlohmann::json::error_handler_t::replace)));
   if (std::rename(staging.c_str(), entry_dir.c_str()) == 0) return Status::Ok();
   int err = errno;
   std::error_code ec;
   fs::remove_all(staging, ec);
-  if ((err == EEXIST || err == ENOTEMPTY) && fs::exists(entry_dir / kRecordName)) return Status::Ok();
+  if ((err == EEXIST || err == ENOTEMPTY) && fs::exists(entry_dir / kRecordName))
+    return Status::Ok();
   return Error(ErrorKind::kIo, "cannot publish " + entry_dir.string() + ": " + std::strerror(err));
 }
 

@@ -31,7 +31,7 @@ std::optional<CacheRecord> LoadCacheRecord(const std::filesystem::path& entry_di
 
 // Writes record.json into `staging` and renames it to `entry_dir`. When
 // another writer got there first, `staging` is removed and that entry stands.
-Status PublishCacheEntry(const std::filesystem::path& staging, const std::filesystem::path& entry_dir,
-                         const CacheRecord& record);
+Status PublishCacheEntry(const std::filesystem::path& staging,
+                         const std::filesystem::path& entry_dir, const CacheRecord& record);
 
 }  // namespace kforge::eval

@@ -1,3 +1,4 @@
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,8 +11,6 @@
 #include <regex>
 #include <set>
 #include <thread>
-
-#include <fmt/format.h>
 
 #include "compile_cache.h"
 #include "elf_symbols.h"
@@ -44,7 +43,9 @@ double SecondsSince(SteadyClock::time_point start) {
 std::string SourceFileName(const std::string& display_name) {
   std::string base = fs::path(display_name).filename().string();
   std::string out;
-  for (char c : base) out += (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-') ? c : '_';
+  for (char c : base)
+    out +=
+        (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-') ? c : '_';
   if (out.empty() || out.front() == '.' || out.front() == '-') out = "kernel" + out;
   if (!out.ends_with(".cu")) out += ".cu";
   return out;
@@ -79,7 +80,8 @@ std::string FailureMessage(const std::vector<Diagnostic>& diagnostics, std::stri
     where = first->file + (first->line > 0 ? fmt::format(":{}", first->line) : "") +
             (first->column > 0 ? fmt::format(":{}", first->column) : "") + ": ";
   }
-  std::string more = errors > 1 ? fmt::format(" (and {} more error{})", errors - 1, errors == 2 ? "" : "s") : "";
+  std::string more =
+      errors > 1 ? fmt::format(" (and {} more error{})", errors - 1, errors == 2 ? "" : "s") : "";
   return "compile failed: " + where + first->message + more;
 }
 
@@ -115,7 +117,7 @@ struct Compiler::Impl {
   ProcessRunner* runner;
 
   std::mutex mu;
-  std::optional<Result<fs::path>> nvcc;       // guarded by mu
+  std::optional<Result<fs::path>> nvcc;        // guarded by mu
   std::optional<Result<std::string>> version;  // guarded by mu: `nvcc --version`
   std::unique_ptr<LinkChecker> link_checker;   // created with the nvcc path
 
@@ -125,11 +127,12 @@ struct Compiler::Impl {
       const char* home = std::getenv("CUDA_HOME");
       nvcc = FindNvcc(options.nvcc, home ? home : "", DefaultNvccLocations());
       if (nvcc->ok()) {
-        std::set<std::string> host = options.host_symbols.empty()
-                                         ? HarnessSymbols()
-                                         : std::set<std::string>(options.host_symbols.begin(), options.host_symbols.end());
-        link_checker = std::make_unique<LinkChecker>(LibrarySearchDirs(nvcc->value()), std::move(host),
-                                                     options.host_libraries);
+        std::set<std::string> host =
+            options.host_symbols.empty()
+                ? HarnessSymbols()
+                : std::set<std::string>(options.host_symbols.begin(), options.host_symbols.end());
+        link_checker = std::make_unique<LinkChecker>(LibrarySearchDirs(nvcc->value()),
+                                                     std::move(host), options.host_libraries);
       }
     }
     return *nvcc;
@@ -144,7 +147,8 @@ struct Compiler::Impl {
       if (!r.ok()) {
         version = r.status().WithContext(nvcc_path.string() + " --version");
       } else if (!r->Succeeded()) {
-        version = Error(ErrorKind::kHarness, nvcc_path.string() + " --version failed: " + r->err + r->out);
+        version = Error(ErrorKind::kHarness,
+                        nvcc_path.string() + " --version failed: " + r->err + r->out);
       } else {
         version = r->out;
       }
@@ -153,7 +157,8 @@ struct Compiler::Impl {
   }
 
   fs::path IncludeDir() const {
-    return options.include_dir.empty() ? fs::path(KFORGE_SOURCE_ROOT) / "evaluator" / "include" : options.include_dir;
+    return options.include_dir.empty() ? fs::path(KFORGE_SOURCE_ROOT) / "evaluator" / "include"
+                                       : options.include_dir;
   }
 
   fs::path CacheRoot() const {
@@ -164,10 +169,12 @@ struct Compiler::Impl {
     static const std::regex kArch("sm_[0-9]{2,3}[af]?");
     static const std::regex kLibrary("[A-Za-z0-9_+.-]+");
     if (!std::regex_match(job.arch, kArch)) {
-      return Error(ErrorKind::kInvalidInput, "bad arch '" + job.arch + "': expected sm_<digits>[a|f], e.g. sm_90a");
+      return Error(ErrorKind::kInvalidInput,
+                   "bad arch '" + job.arch + "': expected sm_<digits>[a|f], e.g. sm_90a");
     }
     for (const std::string& lib : job.libraries) {
-      if (!std::regex_match(lib, kLibrary)) return Error(ErrorKind::kInvalidInput, "bad library name '" + lib + "'");
+      if (!std::regex_match(lib, kLibrary))
+        return Error(ErrorKind::kInvalidInput, "bad library name '" + lib + "'");
     }
     return Status::Ok();
   }
@@ -175,8 +182,9 @@ struct Compiler::Impl {
   // Every nvcc flag that shapes the output; paths (include dir, files) are not
   // part of it so that the key does not depend on where things live.
   static std::vector<std::string> Flags(const CompileJob& job) {
-    std::vector<std::string> flags = {"-arch=" + job.arch, "-O3", "-std=c++17", "-shared", "-Xcompiler", "-fPIC",
-                                      "-cudart", "shared", "-lineinfo"};
+    std::vector<std::string> flags = {"-arch=" + job.arch, "-O3",        "-std=c++17",
+                                      "-shared",           "-Xcompiler", "-fPIC",
+                                      "-cudart",           "shared",     "-lineinfo"};
     flags.insert(flags.end(), job.extra_flags.begin(), job.extra_flags.end());
     for (const std::string& lib : job.libraries) flags.push_back("-l" + lib);
     return flags;
@@ -187,7 +195,8 @@ struct Compiler::Impl {
     KF_ASSIGN_OR_RETURN(std::string ver, VersionOnce(nvcc_path));
     fs::path header = IncludeDir() / "kforge" / "kernel.h";
     Result<std::string> abi = ReadFile(header);
-    if (!abi.ok()) return Error(ErrorKind::kNotFound, "kernel ABI header not found: " + abi.status().message());
+    if (!abi.ok())
+      return Error(ErrorKind::kNotFound, "kernel ABI header not found: " + abi.status().message());
     Hasher h;
     h.Add(kKeySalt).Add(job.source).Add(job.display_name).Add(job.arch);
     for (const std::string& f : Flags(job)) h.Add(f);
@@ -198,11 +207,12 @@ struct Compiler::Impl {
   CompileResult Compile(const CompileJob& job);
   // Runs nvcc in `staging` and the checks on its output; fills `record`.
   // Returns non-OK only for failures that must not be cached.
-  Status Build(const CompileJob& job, const fs::path& nvcc_path, const fs::path& staging, CacheRecord& record);
+  Status Build(const CompileJob& job, const fs::path& nvcc_path, const fs::path& staging,
+               CacheRecord& record);
 };
 
-Status Compiler::Impl::Build(const CompileJob& job, const fs::path& nvcc_path, const fs::path& staging,
-                             CacheRecord& record) {
+Status Compiler::Impl::Build(const CompileJob& job, const fs::path& nvcc_path,
+                             const fs::path& staging, CacheRecord& record) {
   std::string file_name = SourceFileName(job.display_name);
   KF_RETURN_IF_ERROR(WriteFileAtomic(staging / file_name, job.source));
   std::vector<std::string> argv = {nvcc_path.string()};
@@ -218,10 +228,12 @@ Status Compiler::Impl::Build(const CompileJob& job, const fs::path& nvcc_path, c
   record.seconds = SecondsSince(start);
   if (!run.ok()) return run.status().WithContext("running nvcc");
   if (run->timed_out) {
-    return Error(ErrorKind::kTimeout,
-                 fmt::format("nvcc did not finish within {:.0f} s and was killed (with everything it started); "
-                             "simplify the kernel (heavy template instantiation or unrolling?)",
-                             std::chrono::duration<double>(options.timeout).count()));
+    return Error(
+        ErrorKind::kTimeout,
+        fmt::format(
+            "nvcc did not finish within {:.0f} s and was killed (with everything it started); "
+            "simplify the kernel (heavy template instantiation or unrolling?)",
+            std::chrono::duration<double>(options.timeout).count()));
   }
   std::string log = run->out + run->err;
   ReplaceAll(log, staging.string() + "/", "");
@@ -231,8 +243,9 @@ Status Compiler::Impl::Build(const CompileJob& job, const fs::path& nvcc_path, c
   record.diagnostics = ParseDiagnostics(log, parse);
   record.log = Truncate(std::move(log), options.max_log_bytes);
   if (!run->Succeeded()) {
-    std::string how = run->term_signal != 0 ? fmt::format("nvcc was killed by signal {}", run->term_signal)
-                                            : fmt::format("nvcc exited with status {}", run->exit_code);
+    std::string how = run->term_signal != 0
+                          ? fmt::format("nvcc was killed by signal {}", run->term_signal)
+                          : fmt::format("nvcc exited with status {}", run->exit_code);
     if (std::none_of(record.diagnostics.begin(), record.diagnostics.end(),
                      [](const Diagnostic& d) { return d.severity == Severity::kError; })) {
       Diagnostic d;
@@ -258,10 +271,11 @@ Status Compiler::Impl::Build(const CompileJob& job, const fs::path& nvcc_path, c
   if (!has_run) {
     bool mangled = std::any_of(info->exported.begin(), info->exported.end(),
                                [](const ElfSymbol& s) { return s.name.starts_with("_Z6kf_run"); });
-    return fail(mangled ? "kf_run is defined with C++ linkage, so the harness cannot find it: declare it "
-                          "extern \"C\" (or #include <kforge/kernel.h> before defining it)"
-                        : "the kernel does not define kf_run, the entry point the harness calls: "
-                          "extern \"C\" int kf_run(kf_ctx* ctx)");
+    return fail(
+        mangled ? "kf_run is defined with C++ linkage, so the harness cannot find it: declare it "
+                  "extern \"C\" (or #include <kforge/kernel.h> before defining it)"
+                : "the kernel does not define kf_run, the entry point the harness calls: "
+                  "extern \"C\" int kf_run(kf_ctx* ctx)");
   }
   std::vector<fs::path> lib_dirs;
   for (const std::string& f : job.extra_flags) {
@@ -315,7 +329,8 @@ CompileResult Compiler::Impl::Compile(const CompileJob& job) {
   std::string pattern = (root / (".tmp-" + result.key.substr(0, 12) + "-XXXXXX")).string();
   std::vector<char> buf(pattern.begin(), pattern.end());
   buf.push_back('\0');
-  if (mkdtemp(buf.data()) == nullptr) return finish(Error(ErrorKind::kIo, pattern + ": cannot create"));
+  if (mkdtemp(buf.data()) == nullptr)
+    return finish(Error(ErrorKind::kIo, pattern + ": cannot create"));
   fs::path staging(buf.data());
   DirGuard guard(staging);
 
@@ -327,12 +342,13 @@ CompileResult Compiler::Impl::Compile(const CompileJob& job) {
   }
   if (Status s = PublishCacheEntry(staging, entry, record); !s.ok()) return finish(s);
   guard.Release();  // renamed into place, or already removed by PublishCacheEntry
-  LogDebug("compile", "{} {} in {:.1f}s ({})", job.display_name, record.ok ? "compiled" : "failed", record.seconds,
-           result.key.substr(0, 12));
+  LogDebug("compile", "{} {} in {:.1f}s ({})", job.display_name, record.ok ? "compiled" : "failed",
+           record.seconds, result.key.substr(0, 12));
   return from_record(record);
 }
 
-Compiler::Compiler(CompileOptions options, ProcessRunner& runner) : impl_(std::make_unique<Impl>()) {
+Compiler::Compiler(CompileOptions options, ProcessRunner& runner)
+    : impl_(std::make_unique<Impl>()) {
   impl_->options = std::move(options);
   impl_->runner = &runner;
 }
@@ -363,12 +379,14 @@ std::vector<CompileResult> Compiler::CompileAll(const std::vector<CompileJob>& j
     if (owner[i] == i) unique.push_back(i);
   }
   std::vector<CompileResult> results(jobs.size());
-  int workers = impl_->options.parallelism > 0 ? impl_->options.parallelism
-                                               : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  int workers = impl_->options.parallelism > 0
+                    ? impl_->options.parallelism
+                    : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   workers = std::min<int>(workers, static_cast<int>(unique.size()));
   std::atomic<size_t> next{0};
   auto work = [&] {
-    for (size_t n = next++; n < unique.size(); n = next++) results[unique[n]] = Compile(jobs[unique[n]]);
+    for (size_t n = next++; n < unique.size(); n = next++)
+      results[unique[n]] = Compile(jobs[unique[n]]);
   };
   std::vector<std::thread> threads;
   for (int t = 1; t < workers; ++t) threads.emplace_back(work);

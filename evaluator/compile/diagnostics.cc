@@ -1,6 +1,7 @@
 #include "kforge/evaluator/diagnostics.h"
 
 #include <cxxabi.h>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <cctype>
@@ -9,8 +10,6 @@
 #include <regex>
 #include <set>
 #include <tuple>
-
-#include <fmt/format.h>
 
 namespace kforge::eval {
 namespace {
@@ -21,8 +20,8 @@ constexpr size_t kMaxHeaderLine = 4096;
 
 std::optional<Severity> SeverityFromWord(std::string word) {
   for (char& c : word) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  if (word == "error" || word == "fatal error" || word == "catastrophic error" || word == "internal error" ||
-      word == "fatal") {
+  if (word == "error" || word == "fatal error" || word == "catastrophic error" ||
+      word == "internal error" || word == "fatal") {
     return Severity::kError;
   }
   if (word == "warning") return Severity::kWarning;
@@ -144,16 +143,20 @@ class Parser {
     static const std::regex kEdg(
         R"(^(.+?)\((\d+)\): (catastrophic error|internal error|error|warning|remark|note)(?: #\d+(?:-[A-Z])?)?: (.*)$)");
     // The assembler prints "Error:" / "Warning:" with a capital.
-    static const std::regex kGcc(R"(^(.+?):(\d+):(?:(\d+):)? (fatal error|error|warning|note|Error|Warning): (.*)$)");
-    static const std::regex kPtxasAt(R"(^ptxas (.+?), line (\d+); (fatal|error|warning)\s*: (.*)$)");
+    static const std::regex kGcc(
+        R"(^(.+?):(\d+):(?:(\d+):)? (fatal error|error|warning|note|Error|Warning): (.*)$)");
+    static const std::regex kPtxasAt(
+        R"(^ptxas (.+?), line (\d+); (fatal|error|warning)\s*: (.*)$)");
     static const std::regex kTool(
         R"(^(ptxas|nvlink|nvcc|fatbinary|cicc|cudafe\+\+|nvdisasm)\s+(fatal|error|warning)\s*: (.*)$)");
     static const std::regex kUndefined(R"(undefined reference to [`']([^']+)')");
-    static const std::regex kLd(R"(^(?:\S*/)?(?:ld|ld\.bfd|ld\.gold|ld\.lld)(?:\.\w+)?: (warning: )?(.*)$)");
+    static const std::regex kLd(
+        R"(^(?:\S*/)?(?:ld|ld\.bfd|ld\.gold|ld\.lld)(?:\.\w+)?: (warning: )?(.*)$)");
     std::smatch m;
     // The undefined-reference test comes first: its lines also look like "file:NN: ...".
     if (std::regex_search(line, m, kUndefined)) {
-      return Make("", 0, 0, Severity::kError, DemangleQuoted("undefined reference to '" + m[1].str() + "'"));
+      return Make("", 0, 0, Severity::kError,
+                  DemangleQuoted("undefined reference to '" + m[1].str() + "'"));
     }
     if (std::regex_match(line, m, kEdg)) {
       edg = true;
@@ -163,19 +166,22 @@ class Parser {
       return Make("", 0, 0, *SeverityFromWord(m[3].str()), DemangleQuoted("ptxas: " + m[4].str()));
     }
     if (std::regex_match(line, m, kTool)) {
-      return Make("", 0, 0, *SeverityFromWord(m[2].str()), DemangleQuoted(m[1].str() + ": " + m[3].str()));
+      return Make("", 0, 0, *SeverityFromWord(m[2].str()),
+                  DemangleQuoted(m[1].str() + ": " + m[3].str()));
     }
     if (std::regex_match(line, m, kGcc)) {
       return Make(NormalizeFile(m[1]), std::stoi(m[2]), m[3].matched ? std::stoi(m[3]) : 0,
                   *SeverityFromWord(m[4].str()), m[5]);
     }
     if (std::regex_match(line, m, kLd)) {
-      return Make("", 0, 0, m[1].matched ? Severity::kWarning : Severity::kError, DemangleQuoted("ld: " + m[2].str()));
+      return Make("", 0, 0, m[1].matched ? Severity::kWarning : Severity::kError,
+                  DemangleQuoted("ld: " + m[2].str()));
     }
     return std::nullopt;
   }
 
-  static Diagnostic Make(std::string file, int line, int column, Severity severity, std::string message) {
+  static Diagnostic Make(std::string file, int line, int column, Severity severity,
+                         std::string message) {
     Diagnostic d;
     d.file = std::move(file);
     d.line = line;
@@ -200,7 +206,8 @@ std::string_view SourceLine(std::string_view source, int line) {
     start = nl + 1;
   }
   size_t end = source.find('\n', start);
-  std::string_view out = source.substr(start, end == std::string_view::npos ? std::string_view::npos : end - start);
+  std::string_view out =
+      source.substr(start, end == std::string_view::npos ? std::string_view::npos : end - start);
   if (!out.empty() && out.back() == '\r') out.remove_suffix(1);
   return out;
 }
@@ -209,16 +216,23 @@ std::string_view SourceLine(std::string_view source, int line) {
 
 std::string_view SeverityName(Severity severity) {
   switch (severity) {
-    case Severity::kError: return "error";
-    case Severity::kWarning: return "warning";
-    case Severity::kNote: return "note";
-    case Severity::kRemark: return "remark";
+    case Severity::kError:
+      return "error";
+    case Severity::kWarning:
+      return "warning";
+    case Severity::kNote:
+      return "note";
+    case Severity::kRemark:
+      return "remark";
   }
   return "error";
 }
 
 nlohmann::json Diagnostic::ToJson() const {
-  return {{"file", file}, {"line", line}, {"column", column}, {"severity", SeverityName(severity)},
+  return {{"file", file},
+          {"line", line},
+          {"column", column},
+          {"severity", SeverityName(severity)},
           {"message", message}};
 }
 
@@ -234,13 +248,15 @@ std::vector<Diagnostic> ParseDiagnostics(std::string_view text, const ParseOptio
   return parser.Finish();
 }
 
-std::string FormatDiagnostics(const std::vector<Diagnostic>& items, std::string_view source, size_t max_items,
-                              std::string_view display_name) {
+std::string FormatDiagnostics(const std::vector<Diagnostic>& items, std::string_view source,
+                              size_t max_items, std::string_view display_name) {
   Severity shown = Severity::kError;
-  size_t total = std::count_if(items.begin(), items.end(), [](const Diagnostic& d) { return d.severity == Severity::kError; });
+  size_t total = std::count_if(items.begin(), items.end(),
+                               [](const Diagnostic& d) { return d.severity == Severity::kError; });
   if (total == 0) {
     shown = Severity::kWarning;
-    total = std::count_if(items.begin(), items.end(), [](const Diagnostic& d) { return d.severity == Severity::kWarning; });
+    total = std::count_if(items.begin(), items.end(),
+                          [](const Diagnostic& d) { return d.severity == Severity::kWarning; });
   }
   std::string out;
   size_t printed = 0;
@@ -255,14 +271,16 @@ std::string FormatDiagnostics(const std::vector<Diagnostic>& items, std::string_
       out += ": ";
     }
     out += fmt::format("{}: {}\n", SeverityName(d.severity), d.message);
-    std::string_view text = d.file == display_name ? SourceLine(source, d.line) : std::string_view();
+    std::string_view text =
+        d.file == display_name ? SourceLine(source, d.line) : std::string_view();
     if (!text.empty()) {
       std::string number = std::to_string(d.line);
       out += fmt::format("  {} | {}\n", number, text);
       if (d.column > 0 && static_cast<size_t>(d.column) <= text.size() + 1) {
         // Keep tabs so the caret lines up under the same terminal columns.
         std::string pad;
-        for (size_t i = 0; i + 1 < static_cast<size_t>(d.column); ++i) pad += text[i] == '\t' ? '\t' : ' ';
+        for (size_t i = 0; i + 1 < static_cast<size_t>(d.column); ++i)
+          pad += text[i] == '\t' ? '\t' : ' ';
         out += fmt::format("  {} | {}^\n", std::string(number.size(), ' '), pad);
       }
     } else if (!d.context.empty()) {
@@ -277,7 +295,8 @@ std::string FormatDiagnostics(const std::vector<Diagnostic>& items, std::string_
     }
   }
   if (total > printed) {
-    out += fmt::format("({} more {}{} not shown)\n", total - printed, SeverityName(shown), total - printed == 1 ? "" : "s");
+    out += fmt::format("({} more {}{} not shown)\n", total - printed, SeverityName(shown),
+                       total - printed == 1 ? "" : "s");
   }
   return out;
 }

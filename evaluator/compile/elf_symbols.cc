@@ -34,7 +34,8 @@ class MappedFile {
     size_ = static_cast<size_t>(st.st_size);
     void* p = mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
     close(fd);
-    if (p == MAP_FAILED) return Error(ErrorKind::kIo, path.string() + ": mmap: " + std::strerror(errno));
+    if (p == MAP_FAILED)
+      return Error(ErrorKind::kIo, path.string() + ": mmap: " + std::strerror(errno));
     data_ = static_cast<const char*>(p);
     return Status::Ok();
   }
@@ -78,13 +79,15 @@ Result<DynamicInfo> ReadDynamicInfo(const std::filesystem::path& path) {
   auto bad = [&](std::string_view why) {
     return Error(ErrorKind::kInvalidInput, path.string() + ": " + std::string(why));
   };
-  if (size < sizeof(Elf64_Ehdr) || std::memcmp(base, ELFMAG, SELFMAG) != 0) return bad("not an ELF file");
+  if (size < sizeof(Elf64_Ehdr) || std::memcmp(base, ELFMAG, SELFMAG) != 0)
+    return bad("not an ELF file");
   Elf64_Ehdr eh;
   std::memcpy(&eh, base, sizeof(eh));
   if (eh.e_ident[EI_CLASS] != ELFCLASS64 || eh.e_ident[EI_DATA] != ELFDATA2LSB) {
     return bad("not a 64-bit little-endian ELF object");
   }
-  if (eh.e_shentsize != sizeof(Elf64_Shdr) || !InBounds(eh.e_shoff, size_t{eh.e_shnum} * sizeof(Elf64_Shdr), size)) {
+  if (eh.e_shentsize != sizeof(Elf64_Shdr) ||
+      !InBounds(eh.e_shoff, size_t{eh.e_shnum} * sizeof(Elf64_Shdr), size)) {
     return bad("section headers out of range");
   }
   auto section = [&](size_t i) {
@@ -96,7 +99,8 @@ Result<DynamicInfo> ReadDynamicInfo(const std::filesystem::path& path) {
   auto linked_strings = [&](const Elf64_Shdr& sh) -> std::pair<const char*, size_t> {
     if (sh.sh_link >= eh.e_shnum) return {nullptr, 0};
     Elf64_Shdr str = section(sh.sh_link);
-    if (str.sh_type != SHT_STRTAB || !InBounds(str.sh_offset, str.sh_size, size)) return {nullptr, 0};
+    if (str.sh_type != SHT_STRTAB || !InBounds(str.sh_offset, str.sh_size, size))
+      return {nullptr, 0};
     return {base + str.sh_offset, str.sh_size};
   };
 
@@ -107,7 +111,8 @@ Result<DynamicInfo> ReadDynamicInfo(const std::filesystem::path& path) {
     if (sh.sh_type == SHT_DYNSYM) {
       saw_dynsym = true;
       auto [strings, strings_size] = linked_strings(sh);
-      if (strings == nullptr || sh.sh_entsize != sizeof(Elf64_Sym) || !InBounds(sh.sh_offset, sh.sh_size, size)) {
+      if (strings == nullptr || sh.sh_entsize != sizeof(Elf64_Sym) ||
+          !InBounds(sh.sh_offset, sh.sh_size, size)) {
         return bad("malformed .dynsym");
       }
       size_t count = sh.sh_size / sizeof(Elf64_Sym);
@@ -116,10 +121,12 @@ Result<DynamicInfo> ReadDynamicInfo(const std::filesystem::path& path) {
         std::memcpy(&sym, base + sh.sh_offset + s * sizeof(Elf64_Sym), sizeof(sym));
         std::string_view name = StringAt(strings, strings_size, sym.st_name);
         int bind = ELF64_ST_BIND(sym.st_info);
-        if (name.empty() || (bind != STB_GLOBAL && bind != STB_WEAK && bind != STB_GNU_UNIQUE)) continue;
-        ElfSymbol out{std::string(name), ELF64_ST_TYPE(sym.st_info) == STT_FUNC ||
-                                             ELF64_ST_TYPE(sym.st_info) == STT_GNU_IFUNC,
-                      bind == STB_WEAK};
+        if (name.empty() || (bind != STB_GLOBAL && bind != STB_WEAK && bind != STB_GNU_UNIQUE))
+          continue;
+        ElfSymbol out{
+            std::string(name),
+            ELF64_ST_TYPE(sym.st_info) == STT_FUNC || ELF64_ST_TYPE(sym.st_info) == STT_GNU_IFUNC,
+            bind == STB_WEAK};
         if (sym.st_shndx == SHN_UNDEF) {
           info.undefined.push_back(std::move(out));
         } else {
@@ -129,7 +136,8 @@ Result<DynamicInfo> ReadDynamicInfo(const std::filesystem::path& path) {
       }
     } else if (sh.sh_type == SHT_DYNAMIC) {
       auto [strings, strings_size] = linked_strings(sh);
-      if (strings == nullptr || !InBounds(sh.sh_offset, sh.sh_size, size)) return bad("malformed .dynamic");
+      if (strings == nullptr || !InBounds(sh.sh_offset, sh.sh_size, size))
+        return bad("malformed .dynamic");
       size_t count = sh.sh_size / sizeof(Elf64_Dyn);
       for (size_t d = 0; d < count; ++d) {
         Elf64_Dyn dyn;
@@ -145,7 +153,8 @@ Result<DynamicInfo> ReadDynamicInfo(const std::filesystem::path& path) {
             size_t end = list.find(':', start);
             if (end == std::string::npos) end = list.size();
             if (end > start) {
-              info.runpath.push_back(ExpandOrigin(list.substr(start, end - start), path.parent_path()));
+              info.runpath.push_back(
+                  ExpandOrigin(list.substr(start, end - start), path.parent_path()));
             }
             start = end + 1;
           }

@@ -27,8 +27,9 @@ Diagnostic LinkError(std::string message) {
 }  // namespace
 
 std::set<std::string> HarnessSymbols() {
-  return {"kf_all_reduce", "kf_all_gather", "kf_reduce_scatter", "kf_broadcast", "kf_reduce", "kf_all_to_all",
-          "kf_group_start", "kf_group_end", "kf_send", "kf_recv", "kf_barrier"};
+  return {"kf_all_reduce", "kf_all_gather", "kf_reduce_scatter", "kf_broadcast",
+          "kf_reduce",     "kf_all_to_all", "kf_group_start",    "kf_group_end",
+          "kf_send",       "kf_recv",       "kf_barrier"};
 }
 
 LinkChecker::LinkChecker(std::vector<fs::path> search_dirs, std::set<std::string> host_symbols,
@@ -43,13 +44,15 @@ LinkChecker::Exports LinkChecker::Load(const fs::path& path) {
     if (auto it = loaded_.find(path); it != loaded_.end()) return it->second;
   }
   Result<DynamicInfo> info = ReadDynamicInfo(path);
-  Exports exports = info.ok() ? std::make_shared<const DynamicInfo>(std::move(info).value()) : nullptr;
+  Exports exports =
+      info.ok() ? std::make_shared<const DynamicInfo>(std::move(info).value()) : nullptr;
   std::lock_guard lock(mu_);
   return loaded_.emplace(path, exports).first->second;
 }
 
 fs::path LinkChecker::Locate(const std::string& needed, const std::vector<fs::path>& dirs) const {
-  if (needed.find('/') != std::string::npos) return fs::exists(needed) ? fs::path(needed) : fs::path();
+  if (needed.find('/') != std::string::npos)
+    return fs::exists(needed) ? fs::path(needed) : fs::path();
   for (const fs::path& dir : dirs) {
     std::error_code ec;
     fs::path candidate = dir / needed;
@@ -58,7 +61,8 @@ fs::path LinkChecker::Locate(const std::string& needed, const std::vector<fs::pa
   return {};
 }
 
-std::vector<Diagnostic> LinkChecker::Check(const DynamicInfo& kernel, const std::vector<fs::path>& extra_dirs) {
+std::vector<Diagnostic> LinkChecker::Check(const DynamicInfo& kernel,
+                                           const std::vector<fs::path>& extra_dirs) {
   std::vector<fs::path> dirs(kernel.runpath.begin(), kernel.runpath.end());
   dirs.insert(dirs.end(), extra_dirs.begin(), extra_dirs.end());
   dirs.insert(dirs.end(), search_dirs_.begin(), search_dirs_.end());
@@ -83,9 +87,10 @@ std::vector<Diagnostic> LinkChecker::Check(const DynamicInfo& kernel, const std:
     Exports lib = path.empty() ? nullptr : Load(path);
     if (lib == nullptr) {
       missing_library = true;
-      errors.push_back(LinkError("the kernel needs " + name +
-                                 ", which the loader will not find (no readable library of that name in the "
-                                 "library search path)"));
+      errors.push_back(
+          LinkError("the kernel needs " + name +
+                    ", which the loader will not find (no readable library of that name in the "
+                    "library search path)"));
       continue;
     }
     add_exports(*lib);

@@ -29,13 +29,15 @@ class LinkChecker {
   // One error per unresolved import and per needed library that cannot be
   // found; empty when the kernel will load. Thread-safe; library symbol tables
   // are read once per checker.
-  std::vector<Diagnostic> Check(const DynamicInfo& kernel, const std::vector<std::filesystem::path>& extra_dirs);
+  std::vector<Diagnostic> Check(const DynamicInfo& kernel,
+                                const std::vector<std::filesystem::path>& extra_dirs);
 
  private:
   using Exports = std::shared_ptr<const DynamicInfo>;
   // The library's dynamic info, or null when it cannot be read.
   Exports Load(const std::filesystem::path& path);
-  std::filesystem::path Locate(const std::string& needed, const std::vector<std::filesystem::path>& dirs) const;
+  std::filesystem::path Locate(const std::string& needed,
+                               const std::vector<std::filesystem::path>& dirs) const;
 
   std::vector<std::filesystem::path> search_dirs_;
   std::set<std::string> host_symbols_;

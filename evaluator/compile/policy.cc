@@ -18,16 +18,19 @@ struct Rule {
 
 constexpr std::string_view kNoProcesses = "a kernel may not start processes";
 constexpr std::string_view kNoLoading =
-    "a kernel may not load code or look up symbols at run time (it could reach anything the rules forbid)";
+    "a kernel may not load code or look up symbols at run time (it could reach anything the rules "
+    "forbid)";
 constexpr std::string_view kNoDeviceState =
-    "a kernel may not change device-wide settings: they outlive the call and change the conditions the "
+    "a kernel may not change device-wide settings: they outlive the call and change the conditions "
+    "the "
     "baseline is timed under (e.g. a persisting-L2 carve-out)";
 
 // Refused for every task. The reasons are the reward hacks and sandbox escapes
 // each symbol enables (shared/research/peers.md §B; docs/compile.md).
 constexpr std::array kAlwaysForbidden = {
     Rule{"cuMulticast", true,
-         "NVLink multicast is disabled on the test machines and can take shared GPUs out of service"},
+         "NVLink multicast is disabled on the test machines and can take shared GPUs out of "
+         "service"},
     Rule{"dlopen", false, kNoLoading},
     Rule{"dlmopen", false, kNoLoading},
     Rule{"dlsym", false, kNoLoading},
@@ -35,8 +38,10 @@ constexpr std::array kAlwaysForbidden = {
     Rule{"dl_iterate_phdr", false, kNoLoading},
     Rule{"__libc_dlopen_mode", false, kNoLoading},
     Rule{"__libc_dlsym", false, kNoLoading},
-    Rule{"cudaGetDriverEntryPoint", true, "fetching driver entry points by name could reach forbidden functions"},
-    Rule{"cuGetProcAddress", true, "fetching driver entry points by name could reach forbidden functions"},
+    Rule{"cudaGetDriverEntryPoint", true,
+         "fetching driver entry points by name could reach forbidden functions"},
+    Rule{"cuGetProcAddress", true,
+         "fetching driver entry points by name could reach forbidden functions"},
     Rule{"fork", false, kNoProcesses},
     Rule{"vfork", false, kNoProcesses},
     Rule{"clone", false, kNoProcesses},
@@ -50,9 +55,11 @@ constexpr std::array kAlwaysForbidden = {
     Rule{"popen", false, kNoProcesses},
     Rule{"posix_spawn", true, kNoProcesses},
     Rule{"pthread_create", false,
-         "a kernel may not start host threads: all its work must be on ctx->stream when kf_run returns"},
+         "a kernel may not start host threads: all its work must be on ctx->stream when kf_run "
+         "returns"},
     Rule{"thrd_create", false,
-         "a kernel may not start host threads: all its work must be on ctx->stream when kf_run returns"},
+         "a kernel may not start host threads: all its work must be on ctx->stream when kf_run "
+         "returns"},
     Rule{"socket", false, "a kernel may not use the network"},
     Rule{"socketpair", false, "a kernel may not use the network"},
     Rule{"connect", false, "a kernel may not use the network"},
@@ -64,17 +71,27 @@ constexpr std::array kAlwaysForbidden = {
     Rule{"kill", false, "a kernel may not signal processes"},
     Rule{"killpg", false, "a kernel may not signal processes"},
     Rule{"tgkill", false, "a kernel may not signal processes"},
-    Rule{"signal", false, "a kernel may not install signal handlers (they could hide its crashes from the harness)"},
-    Rule{"sigaction", false, "a kernel may not install signal handlers (they could hide its crashes from the harness)"},
-    Rule{"mprotect", false, "a kernel may not change memory protection (it could patch the harness's code)"},
-    Rule{"pkey_mprotect", false, "a kernel may not change memory protection (it could patch the harness's code)"},
+    Rule{"signal", false,
+         "a kernel may not install signal handlers (they could hide its crashes from the harness)"},
+    Rule{"sigaction", false,
+         "a kernel may not install signal handlers (they could hide its crashes from the harness)"},
+    Rule{"mprotect", false,
+         "a kernel may not change memory protection (it could patch the harness's code)"},
+    Rule{"pkey_mprotect", false,
+         "a kernel may not change memory protection (it could patch the harness's code)"},
     Rule{"syscall", false, "raw system calls bypass every other rule"},
-    Rule{"setenv", false, "a kernel may not change the environment the harness configures CUDA and NCCL with"},
-    Rule{"putenv", false, "a kernel may not change the environment the harness configures CUDA and NCCL with"},
-    Rule{"unsetenv", false, "a kernel may not change the environment the harness configures CUDA and NCCL with"},
-    Rule{"clearenv", false, "a kernel may not change the environment the harness configures CUDA and NCCL with"},
-    Rule{"cudaDeviceReset", false, "resetting the device destroys the harness's memory and streams"},
-    Rule{"cuDevicePrimaryCtxReset", true, "resetting the device destroys the harness's memory and streams"},
+    Rule{"setenv", false,
+         "a kernel may not change the environment the harness configures CUDA and NCCL with"},
+    Rule{"putenv", false,
+         "a kernel may not change the environment the harness configures CUDA and NCCL with"},
+    Rule{"unsetenv", false,
+         "a kernel may not change the environment the harness configures CUDA and NCCL with"},
+    Rule{"clearenv", false,
+         "a kernel may not change the environment the harness configures CUDA and NCCL with"},
+    Rule{"cudaDeviceReset", false,
+         "resetting the device destroys the harness's memory and streams"},
+    Rule{"cuDevicePrimaryCtxReset", true,
+         "resetting the device destroys the harness's memory and streams"},
     Rule{"cuCtxDestroy", true, "destroying a context destroys the harness's memory and streams"},
     Rule{"cudaSetDevice", false, "the harness makes the rank's device current; use ctx->device"},
     Rule{"cuCtxSetCurrent", false, "the harness makes the rank's device current; use ctx->device"},
@@ -89,8 +106,9 @@ constexpr std::array kAlwaysForbidden = {
 };
 
 constexpr std::array<std::string_view, 11> kHarnessCollectives = {
-    "kf_all_reduce", "kf_all_gather", "kf_reduce_scatter", "kf_broadcast", "kf_reduce", "kf_all_to_all",
-    "kf_group_start", "kf_group_end", "kf_send", "kf_recv", "kf_barrier"};
+    "kf_all_reduce", "kf_all_gather", "kf_reduce_scatter", "kf_broadcast",
+    "kf_reduce",     "kf_all_to_all", "kf_group_start",    "kf_group_end",
+    "kf_send",       "kf_recv",       "kf_barrier"};
 
 bool Matches(const Rule& rule, std::string_view symbol) {
   return rule.prefix ? symbol.starts_with(rule.name) : symbol == rule.name;
@@ -154,8 +172,10 @@ std::string StripComments(std::string_view src) {
         }
         break;
       case kLine:
-        if (c == '\n') state = kCode;
-        else out[i] = ' ';
+        if (c == '\n')
+          state = kCode;
+        else
+          out[i] = ' ';
         break;
       case kBlock:
         if (c == '*' && next == '/') {
@@ -168,8 +188,10 @@ std::string StripComments(std::string_view src) {
         break;
       case kString:
       case kChar:
-        if (c == '\\') ++i;
-        else if ((state == kString && c == '"') || (state == kChar && c == '\'') || c == '\n') state = kCode;
+        if (c == '\\')
+          ++i;
+        else if ((state == kString && c == '"') || (state == kChar && c == '\'') || c == '\n')
+          state = kCode;
         break;
     }
   }
@@ -180,12 +202,14 @@ void ScanSource(std::string_view source, const Policy& policy, std::vector<std::
   std::string code = StripComments(source);
   if (code.find("multimem") != std::string::npos) {
     out.push_back(
-        "uses multimem PTX instructions: NVLink multicast is disabled on the test machines and can take shared "
+        "uses multimem PTX instructions: NVLink multicast is disabled on the test machines and can "
+        "take shared "
         "GPUs out of service");
   }
   if (code.find("cuMulticast") != std::string::npos) {
     out.push_back(
-        "mentions cuMulticast: NVLink multicast is disabled on the test machines and can take shared GPUs out of "
+        "mentions cuMulticast: NVLink multicast is disabled on the test machines and can take "
+        "shared GPUs out of "
         "service");
   }
   static const std::regex kNcclInclude(R"(#\s*include\s*[<"](nccl[A-Za-z_]*\.h)[>"])");
@@ -209,7 +233,8 @@ Result<KernelSymbols> ReadKernelSymbols(const std::filesystem::path& shared_obje
   return symbols;
 }
 
-std::vector<std::string> CheckPolicy(const KernelSymbols& symbols, std::string_view source, const Policy& policy) {
+std::vector<std::string> CheckPolicy(const KernelSymbols& symbols, std::string_view source,
+                                     const Policy& policy) {
   std::vector<std::string> out;
   std::set<std::string> seen;
   for (const std::string& symbol : symbols.imported) {
@@ -227,9 +252,10 @@ std::vector<std::string> CheckPolicy(const KernelSymbols& symbols, std::string_v
   }
   for (const std::string& symbol : symbols.exported) {
     if (LooksLikeLibraryFunction(symbol)) {
-      out.push_back("defines " + symbol +
-                    ": a kernel may not define functions named like CUDA, NCCL, cuBLAS, the C library or the "
-                    "harness (it could interpose on them)");
+      out.push_back(
+          "defines " + symbol +
+          ": a kernel may not define functions named like CUDA, NCCL, cuBLAS, the C library or the "
+          "harness (it could interpose on them)");
     }
   }
   ScanSource(source, policy, out);

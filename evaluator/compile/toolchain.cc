@@ -17,7 +17,9 @@ namespace kforge::eval {
 namespace fs = std::filesystem;
 namespace {
 
-bool IsExecutable(const fs::path& p) { return !p.empty() && access(p.c_str(), X_OK) == 0 && !fs::is_directory(p); }
+bool IsExecutable(const fs::path& p) {
+  return !p.empty() && access(p.c_str(), X_OK) == 0 && !fs::is_directory(p);
+}
 
 void AddConfFile(const fs::path& conf, std::vector<fs::path>& dirs, int depth) {
   std::ifstream in(conf);
@@ -58,8 +60,9 @@ Result<fs::path> FindNvcc(const fs::path& explicit_path, const std::string& cuda
                           const std::vector<fs::path>& defaults) {
   if (!explicit_path.empty()) {
     if (IsExecutable(explicit_path)) return explicit_path;
-    return Error(ErrorKind::kNotFound, "nvcc not found: " + explicit_path.string() +
-                                           " (given explicitly) does not exist or is not executable");
+    return Error(ErrorKind::kNotFound,
+                 "nvcc not found: " + explicit_path.string() +
+                     " (given explicitly) does not exist or is not executable");
   }
   std::string looked;
   if (!cuda_home.empty()) {
@@ -75,8 +78,8 @@ Result<fs::path> FindNvcc(const fs::path& explicit_path, const std::string& cuda
   }
   if (fs::path p = FindInPath("nvcc"); !p.empty()) return p;
   looked += "nvcc in $PATH";
-  return Error(ErrorKind::kNotFound,
-               "nvcc not found; looked at " + looked + ". Install the CUDA toolkit or set CUDA_HOME.");
+  return Error(ErrorKind::kNotFound, "nvcc not found; looked at " + looked +
+                                         ". Install the CUDA toolkit or set CUDA_HOME.");
 }
 
 std::vector<fs::path> LibrarySearchDirs(const fs::path& nvcc) {
@@ -95,7 +98,8 @@ std::vector<fs::path> LibrarySearchDirs(const fs::path& nvcc) {
     fs::path root = nvcc.parent_path().parent_path();
     dirs.push_back(root / "lib64");
     std::error_code ec;
-    for (const auto& target : fs::directory_iterator(root / "targets", ec)) dirs.push_back(target.path() / "lib");
+    for (const auto& target : fs::directory_iterator(root / "targets", ec))
+      dirs.push_back(target.path() / "lib");
   }
   AddConfFile("/etc/ld.so.conf", dirs, 0);
   for (const char* d : {"/lib64", "/usr/lib64", "/lib", "/usr/lib"}) dirs.emplace_back(d);

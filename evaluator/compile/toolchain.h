@@ -12,7 +12,8 @@ namespace kforge::eval {
 // explicit_path when given (it must exist), else <cuda_home>/bin/nvcc when
 // cuda_home is non-empty, else each of `defaults`, else nvcc in PATH.
 // kNotFound names every place it looked.
-Result<std::filesystem::path> FindNvcc(const std::filesystem::path& explicit_path, const std::string& cuda_home,
+Result<std::filesystem::path> FindNvcc(const std::filesystem::path& explicit_path,
+                                       const std::string& cuda_home,
                                        const std::vector<std::filesystem::path>& defaults);
 
 // The standard nvcc locations: /usr/local/cuda/bin/nvcc and the toolkit kforge was built with.

@@ -1,7 +1,5 @@
 // Compiler tests: real nvcc for the kernel outcomes (shared, compiled once),
 // a fake ProcessRunner for keys, timeouts and scheduling.
-#include "kforge/evaluator/compile.h"
-
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -10,6 +8,7 @@
 
 #include "fake_runner.h"
 #include "kforge/core/fs.h"
+#include "kforge/evaluator/compile.h"
 #include "kforge/evaluator/policy.h"
 #include "test_kernels.h"
 
@@ -21,8 +20,9 @@ using testing::FakeRunner;
 using testing::JobFor;
 using testing::Kernels;
 
-#define REQUIRE_NVCC() \
-  if (!testing::HaveNvcc()) GTEST_SKIP() << "nvcc not found: " << testing::SharedCompiler().Nvcc().status().message()
+#define REQUIRE_NVCC()      \
+  if (!testing::HaveNvcc()) \
+  GTEST_SKIP() << "nvcc not found: " << testing::SharedCompiler().Nvcc().status().message()
 
 // A private cache directory, removed afterwards.
 class TempCache {
@@ -41,7 +41,8 @@ class TempCache {
 bool HasExport(const fs::path& so, const std::string& name) {
   Result<KernelSymbols> symbols = ReadKernelSymbols(so);
   if (!symbols.ok()) return false;
-  return std::find(symbols->exported.begin(), symbols->exported.end(), name) != symbols->exported.end();
+  return std::find(symbols->exported.begin(), symbols->exported.end(), name) !=
+         symbols->exported.end();
 }
 
 TEST(CompilerTest, GoodKernelBuildsASharedObjectExportingTheAbi) {
@@ -52,7 +53,8 @@ TEST(CompilerTest, GoodKernelBuildsASharedObjectExportingTheAbi) {
   EXPECT_EQ(r.shared_object.filename(), "kernel.so");
   EXPECT_EQ(r.shared_object.parent_path().filename(), r.key);
   EXPECT_EQ(r.key.size(), 64u);
-  for (const char* entry : {"kf_setup", "kf_run", "kf_teardown"}) EXPECT_TRUE(HasExport(r.shared_object, entry)) << entry;
+  for (const char* entry : {"kf_setup", "kf_run", "kf_teardown"})
+    EXPECT_TRUE(HasExport(r.shared_object, entry)) << entry;
   for (const Diagnostic& d : r.diagnostics) EXPECT_NE(d.severity, Severity::kError) << d.message;
   nlohmann::json j = r.ToJson();
   EXPECT_TRUE(j.at("seconds").is_number());
@@ -75,11 +77,13 @@ TEST(CompilerTest, SyntaxErrorsAreParsedAgainstTheDisplayName) {
   EXPECT_EQ(r.diagnostics[1].line, 6);
   EXPECT_EQ(r.diagnostics[1].message, "expected a \";\"");
   EXPECT_EQ(r.status.message(),
-            "compile failed: candidate.cu:4:28: identifier \"undefined_x\" is undefined (and 1 more error)");
+            "compile failed: candidate.cu:4:28: identifier \"undefined_x\" is undefined (and 1 "
+            "more error)");
   // The temp directory nvcc ran in never leaks into what the model sees.
   EXPECT_EQ(r.log.find("/.tmp-"), std::string::npos) << r.log;
   EXPECT_NE(r.log.find("candidate.cu(4): error"), std::string::npos) << r.log;
-  std::string shown = FormatDiagnostics(r.diagnostics, testing::kSyntaxErrorKernel, 1, "candidate.cu");
+  std::string shown =
+      FormatDiagnostics(r.diagnostics, testing::kSyntaxErrorKernel, 1, "candidate.cu");
   EXPECT_NE(shown.find("if (i < n) b[i] = a[i] + undefined_x;"), std::string::npos) << shown;
   EXPECT_NE(shown.find("(1 more error not shown)"), std::string::npos) << shown;
 }
@@ -88,7 +92,8 @@ TEST(CompilerTest, MissingKfRunIsAClearCompileError) {
   REQUIRE_NVCC();
   const CompileResult& r = Kernels().no_run;
   ASSERT_EQ(r.status.kind(), ErrorKind::kCompileError) << r.status.ToString();
-  EXPECT_NE(r.status.message().find("does not define kf_run"), std::string::npos) << r.status.message();
+  EXPECT_NE(r.status.message().find("does not define kf_run"), std::string::npos)
+      << r.status.message();
   ASSERT_FALSE(r.diagnostics.empty());
   EXPECT_EQ(r.diagnostics.back().file, "candidate.cu");
   EXPECT_TRUE(r.shared_object.empty());
@@ -98,7 +103,8 @@ TEST(CompilerTest, UnresolvedSymbolIsALinkError) {
   REQUIRE_NVCC();
   const CompileResult& r = Kernels().link_error;
   ASSERT_EQ(r.status.kind(), ErrorKind::kCompileError) << r.status.ToString();
-  EXPECT_NE(r.status.message().find("undefined reference to 'helper_nobody_defines'"), std::string::npos)
+  EXPECT_NE(r.status.message().find("undefined reference to 'helper_nobody_defines'"),
+            std::string::npos)
       << r.status.message();
   // Only the one symbol: cudart, libc and libstdc++ imports all resolve.
   int errors = 0;
@@ -136,7 +142,8 @@ TEST(CompilerTest, SecondCompileIsACacheHitAndFaster) {
   EXPECT_TRUE(warm.cache_hit);
   EXPECT_EQ(warm.shared_object, cold.shared_object);
   EXPECT_EQ(warm.key, cold.key);
-  EXPECT_LT(warm.seconds * 10, cold.seconds) << "cold " << cold.seconds << " s, warm " << warm.seconds << " s";
+  EXPECT_LT(warm.seconds * 10, cold.seconds)
+      << "cold " << cold.seconds << " s, warm " << warm.seconds << " s";
   // A fresh compiler (another process) sees the same entry; no staging directories are left behind.
   Compiler other(options);
   EXPECT_TRUE(other.Compile(job).cache_hit);
@@ -162,7 +169,8 @@ TEST(CompilerTest, NonexistentNvccIsNotFound) {
   Compiler compiler(options);
   CompileResult r = compiler.Compile(JobFor(testing::kGoodKernel));
   EXPECT_EQ(r.status.kind(), ErrorKind::kNotFound);
-  EXPECT_NE(r.status.message().find("/nonexistent/cuda/bin/nvcc"), std::string::npos) << r.status.message();
+  EXPECT_NE(r.status.message().find("/nonexistent/cuda/bin/nvcc"), std::string::npos)
+      << r.status.message();
   EXPECT_FALSE(r.cache_hit);
   EXPECT_TRUE(r.key.empty());
 }
@@ -180,7 +188,9 @@ Result<ProcessResult> FailWithError(const std::vector<std::string>& argv, const 
   r.exit_code = 1;
   // The source file name is the argument before "-o".
   std::string file = *(std::find(argv.begin(), argv.end(), "-o") - 1);
-  r.err = file + "(2): error: expected a \";\"\n  int x\n       ^\n\n1 error detected in the compilation of \"" +
+  r.err = file +
+          "(2): error: expected a \";\"\n  int x\n       ^\n\n1 error detected in the compilation "
+          "of \"" +
           file + "\".\n";
   return r;
 }
@@ -218,13 +228,14 @@ TEST(CompilerTest, CacheKeyCoversSourceFlagsArchAndToolchain) {
 TEST(CompilerTest, TimeoutIsItsOwnStatusAndIsNotCached) {
   TempCache cache;
   std::chrono::milliseconds seen{0};
-  FakeRunner runner([&](const std::vector<std::string>&, const ProcessOptions& o) -> Result<ProcessResult> {
-    seen = o.timeout;
-    ProcessResult r;
-    r.timed_out = true;
-    r.term_signal = 9;
-    return r;
-  });
+  FakeRunner runner(
+      [&](const std::vector<std::string>&, const ProcessOptions& o) -> Result<ProcessResult> {
+        seen = o.timeout;
+        ProcessResult r;
+        r.timed_out = true;
+        r.term_signal = 9;
+        return r;
+      });
   CompileOptions options = FakeOptions(cache.dir());
   options.timeout = std::chrono::seconds(7);
   Compiler compiler(options, runner);

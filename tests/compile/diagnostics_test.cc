@@ -42,7 +42,8 @@ TEST(DiagnosticsTest, FrontEndErrorsWithCaretColumnsAndNoSummary) {
 
 TEST(DiagnosticsTest, RepeatedWarningsAcrossPassesAreKeptOnce) {
   const char* once =
-      "/cache/kernels/.tmp-ab12-XYZ/k.cu(3): warning #177-D: variable \"unused\" was declared but never referenced\n"
+      "/cache/kernels/.tmp-ab12-XYZ/k.cu(3): warning #177-D: variable \"unused\" was declared but "
+      "never referenced\n"
       "    int unused = 3;\n"
       "        ^\n"
       "\n"
@@ -68,8 +69,9 @@ TEST(DiagnosticsTest, InstantiationNotesStayWithTheirError) {
   ASSERT_EQ(d.size(), 1u);
   EXPECT_EQ(d[0].line, 2);
   EXPECT_EQ(d[0].column, 43);
-  EXPECT_NE(d[0].context.find("detected during instantiation of \"int f(T) [with T=int]\" at line 3"),
-            std::string::npos);
+  EXPECT_NE(
+      d[0].context.find("detected during instantiation of \"int f(T) [with T=int]\" at line 3"),
+      std::string::npos);
 }
 
 TEST(DiagnosticsTest, HostCompilerAndAssemblerFormats) {
@@ -103,25 +105,32 @@ TEST(DiagnosticsTest, HostCompilerAndAssemblerFormats) {
 
 TEST(DiagnosticsTest, PtxasNvlinkNvccAndLinkerLines) {
   const char* text =
-      "ptxas error   : Entry function '_Z3bigPf' uses too much shared data (0x61a80 bytes, 0x38c00 max)\n"
+      "ptxas error   : Entry function '_Z3bigPf' uses too much shared data (0x61a80 bytes, 0x38c00 "
+      "max)\n"
       "ptxas fatal   : Unresolved extern function '_Z7ext_devi'\n"
       "ptxas /tmp/tmpxft_01-6.ptx, line 12; error   : Unknown symbol 'foo'\n"
-      "nvlink error   : Undefined reference to '_Z7ext_devi' in '/tmp/tmpxft_00003112_00000000-13_k.o'\n"
-      "nvcc warning : incompatible redefinition for option 'gpu-architecture', the last value of this option was used\n"
+      "nvlink error   : Undefined reference to '_Z7ext_devi' in "
+      "'/tmp/tmpxft_00003112_00000000-13_k.o'\n"
+      "nvcc warning : incompatible redefinition for option 'gpu-architecture', the last value of "
+      "this option was used\n"
       "nvcc fatal   : Unsupported gpu architecture 'sm_999'\n"
       "/usr/bin/ld: cannot find -lnosuchlib: No such file or directory\n"
       "/usr/bin/ld: /tmp/tmpxft_000031ac_00000000-11_k.o: in function `kf_run':\n"
-      "tmpxft_000031ac_00000000-6_k.cudafe1.cpp:(.text+0x33): undefined reference to `missing_fn()'\n"
+      "tmpxft_000031ac_00000000-6_k.cudafe1.cpp:(.text+0x33): undefined reference to "
+      "`missing_fn()'\n"
       "collect2: error: ld returned 1 exit status\n";
   std::vector<Diagnostic> d = ParseDiagnostics(text, Options());
   ASSERT_EQ(d.size(), 8u);
-  EXPECT_EQ(d[0].message, "ptxas: Entry function 'big(float*)' uses too much shared data (0x61a80 bytes, 0x38c00 max)");
+  EXPECT_EQ(
+      d[0].message,
+      "ptxas: Entry function 'big(float*)' uses too much shared data (0x61a80 bytes, 0x38c00 max)");
   EXPECT_EQ(d[0].severity, Severity::kError);
   EXPECT_EQ(d[0].file, "");
   EXPECT_EQ(d[1].message, "ptxas: Unresolved extern function 'ext_dev(int)'");
   EXPECT_EQ(d[2].message, "ptxas: Unknown symbol 'foo'");
-  EXPECT_EQ(d[3].message,
-            "nvlink: Undefined reference to 'ext_dev(int)' in '/tmp/tmpxft_00003112_00000000-13_k.o'");
+  EXPECT_EQ(
+      d[3].message,
+      "nvlink: Undefined reference to 'ext_dev(int)' in '/tmp/tmpxft_00003112_00000000-13_k.o'");
   EXPECT_EQ(d[4].severity, Severity::kWarning);
   EXPECT_EQ(d[5].message, "nvcc: Unsupported gpu architecture 'sm_999'");
   EXPECT_EQ(d[5].severity, Severity::kError);
@@ -156,17 +165,22 @@ TEST(DiagnosticsTest, FormatShowsTheOffendingLinesFirstErrorsOnly) {
   EXPECT_EQ(FormatDiagnostics(warnings, source, 5, "candidate.cu"),
             "candidate.cu:1:5: warning: unused a\n  1 | int a;\n    |     ^\n");
   // Items without a location, or in other files, show what the tool printed.
-  std::vector<Diagnostic> tool = {{"", 0, 0, Severity::kError, "ptxas: too much shared data", ""},
-                                  {"kforge/kernel.h", 9, 0, Severity::kError, "bad", "  echo\n  ^"}};
-  EXPECT_EQ(FormatDiagnostics(tool, source, 5, "candidate.cu"),
-            "error: ptxas: too much shared data\nkforge/kernel.h:9: error: bad\n      echo\n      ^\n");
+  std::vector<Diagnostic> tool = {
+      {"", 0, 0, Severity::kError, "ptxas: too much shared data", ""},
+      {"kforge/kernel.h", 9, 0, Severity::kError, "bad", "  echo\n  ^"}};
+  EXPECT_EQ(
+      FormatDiagnostics(tool, source, 5, "candidate.cu"),
+      "error: ptxas: too much shared data\nkforge/kernel.h:9: error: bad\n      echo\n      ^\n");
   EXPECT_EQ(FormatDiagnostics({}, source, 5, "candidate.cu"), "");
 }
 
 TEST(DiagnosticsTest, JsonHasTheResultSchemaFields) {
   Diagnostic d{"candidate.cu", 12, 5, Severity::kRemark, "m", "ctx"};
   nlohmann::json j = d.ToJson();
-  EXPECT_EQ(j, nlohmann::json({{"file", "candidate.cu"}, {"line", 12}, {"column", 5}, {"severity", "remark"},
+  EXPECT_EQ(j, nlohmann::json({{"file", "candidate.cu"},
+                               {"line", 12},
+                               {"column", 5},
+                               {"severity", "remark"},
                                {"message", "m"}}));
 }
 

@@ -14,11 +14,14 @@ namespace kforge::eval::testing {
 
 class FakeRunner final : public ProcessRunner {
  public:
-  using Handler = std::function<Result<ProcessResult>(const std::vector<std::string>&, const ProcessOptions&)>;
-  explicit FakeRunner(Handler handler, std::string version = "Cuda compilation tools, release 99.0, V99.0.1\n")
+  using Handler =
+      std::function<Result<ProcessResult>(const std::vector<std::string>&, const ProcessOptions&)>;
+  explicit FakeRunner(Handler handler,
+                      std::string version = "Cuda compilation tools, release 99.0, V99.0.1\n")
       : handler_(std::move(handler)), version_(std::move(version)) {}
 
-  Result<ProcessResult> Run(const std::vector<std::string>& argv, const ProcessOptions& options) override {
+  Result<ProcessResult> Run(const std::vector<std::string>& argv,
+                            const ProcessOptions& options) override {
     if (argv.size() == 2 && argv[1] == "--version") {
       ProcessResult r;
       r.exit_code = 0;

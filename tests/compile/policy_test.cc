@@ -12,7 +12,8 @@ namespace kforge::eval {
 namespace {
 
 bool Contains(const std::vector<std::string>& v, const std::string& needle) {
-  return std::any_of(v.begin(), v.end(), [&](const std::string& s) { return s.find(needle) != std::string::npos; });
+  return std::any_of(v.begin(), v.end(),
+                     [&](const std::string& s) { return s.find(needle) != std::string::npos; });
 }
 
 std::string Joined(const std::vector<std::string>& v) {
@@ -31,13 +32,15 @@ Policy Allow(bool collectives, bool nccl, bool cublas) {
 
 TEST(PolicyTest, TaskPolicyGatesLibraries) {
   KernelSymbols s;
-  s.imported = {"ncclAllReduce", "cublasLtMatmul", "cublasGemmEx", "kf_all_gather", "cudaMalloc", "memcpy"};
+  s.imported = {"ncclAllReduce", "cublasLtMatmul", "cublasGemmEx",
+                "kf_all_gather", "cudaMalloc",     "memcpy"};
   std::vector<std::string> none = CheckPolicy(s, "", Allow(false, false, false));
   EXPECT_EQ(none.size(), 4u) << Joined(none);
   EXPECT_TRUE(Contains(none, "calls ncclAllReduce: this task does not allow NCCL"));
   EXPECT_TRUE(Contains(none, "calls cublasLtMatmul: this task does not allow cuBLAS"));
   EXPECT_TRUE(Contains(none, "calls cublasGemmEx: this task does not allow cuBLAS"));
-  EXPECT_TRUE(Contains(none, "calls kf_all_gather: this task does not allow the harness collectives"));
+  EXPECT_TRUE(
+      Contains(none, "calls kf_all_gather: this task does not allow the harness collectives"));
   EXPECT_TRUE(CheckPolicy(s, "", Allow(true, true, true)).empty());
   std::vector<std::string> only_nccl = CheckPolicy(s, "", Allow(true, true, false));
   EXPECT_EQ(only_nccl.size(), 2u) << Joined(only_nccl);
@@ -45,16 +48,37 @@ TEST(PolicyTest, TaskPolicyGatesLibraries) {
 
 TEST(PolicyTest, EscapesAreAlwaysForbidden) {
   KernelSymbols s;
-  s.imported = {"cuMulticastCreate", "dlsym", "cudaGetDriverEntryPointByVersion", "cuGetProcAddress_v2", "execvp",
-                "posix_spawnp", "system", "socket", "ptrace", "kill", "setenv", "cudaDeviceReset", "cudaSetDevice",
-                "cudaDeviceSetLimit", "pthread_create", "mprotect", "syscall"};
+  s.imported = {"cuMulticastCreate",
+                "dlsym",
+                "cudaGetDriverEntryPointByVersion",
+                "cuGetProcAddress_v2",
+                "execvp",
+                "posix_spawnp",
+                "system",
+                "socket",
+                "ptrace",
+                "kill",
+                "setenv",
+                "cudaDeviceReset",
+                "cudaSetDevice",
+                "cudaDeviceSetLimit",
+                "pthread_create",
+                "mprotect",
+                "syscall"};
   std::vector<std::string> v = CheckPolicy(s, "", Allow(true, true, true));
   EXPECT_EQ(v.size(), s.imported.size()) << Joined(v);
-  for (const std::string& name : s.imported) EXPECT_TRUE(Contains(v, "calls " + name + ": ")) << name;
+  for (const std::string& name : s.imported)
+    EXPECT_TRUE(Contains(v, "calls " + name + ": ")) << name;
   EXPECT_TRUE(Contains(v, "calls cuMulticastCreate: NVLink multicast is disabled"));
   // Repeated imports are reported once; ordinary runtime calls pass.
-  s.imported = {"dlopen", "dlopen", "cudaStreamCreateWithFlags", "cudaGraphLaunch", "cudaEventRecord",
-                "cudaFuncSetAttribute", "pthread_mutex_lock", "__cudaRegisterFatBinary"};
+  s.imported = {"dlopen",
+                "dlopen",
+                "cudaStreamCreateWithFlags",
+                "cudaGraphLaunch",
+                "cudaEventRecord",
+                "cudaFuncSetAttribute",
+                "pthread_mutex_lock",
+                "__cudaRegisterFatBinary"};
   v = CheckPolicy(s, "", Policy{});
   ASSERT_EQ(v.size(), 1u) << Joined(v);
   EXPECT_NE(v[0].find("calls dlopen: "), std::string::npos) << v[0];
@@ -62,31 +86,39 @@ TEST(PolicyTest, EscapesAreAlwaysForbidden) {
 
 TEST(PolicyTest, DefiningLibraryFunctionsIsInterposition) {
   KernelSymbols s;
-  s.exported = {"kf_run", "kf_setup", "kf_teardown", "cudaEventElapsedTime", "clock_gettime", "ncclAllReduce",
-                "kf_barrier", "cuda_copy_helper", "_Z4copyPKfPfl"};
+  s.exported = {"kf_run",        "kf_setup",      "kf_teardown", "cudaEventElapsedTime",
+                "clock_gettime", "ncclAllReduce", "kf_barrier",  "cuda_copy_helper",
+                "_Z4copyPKfPfl"};
   std::vector<std::string> v = CheckPolicy(s, "", Allow(true, true, true));
   EXPECT_EQ(v.size(), 4u) << Joined(v);
-  for (const char* name : {"cudaEventElapsedTime", "clock_gettime", "ncclAllReduce", "kf_barrier"}) {
+  for (const char* name :
+       {"cudaEventElapsedTime", "clock_gettime", "ncclAllReduce", "kf_barrier"}) {
     EXPECT_TRUE(Contains(v, std::string("defines ") + name + ": ")) << name;
   }
 }
 
 TEST(PolicyTest, SourceScanSkipsCommentsButNotStrings) {
   KernelSymbols clean;
-  EXPECT_TRUE(CheckPolicy(clean, "// no multimem here\n/* nor cuMulticast,\n multimem */ int x;\n", Policy{}).empty());
+  EXPECT_TRUE(CheckPolicy(clean, "// no multimem here\n/* nor cuMulticast,\n multimem */ int x;\n",
+                          Policy{})
+                  .empty());
   EXPECT_TRUE(CheckPolicy(clean, "// #include <nccl.h>\n", Policy{}).empty());
-  std::vector<std::string> v =
-      CheckPolicy(clean, "asm(\"multimem.st.relaxed.sys.global.f32 [%0], %1;\" :: \"l\"(p), \"f\"(x));", Policy{});
+  std::vector<std::string> v = CheckPolicy(
+      clean, "asm(\"multimem.st.relaxed.sys.global.f32 [%0], %1;\" :: \"l\"(p), \"f\"(x));",
+      Policy{});
   ASSERT_EQ(v.size(), 1u);
   EXPECT_NE(v[0].find("uses multimem PTX instructions"), std::string::npos) << v[0];
   // A "//" inside a string does not start a comment.
-  v = CheckPolicy(clean, "const char* s = \"http://x\"; // ok\nasm(\"multimem.ld_reduce\");", Policy{});
+  v = CheckPolicy(clean, "const char* s = \"http://x\"; // ok\nasm(\"multimem.ld_reduce\");",
+                  Policy{});
   EXPECT_EQ(v.size(), 1u) << Joined(v);
   v = CheckPolicy(clean, "#include <nccl.h>\n#include \"cublasLt.h\"\n", Policy{});
   EXPECT_EQ(v.size(), 2u) << Joined(v);
   EXPECT_TRUE(Contains(v, "includes nccl.h: this task does not allow NCCL"));
   EXPECT_TRUE(Contains(v, "includes cublasLt.h: this task does not allow cuBLAS"));
-  EXPECT_TRUE(CheckPolicy(clean, "#include <nccl.h>\n#include <cublasLt.h>\n", Allow(false, true, true)).empty());
+  EXPECT_TRUE(
+      CheckPolicy(clean, "#include <nccl.h>\n#include <cublasLt.h>\n", Allow(false, true, true))
+          .empty());
 }
 
 TEST(PolicyTest, ReadingSomethingThatIsNotAnElfFails) {
@@ -99,14 +131,16 @@ TEST(PolicyTest, ReadingSomethingThatIsNotAnElfFails) {
   std::filesystem::remove_all(*dir);
 }
 
-#define REQUIRE_NVCC() \
-  if (!testing::HaveNvcc()) GTEST_SKIP() << "nvcc not found: " << testing::SharedCompiler().Nvcc().status().message()
+#define REQUIRE_NVCC()      \
+  if (!testing::HaveNvcc()) \
+  GTEST_SKIP() << "nvcc not found: " << testing::SharedCompiler().Nvcc().status().message()
 
 TEST(PolicyTest, CompiledGoodKernelIsClean) {
   REQUIRE_NVCC();
   const CompileResult& r = testing::Kernels().good;
   ASSERT_TRUE(r.status.ok()) << r.status.ToString();
-  Result<std::vector<std::string>> v = CheckKernelPolicy(r.shared_object, testing::kGoodKernel, Policy{});
+  Result<std::vector<std::string>> v =
+      CheckKernelPolicy(r.shared_object, testing::kGoodKernel, Policy{});
   ASSERT_TRUE(v.ok()) << v.status().ToString();
   EXPECT_TRUE(v->empty()) << Joined(*v);
 }
@@ -115,7 +149,8 @@ TEST(PolicyTest, CompiledNcclKernelNeedsTheNcclPolicy) {
   REQUIRE_NVCC();
   const CompileResult& r = testing::Kernels().nccl;
   ASSERT_TRUE(r.status.ok()) << r.status.ToString() << "\n" << r.log;
-  std::vector<std::string> denied = CheckKernelPolicy(r.shared_object, testing::kNcclKernel, Policy{}).value();
+  std::vector<std::string> denied =
+      CheckKernelPolicy(r.shared_object, testing::kNcclKernel, Policy{}).value();
   EXPECT_EQ(denied.size(), 2u) << Joined(denied);
   EXPECT_TRUE(Contains(denied, "calls ncclAllReduce: this task does not allow NCCL"));
   EXPECT_TRUE(Contains(denied, "includes nccl.h"));

@@ -85,8 +85,9 @@ Compiler& SharedCompiler() {
 const CompiledKernels& Kernels() {
   static const CompiledKernels* kernels = [] {
     std::vector<CompileResult> r = SharedCompiler().CompileAll(
-        {JobFor(kGoodKernel), JobFor(kSyntaxErrorKernel), JobFor(kNoRunKernel), JobFor(kLinkErrorKernel),
-         JobFor(kNcclKernel), JobFor(kBadActorKernel), JobFor(kCollectivesKernel)});
+        {JobFor(kGoodKernel), JobFor(kSyntaxErrorKernel), JobFor(kNoRunKernel),
+         JobFor(kLinkErrorKernel), JobFor(kNcclKernel), JobFor(kBadActorKernel),
+         JobFor(kCollectivesKernel)});
     return new CompiledKernels{r[0], r[1], r[2], r[3], r[4], r[5], r[6]};
   }();
   return *kernels;

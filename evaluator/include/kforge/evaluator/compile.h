@@ -11,10 +11,9 @@
 #include <chrono>
 #include <filesystem>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "kforge/core/status.h"
 #include "kforge/core/subprocess.h"
@@ -40,11 +39,11 @@ struct CompileOptions {
 };
 
 struct CompileJob {
-  std::string source;                     // the .cu text
+  std::string source;                      // the .cu text
   std::string display_name = "kernel.cu";  // the name diagnostics use (the tools see a temp path)
-  std::string arch = "sm_90a";            // sm_<digits>[a|f]
-  std::vector<std::string> libraries;     // -l<name>, e.g. "nccl", "cublas"
-  std::vector<std::string> extra_flags;   // trusted flags from the caller (never from a kernel)
+  std::string arch = "sm_90a";             // sm_<digits>[a|f]
+  std::vector<std::string> libraries;      // -l<name>, e.g. "nccl", "cublas"
+  std::vector<std::string> extra_flags;    // trusted flags from the caller (never from a kernel)
 };
 
 struct CompileResult {

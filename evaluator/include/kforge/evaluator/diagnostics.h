@@ -3,11 +3,10 @@
 // rendered compactly for feeding back to a model.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace kforge::eval {
 
@@ -17,9 +16,9 @@ enum class Severity { kError, kWarning, kNote, kRemark };
 std::string_view SeverityName(Severity severity);
 
 struct Diagnostic {
-  std::string file;     // the kernel's display name, another file as printed, or "" (ptxas, linkers)
-  int line = 0;         // 1-based; 0 when the tool gives none
-  int column = 0;       // 1-based; 0 when unknown
+  std::string file;  // the kernel's display name, another file as printed, or "" (ptxas, linkers)
+  int line = 0;      // 1-based; 0 when the tool gives none
+  int column = 0;    // 1-based; 0 when unknown
   Severity severity = Severity::kError;
   std::string message;  // the tool's message, without the location and severity prefix
   std::string context;  // continuation lines (source echo, caret, instantiation notes), '\n'-joined
