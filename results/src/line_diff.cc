@@ -1,5 +1,6 @@
 #include "kforge/results/line_diff.h"
 
+#include <algorithm>
 #include <cstdint>
 
 #include "kforge/results/html.h"
@@ -66,6 +67,7 @@ std::vector<DiffLine> DiffLines(std::string_view before, std::string_view after)
 std::string UnifiedDiff(const std::vector<DiffLine>& diff, int context) {
   const auto show = Visible(diff, context);
   std::string out;
+  if (std::find(show.begin(), show.end(), true) == show.end()) return out;  // no differences
   bool folded = false;
   for (size_t i = 0; i < diff.size(); ++i) {
     if (!show[i]) {

@@ -2,6 +2,7 @@
 
 #include <map>
 #include <set>
+#include <tuple>
 
 #include "eval_doc.h"
 #include "kforge/core/hash.h"
@@ -69,7 +70,7 @@ class Importer {
       KF_ASSIGN_OR_RETURN(auto turns, dest_.ListTurns(sid));
       for (const auto& t : turns) turn_ids_[{sid, t.index}] = t.id;
       KF_ASSIGN_OR_RETURN(auto evals, dest_.ListEvaluations(sid));
-      for (const auto& e : evals) eval_ids_[{sid, e.doc_sha}] = e.id;
+      for (const auto& e : evals) eval_ids_[{sid, e.turn_id, e.doc_sha}] = e.id;
     }
     int64_t turn_id = 0;
     bool added = false;
@@ -78,14 +79,14 @@ class Importer {
     }
     if (rec.contains("evaluation") && rec["evaluation"].is_object()) {
       const std::string sha = Sha256Hex(rec["evaluation"].dump(2));
-      auto it = eval_ids_.find({sid, sha});
+      auto it = eval_ids_.find({sid, turn_id, sha});
       int64_t eid = 0;
       if (it != eval_ids_.end()) {
         eid = it->second;
         ++stats_.duplicates;
       } else {
         KF_ASSIGN_OR_RETURN(eid, dest_.RecordEvaluation(sid, turn_id, rec["evaluation"]));
-        eval_ids_[{sid, sha}] = eid;
+        eval_ids_[{sid, turn_id, sha}] = eid;
         ++stats_.evaluations_added;
       }
       if (rec.value("best", false)) KF_RETURN_IF_ERROR(dest_.SetBestEvaluation(sid, eid));
@@ -158,7 +159,8 @@ class Importer {
   std::map<std::string, int64_t> run_ids_;
   std::set<int64_t> seen_sessions_;
   std::map<std::pair<int64_t, int>, int64_t> turn_ids_;
-  std::map<std::pair<int64_t, std::string>, int64_t> eval_ids_;
+  // (session, turn, document hash): the same document may judge two turns.
+  std::map<std::tuple<int64_t, int64_t, std::string>, int64_t> eval_ids_;
 };
 
 }  // namespace

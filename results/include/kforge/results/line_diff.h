@@ -18,7 +18,7 @@ struct DiffLine {
 std::vector<DiffLine> DiffLines(std::string_view before, std::string_view after);
 
 // Unified-style text: "  same", "- removed", "+ added"; runs of unchanged
-// lines longer than 2*context are folded to "  …".
+// lines longer than 2*context are folded to "  …". Equal texts give "".
 std::string UnifiedDiff(const std::vector<DiffLine>& diff, int context = 3);
 
 // The same as HTML (<pre class="diff"> with add/del/ctx spans).
