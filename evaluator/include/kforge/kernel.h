@@ -11,16 +11,21 @@
  *                                  returns. Called many times, back to back.
  *   int kf_teardown(kf_ctx* ctx);  free what kf_setup made.
  *
- * Return 0 on success; non-zero is reported as a runtime error.
+ * Return 0 on success; non-zero is reported as a runtime error. kf_setup and
+ * kf_teardown are optional; kf_run is required.
  *
  * Memory. Every input, output, the workspace and the signal pad is SYMMETRIC:
  * allocated with the same size on every rank, with rank r's buffer mapped into
  * every rank's address space at t.peers[r] (t.peers[ctx->rank] == t.data). A
  * kernel may load from and store to peers' buffers directly (NVLink P2P).
- * Inputs must not be modified (the harness checks) unless the task declares
- * them in-place. Outputs are poisoned before every call. The signal pad is
- * zeroed once, before kf_setup, and never again by the harness: keep barrier
- * state monotonic (epochs) so that back-to-back calls work.
+ * Buffers are 256-byte aligned. Inputs must not be modified (the harness
+ * checks). Outputs are poisoned (0xFF bytes) before correctness calls. The
+ * harness rotates several copies of the inputs and outputs between timed calls
+ * (to keep them out of L2): read every pointer from ctx in each kf_run, never
+ * cache tensor pointers from kf_setup. The workspace and signal pad do not
+ * move. The signal pad (64 KiB) is zeroed on every rank before each kf_setup
+ * and never again: keep barrier state monotonic (epochs) so that back-to-back
+ * calls work.
  *
  * Synchronisation between ranks is the kernel's job: a rank may start kf_run
  * while a peer is still finishing its previous call. The harness times each

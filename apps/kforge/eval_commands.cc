@@ -1,0 +1,111 @@
+// `kforge eval`: evaluate one kernel file for one task.
+#include <cstdio>
+#include <iostream>
+
+#include "command.h"
+#include "kforge/core/fs.h"
+#include "kforge/evaluator/evaluate.h"
+#include "kforge/evaluator/hardware.h"
+#include "kforge/evaluator/report.h"
+
+namespace kforge::cli {
+namespace {
+
+struct EvalArgs {
+  std::string task;
+  std::string kernel;
+  int world = 0;
+  std::vector<int> gpus;
+  std::string dtype;
+  std::string json_out;
+  std::string tasks_dir;
+  std::string cache_dir;
+  std::string arch;
+  int trials = 5;
+  bool no_timing = false;
+  bool compile_only = false;
+  std::vector<std::string> bench_sizes;
+};
+
+int RunEval(const EvalArgs& a) {
+  std::filesystem::path dir = a.tasks_dir.empty() ? eval::DefaultTasksDir() : std::filesystem::path(a.tasks_dir);
+  auto tasks = eval::LoadTasks(dir);
+  if (!tasks.ok()) {
+    std::fprintf(stderr, "kforge eval: %s\n", tasks.status().message().c_str());
+    return 7;
+  }
+  const eval::Task* task = eval::FindTask(*tasks, a.task);
+  if (!task) {
+    std::fprintf(stderr, "kforge eval: no task '%s' in %s (see `kforge tasks list`)\n", a.task.c_str(), dir.c_str());
+    return 7;
+  }
+  auto source = ReadFile(a.kernel);
+  if (!source.ok()) {
+    std::fprintf(stderr, "kforge eval: %s\n", source.status().message().c_str());
+    return 7;
+  }
+  eval::EvalOptions o;
+  o.world = a.world;
+  o.gpus = a.gpus;
+  o.trials = a.trials;
+  o.timing = !a.no_timing;
+  o.compile_only = a.compile_only;
+  o.cache_dir = a.cache_dir;
+  o.arch = a.arch;
+  o.bench_sizes = a.bench_sizes;
+  if (!a.dtype.empty()) {
+    auto dt = eval::ParseDtype(a.dtype);
+    if (!dt.ok()) {
+      std::fprintf(stderr, "kforge eval: --dtype: %s\n", dt.status().message().c_str());
+      return 7;
+    }
+    o.dtype = *dt;
+  }
+  if (!o.compile_only) {
+    auto card = eval::ProbeHardware(o.gpus);
+    if (!card.ok()) {
+      std::fprintf(stderr,
+                   "kforge eval: running a kernel needs a GPU (%s); compiling and checking the policy only.\n",
+                   card.status().message().c_str());
+      o.compile_only = true;
+    }
+  }
+  auto evaluator = eval::MakeEvaluator();
+  auto doc = evaluator->Evaluate(*task, *source, std::filesystem::path(a.kernel).filename().string(), o);
+  if (!doc.ok()) {
+    std::fprintf(stderr, "kforge eval: %s\n", doc.status().ToString().c_str());
+    return 7;
+  }
+  std::cout << eval::RenderEvalReport(*doc);
+  if (!a.json_out.empty()) {
+    if (Status s = WriteFileAtomic(a.json_out, doc->dump(2) + "\n"); !s.ok()) {
+      std::fprintf(stderr, "kforge eval: --json: %s\n", s.message().c_str());
+      return 7;
+    }
+  }
+  return eval::ExitCodeFor(doc->value("status", ""));
+}
+
+void AddEval(CLI::App& app, int& exit_code) {
+  auto args = std::make_shared<EvalArgs>();
+  CLI::App* cmd = app.add_subcommand("eval", "evaluate a kernel against a task's baseline");
+  cmd->add_option("--task", args->task, "task key, number or name")->required();
+  cmd->add_option("--kernel", args->kernel, "the kernel's .cu file")->required()->check(CLI::ExistingFile);
+  cmd->add_option("--world", args->world, "ranks (default: every visible GPU, at least the task's minimum)");
+  cmd->add_option("--gpus", args->gpus, "GPUs to use, e.g. 0,1,2,3")->delimiter(',');
+  cmd->add_option("--dtype", args->dtype, "the task's T (default: its first dtype)");
+  cmd->add_option("--trials", args->trials, "correctness trials per check size")->check(CLI::Range(1, 1000));
+  cmd->add_option("--bench-size", args->bench_sizes, "only these bench sizes (labels)");
+  cmd->add_flag("--no-timing", args->no_timing, "correctness only");
+  cmd->add_flag("--compile-only", args->compile_only, "compile and check the policy; run nothing");
+  cmd->add_option("--json", args->json_out, "write the result document here");
+  cmd->add_option("--tasks-dir", args->tasks_dir, "where tasks live");
+  cmd->add_option("--cache-dir", args->cache_dir, "compile cache (default ~/.cache/kforge)");
+  cmd->add_option("--arch", args->arch, "nvcc arch, e.g. sm_90a (default: the GPU's)");
+  cmd->callback([args, &exit_code] { exit_code = RunEval(*args); });
+}
+
+KF_COMMAND("eval", AddEval);
+
+}  // namespace
+}  // namespace kforge::cli

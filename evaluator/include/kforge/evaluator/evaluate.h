@@ -1,0 +1,55 @@
+// The evaluator's front door: evaluate one kernel source for one task and get
+// the `kforge.eval/1` JSON document (docs/eval-result.md).
+//
+// An Evaluator owns a pool of worker processes (one per rank) that it keeps
+// across evaluations of the same task and world size; it is not thread-safe:
+// one evaluation at a time per Evaluator (each GPU set gets its own).
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kforge/core/status.h"
+#include "kforge/evaluator/task.h"
+
+namespace kforge::eval {
+
+struct EvalOptions {
+  int world = 0;                     // 0: every visible GPU, at least the task's minimum
+  std::vector<int> gpus;             // empty: 0..n-1 of the visible GPUs
+  std::optional<Dtype> dtype;        // empty: the task's default
+  int trials = 5;                    // correctness trials, each with a fresh secret seed
+  bool timing = true;                // time candidate against baseline at the bench sizes
+  std::vector<std::string> bench_sizes;  // labels; empty: all of the task's bench sizes
+  std::filesystem::path cache_dir;   // compile cache; empty: DefaultCacheDir()
+  std::string arch;                  // nvcc arch (sm_90a); empty: detect
+  double setup_deadline_s = 60;
+  double check_deadline_s = 60;
+  double timing_deadline_s = 300;
+  double compile_timeout_s = 180;
+  bool compile_only = false;         // stop after compile + policy (no GPU needed)
+};
+
+class Evaluator {
+ public:
+  virtual ~Evaluator() = default;
+  // Never fails for a kernel's faults: those are a status inside the document.
+  // A Status error means kforge itself could not evaluate (no GPU, bad task).
+  virtual Result<nlohmann::json> Evaluate(const Task& task, const std::string& kernel_source,
+                                          const std::string& kernel_name,
+                                          const EvalOptions& options) = 0;
+};
+
+// The real evaluator: nvcc + kforge-worker processes. `worker_path` empty:
+// the kforge-worker next to the running executable.
+std::unique_ptr<Evaluator> MakeEvaluator(std::filesystem::path worker_path = {});
+
+// Where tasks live: $KFORGE_TASKS_DIR, else ./tasks, else the source tree's.
+std::filesystem::path DefaultTasksDir();
+
+}  // namespace kforge::eval

@@ -1,0 +1,23 @@
+// Summary statistics of per-iteration times.
+#pragma once
+
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace kforge::eval {
+
+struct TimingStats {
+  int iters = 0;
+  double median_us = 0, min_us = 0, p25_us = 0, p75_us = 0, mean_us = 0, cv = 0;
+  double host_median_us = 0;
+  nlohmann::json ToJson() const;
+};
+
+// Quantile by linear interpolation between closest ranks (q in [0, 1]).
+double Quantile(std::vector<double> v, double q);
+TimingStats Summarize(const std::vector<double>& event_us, const std::vector<double>& host_us);
+// Per-iteration maximum over ranks: by_rank[r][i] -> out[i].
+std::vector<double> MaxOverRanks(const std::vector<std::vector<double>>& by_rank);
+
+}  // namespace kforge::eval

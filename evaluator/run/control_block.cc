@@ -1,0 +1,92 @@
+#include "kforge/evaluator/control_block.h"
+
+#include <sched.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <new>
+
+namespace kforge::eval {
+
+Result<ControlBlock> ControlBlock::Create(int world) {
+  if (world < 1 || world > kMaxWorldSize) {
+    return Error(ErrorKind::kInvalidInput, "world size must be in 1.." + std::to_string(kMaxWorldSize));
+  }
+  int fd = memfd_create("kforge-control", MFD_CLOEXEC);
+  if (fd < 0) return Error(ErrorKind::kIo, std::string("memfd_create: ") + std::strerror(errno));
+  if (ftruncate(fd, sizeof(ControlShared)) != 0) {
+    close(fd);
+    return Error(ErrorKind::kIo, std::string("ftruncate: ") + std::strerror(errno));
+  }
+  auto block = Attach(fd);
+  if (!block.ok()) return block.status();
+  new (block->shared_) ControlShared{};
+  block->shared_->world = static_cast<uint32_t>(world);
+  return block;
+}
+
+Result<ControlBlock> ControlBlock::Attach(int fd) {
+  void* p = mmap(nullptr, sizeof(ControlShared), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) {
+    close(fd);
+    return Error(ErrorKind::kIo, std::string("mmap control block: ") + std::strerror(errno));
+  }
+  ControlBlock b;
+  b.fd_ = fd;
+  b.shared_ = static_cast<ControlShared*>(p);
+  return b;
+}
+
+ControlBlock::~ControlBlock() {
+  if (shared_) munmap(shared_, sizeof(ControlShared));
+  if (fd_ >= 0) close(fd_);
+}
+
+ControlBlock::ControlBlock(ControlBlock&& other) noexcept : fd_(other.fd_), shared_(other.shared_) {
+  other.fd_ = -1;
+  other.shared_ = nullptr;
+}
+
+ControlBlock& ControlBlock::operator=(ControlBlock&& other) noexcept {
+  if (this != &other) {
+    this->~ControlBlock();
+    fd_ = other.fd_;
+    shared_ = other.shared_;
+    other.fd_ = -1;
+    other.shared_ = nullptr;
+  }
+  return *this;
+}
+
+Status ControlBlock::Barrier() {
+  ControlShared& s = *shared_;
+  uint32_t gen = s.barrier_generation.load(std::memory_order_acquire);
+  if (s.barrier_count.fetch_add(1, std::memory_order_acq_rel) + 1 == s.world) {
+    s.barrier_count.store(0, std::memory_order_relaxed);
+    s.barrier_generation.fetch_add(1, std::memory_order_acq_rel);
+    return Status::Ok();
+  }
+  // Spin briefly (ranks usually arrive within microseconds), then yield, then
+  // sleep, so that a stuck peer does not burn a core for the whole deadline.
+  for (uint64_t i = 0; s.barrier_generation.load(std::memory_order_acquire) == gen; ++i) {
+    if (s.abort.load(std::memory_order_relaxed)) {
+      return Error(ErrorKind::kCancelled, "rank group aborted");
+    }
+    if (i < 2000) continue;
+    if (i < 20000) {
+      sched_yield();
+    } else {
+      timespec ts{0, 50 * 1000};
+      nanosleep(&ts, nullptr);
+    }
+  }
+  return Status::Ok();
+}
+
+void ControlBlock::RaiseAbort() { shared_->abort.store(1); }
+bool ControlBlock::aborted() const { return shared_->abort.load() != 0; }
+
+}  // namespace kforge::eval

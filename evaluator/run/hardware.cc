@@ -1,0 +1,46 @@
+#include "kforge/evaluator/hardware.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+
+#include "kforge/core/subprocess.h"
+
+namespace kforge::eval {
+
+std::filesystem::path DefaultWorkerPath() {
+  if (const char* w = std::getenv("KFORGE_WORKER"); w && *w) return w;
+  std::error_code ec;
+  auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) return self.parent_path() / "kforge-worker";
+  return "kforge-worker";
+}
+
+Result<nlohmann::json> ProbeHardware(const std::vector<int>& gpus, std::filesystem::path worker_path) {
+  if (worker_path.empty()) worker_path = DefaultWorkerPath();
+  std::vector<std::string> argv = {worker_path.string(), "--probe"};
+  if (!gpus.empty()) {
+    std::string list;
+    for (int g : gpus) list += (list.empty() ? "" : ",") + std::to_string(g);
+    argv.push_back("--devices");
+    argv.push_back(list);
+  }
+  ProcessOptions opts;
+  opts.timeout = std::chrono::seconds(60);
+  KF_ASSIGN_OR_RETURN(ProcessResult r, RealProcessRunner().Run(argv, opts));
+  if (!r.Succeeded()) {
+    return Error(ErrorKind::kHarness, "kforge-worker --probe failed: " + r.err.substr(0, 2000));
+  }
+  nlohmann::json card;
+  try {
+    card = nlohmann::json::parse(r.out);
+  } catch (const std::exception& e) {
+    return Error(ErrorKind::kHarness, std::string("kforge-worker --probe printed bad JSON: ") + e.what());
+  }
+  if (card.value("device_count", 0) == 0 || card["gpus"].empty()) {
+    return Error(ErrorKind::kNotFound, card.value("error", std::string("no CUDA device visible")));
+  }
+  return card;
+}
+
+}  // namespace kforge::eval

@@ -1,0 +1,54 @@
+#include <unistd.h>
+
+#include <cstdlib>
+
+#include "kforge/core/fs.h"
+#include "kforge/core/log.h"
+#include "kforge/core/subprocess.h"
+#include "kforge/evaluator/worker_group.h"
+
+namespace kforge::eval {
+
+std::unique_ptr<MpsDaemon> MpsDaemon::StartIfAvailable() {
+  const char* want = std::getenv("KFORGE_MPS");
+  if (want && std::string(want) == "0") return nullptr;
+  auto control = FindInPath("nvidia-cuda-mps-control");
+  if (control.empty()) return nullptr;
+  auto dir = MakeTempDir("kforge-mps");
+  if (!dir.ok()) return nullptr;
+  auto d = std::unique_ptr<MpsDaemon>(new MpsDaemon());
+  d->dir_ = *dir;
+  (void)MakeDirs(d->dir_ / "pipe");
+  (void)MakeDirs(d->dir_ / "log");
+  ProcessOptions opts;
+  opts.timeout = std::chrono::seconds(20);
+  opts.env = d->Env();
+  auto r = RealProcessRunner().Run({control.string(), "-d"}, opts);
+  if (!r.ok() || !r->Succeeded()) {
+    LogWarn("evaluator", "could not start MPS ({}); ranks sharing a GPU will time-slice",
+            r.ok() ? r->err : r.status().message());
+    std::filesystem::remove_all(d->dir_);
+    return nullptr;
+  }
+  LogInfo("evaluator", "started a private MPS daemon in {}", d->dir_.string());
+  return d;
+}
+
+MpsDaemon::~MpsDaemon() {
+  auto control = FindInPath("nvidia-cuda-mps-control");
+  if (!control.empty()) {
+    ProcessOptions opts;
+    opts.timeout = std::chrono::seconds(20);
+    opts.env = Env();
+    (void)RealProcessRunner().Run({"sh", "-c", "echo quit | \"$0\"", control.string()}, opts);
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(dir_, ec);
+}
+
+std::map<std::string, std::string> MpsDaemon::Env() const {
+  return {{"CUDA_MPS_PIPE_DIRECTORY", (dir_ / "pipe").string()},
+          {"CUDA_MPS_LOG_DIRECTORY", (dir_ / "log").string()}};
+}
+
+}  // namespace kforge::eval

@@ -1,0 +1,51 @@
+#include "kforge/evaluator/stats.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace kforge::eval {
+
+double Quantile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  double pos = q * static_cast<double>(v.size() - 1);
+  size_t lo = static_cast<size_t>(std::floor(pos));
+  size_t hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (v[hi] - v[lo]) * (pos - static_cast<double>(lo));
+}
+
+TimingStats Summarize(const std::vector<double>& event_us, const std::vector<double>& host_us) {
+  TimingStats s;
+  s.iters = static_cast<int>(event_us.size());
+  if (event_us.empty()) return s;
+  s.median_us = Quantile(event_us, 0.5);
+  s.p25_us = Quantile(event_us, 0.25);
+  s.p75_us = Quantile(event_us, 0.75);
+  s.min_us = *std::min_element(event_us.begin(), event_us.end());
+  double sum = 0, sq = 0;
+  for (double x : event_us) sum += x;
+  s.mean_us = sum / event_us.size();
+  for (double x : event_us) sq += (x - s.mean_us) * (x - s.mean_us);
+  s.cv = event_us.size() > 1 && s.mean_us > 0 ? std::sqrt(sq / (event_us.size() - 1)) / s.mean_us : 0;
+  s.host_median_us = Quantile(host_us, 0.5);
+  return s;
+}
+
+std::vector<double> MaxOverRanks(const std::vector<std::vector<double>>& by_rank) {
+  std::vector<double> out;
+  if (by_rank.empty()) return out;
+  size_t n = by_rank[0].size();
+  for (const auto& r : by_rank) n = std::min(n, r.size());
+  out.assign(n, 0);
+  for (const auto& r : by_rank) {
+    for (size_t i = 0; i < n; ++i) out[i] = std::max(out[i], r[i]);
+  }
+  return out;
+}
+
+nlohmann::json TimingStats::ToJson() const {
+  return {{"median_us", median_us}, {"min_us", min_us}, {"p25_us", p25_us}, {"p75_us", p75_us},
+          {"mean_us", mean_us},     {"cv", cv},         {"iters", iters},   {"host_us", host_median_us}};
+}
+
+}  // namespace kforge::eval

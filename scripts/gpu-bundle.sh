@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Prepares build-gpu/ for scripts/gpu-check.sh on a GPU machine that cannot
+# build kforge itself: builds the needed targets in build/ here, then copies
+# that tree without objects, static archives or debug info, plus the shared
+# libraries a bare GPU machine may lack (build-gpu/deps).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKFORGE_BUILD_TESTS=ON >/dev/null
+cmake --build build -j "$(nproc)" --target kforge kforge-worker gpu_eval_test
+rm -rf build-gpu
+mkdir -p build-gpu
+(cd build && find . \( -name '*.o' -o -name '*.a' -o -name '*.d' -o -name 'CMakeFiles' -prune \) -o -type f -print) |
+  grep -v '^\./CMakeFiles' | while read -r f; do
+    mkdir -p "build-gpu/$(dirname "$f")"
+    cp -p "build/$f" "build-gpu/$f"
+  done
+for bin in build-gpu/bin/kforge build-gpu/bin/kforge-worker build-gpu/tests/run/gpu_eval_test; do
+  [[ -f "$bin" ]] && strip --strip-debug "$bin"
+done
+mkdir -p build-gpu/deps
+for bin in build/bin/kforge build/bin/kforge-worker build/tests/run/gpu_eval_test; do
+  ldd "$bin" | awk '/=> \// {print $3}' | while read -r lib; do
+    case "$(basename "$lib")" in
+      libc.so*|libm.so*|libdl.so*|libpthread.so*|librt.so*|libgcc_s.so*|libstdc++.so*|libcuda.so*|libcudart.so*|libnccl.so*) ;;
+      *) cp -L "$lib" build-gpu/deps/ ;;
+    esac
+  done
+done
+du -sh build-gpu

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# The GPU check: build (or use the carried build-gpu/ from scripts/gpu-bundle.sh),
+# run the gpu-labelled tests, evaluate every task's reference and every
+# hand-written solution, and print a short table. Full logs and JSON go to
+# $OUT (or ./gpu-check-out).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+OUT=${OUT:-$ROOT/gpu-check-out}
+mkdir -p "$OUT"
+export NCCL_NVLS_ENABLE=0   # NVLink multicast stays off on shared machines
+export LD_LIBRARY_PATH="/usr/local/cuda/lib64:/usr/local/cuda/lib:${LD_LIBRARY_PATH:-}"
+
+BUILD=${BUILD:-}
+if [[ -z "$BUILD" ]]; then
+  if [[ -x build-gpu/bin/kforge && -x build-gpu/bin/kforge-worker ]]; then BUILD=build-gpu; else BUILD=build; fi
+fi
+if [[ "$BUILD" == build-gpu ]]; then
+  # build-gpu/ is build/ made on another machine: its absolute paths name that
+  # checkout's build/, so make those paths lead here.
+  baked=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' build-gpu/CMakeCache.txt)
+  [[ -e build ]] || ln -s build-gpu build
+  if [[ -n "$baked" && "$baked" != "$ROOT" && ! -e "$baked" ]]; then
+    mkdir -p "$(dirname "$baked")" && ln -s "$ROOT" "$baked"
+  fi
+  BUILD=build
+  export LD_LIBRARY_PATH="$ROOT/build-gpu/deps:$LD_LIBRARY_PATH"
+else
+  cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null && \
+    cmake --build "$BUILD" -j "$(nproc)" --target kforge kforge-worker gpu_eval_test || exit 1
+fi
+KFORGE="$ROOT/$BUILD/bin/kforge"
+nvidia-smi --query-gpu=index,name,clocks.sm,temperature.gpu --format=csv,noheader 2>/dev/null | tee "$OUT/gpus.txt"
+GPUS=$(nvidia-smi -L 2>/dev/null | wc -l)
+
+echo "== ctest -L gpu"
+(cd "$BUILD" && ctest -L gpu --output-on-failure --timeout 1200) 2>&1 | tee "$OUT/ctest-gpu.log" | tail -n 25
+
+echo "== evaluating every task's reference and solutions"
+worlds=${WORLDS:-}
+if [[ -z "$worlds" ]]; then
+  if (( GPUS >= 8 )); then worlds="2 4 8"; elif (( GPUS >= 4 )); then worlds="2 4"; else worlds="2 4"; fi
+fi
+rows=()
+for dir in tasks/[0-9]*_*/; do
+  key=$(basename "$dir")
+  for kernel in "$dir/reference.cu" "$dir"/solutions/*.cu; do
+    [[ -f "$kernel" ]] || continue
+    for w in $worlds; do
+      name="${key}__$(basename "$kernel" .cu)__w$w"
+      "$KFORGE" eval --task "$key" --kernel "$kernel" --world "$w" --trials 3 \
+        ${BENCH_SIZE:+--bench-size "$BENCH_SIZE"} --json "$OUT/$name.json" > "$OUT/$name.txt" 2>&1
+      rows+=("$OUT/$name.json")
+    done
+  done
+done
+python3 - "${rows[@]}" <<'PY' | tee "$OUT/table.md"
+import json, sys
+print(f"| {'task':<20} | {'kernel':<10} | W | {'status':<13} | emu | size   | base_us   | cand_us   | speedup | busbw GB/s |")
+print("|" + "|".join(["-" * 22, "-" * 12, "---", "-" * 15, "-----", "--------", "-" * 11, "-" * 11, "-" * 9, "-" * 12]) + "|")
+for path in sys.argv[1:]:
+    try:
+        d = json.load(open(path))
+    except Exception as e:
+        print(f"| {path} | unreadable: {e} |"); continue
+    kern = d.get("kernel", {}).get("path", "?").replace(".cu", "")
+    base = [d.get("task", "?"), kern, str(d.get("world", "?")), d.get("status", "?"), "yes" if d.get("emulated") else "no"]
+    timing = d.get("timing") or [None]
+    for t in timing:
+        if t is None:
+            print(f"| {base[0]:<20} | {base[1]:<10} | {base[2]} | {base[3]:<13} | {base[4]:<3} | {'-':<6} | {'-':>9} | {'-':>9} | {'-':>7} | {'-':>10} |")
+        else:
+            print(f"| {base[0]:<20} | {base[1]:<10} | {base[2]} | {base[3]:<13} | {base[4]:<3} | {t['size']:<6} | "
+                  f"{t['baseline']['median_us']:>9.1f} | {t['candidate']['median_us']:>9.1f} | {t['speedup']:>7.3f} | {t['busbw_gbps']:>10.1f} |")
+PY

@@ -1,0 +1,93 @@
+#include "kforge/evaluator/channel.h"
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "kforge/evaluator/control_block.h"
+
+namespace kforge::eval {
+namespace {
+
+TEST(ChannelTest, FramesRoundTripWithFileDescriptors) {
+  auto pair = MakeSocketPair();
+  ASSERT_TRUE(pair.ok());
+  Channel a(pair->first), b(pair->second);
+  int pipefd[2];
+  ASSERT_EQ(pipe(pipefd), 0);
+  nlohmann::json big = {{"op", "x"}, {"blob", std::string(1 << 20, 'k')}};
+  ASSERT_TRUE(a.Send(big, {pipefd[0]}).ok());
+  auto m = b.Receive(std::chrono::seconds(5));
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(m->body, big);
+  ASSERT_EQ(m->fds.size(), 1u);
+  // The received descriptor is a real copy: data written to the pipe arrives.
+  ASSERT_EQ(write(pipefd[1], "hi", 2), 2);
+  char buf[2];
+  ASSERT_EQ(read(m->fds[0], buf, 2), 2);
+  EXPECT_EQ(std::string(buf, 2), "hi");
+  close(m->fds[0]);
+  close(pipefd[0]);
+  close(pipefd[1]);
+}
+
+TEST(ChannelTest, ReceiveTimesOutAndDetectsClosedPeer) {
+  auto pair = MakeSocketPair();
+  ASSERT_TRUE(pair.ok());
+  Channel a(pair->first), b(pair->second);
+  auto m = b.Receive(std::chrono::milliseconds(50));
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().kind(), ErrorKind::kTimeout);
+  a.Close();
+  m = b.Receive(std::chrono::seconds(1));
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().kind(), ErrorKind::kIo);
+}
+
+TEST(ControlBlockTest, BarrierHoldsEveryProcessUntilAllArrive) {
+  constexpr int kWorld = 4, kRounds = 200;
+  auto block = ControlBlock::Create(kWorld);
+  ASSERT_TRUE(block.ok());
+  // Each process increments a shared counter then meets the others; after the
+  // barrier of round k every process must see exactly (k+1)*kWorld increments.
+  auto* counter = reinterpret_cast<std::atomic<uint32_t>*>(&block->shared()->p2p[0][0]);
+  counter->store(0);
+  std::vector<pid_t> kids;
+  for (int r = 1; r < kWorld; ++r) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      for (int k = 0; k < kRounds; ++k) {
+        counter->fetch_add(1);
+        if (!block->Barrier().ok()) _exit(2);
+        if (counter->load() < static_cast<uint32_t>((k + 1) * kWorld)) _exit(3);
+        if (!block->Barrier().ok()) _exit(2);
+      }
+      _exit(0);
+    }
+    kids.push_back(pid);
+  }
+  bool ok = true;
+  for (int k = 0; k < kRounds; ++k) {
+    counter->fetch_add(1);
+    ASSERT_TRUE(block->Barrier().ok());
+    ok = ok && counter->load() >= static_cast<uint32_t>((k + 1) * kWorld);
+    ASSERT_TRUE(block->Barrier().ok());
+  }
+  EXPECT_TRUE(ok);
+  for (pid_t pid : kids) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
+}
+
+TEST(ControlBlockTest, AbortReleasesAWaitingRank) {
+  auto block = ControlBlock::Create(2);
+  ASSERT_TRUE(block.ok());
+  block->RaiseAbort();
+  Status s = block->Barrier();  // the other rank never comes
+  EXPECT_EQ(s.kind(), ErrorKind::kCancelled);
+}
+
+}  // namespace
+}  // namespace kforge::eval

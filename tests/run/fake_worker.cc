@@ -1,0 +1,41 @@
+// A stand-in for kforge-worker that speaks the protocol's framing and then
+// misbehaves on purpose, so the coordinator's watchdog can be tested without a
+// GPU. Behaviour per rank comes from KFORGE_FAKE_<rank> (ok | hang | crash |
+// error | slow), default ok.
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "kforge/evaluator/channel.h"
+
+int main(int argc, char** argv) {
+  int rank = 0;
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::string(argv[i]) == "--rank") rank = std::atoi(argv[i + 1]);
+  }
+  const char* b = std::getenv(("KFORGE_FAKE_" + std::to_string(rank)).c_str());
+  std::string behaviour = b ? b : "ok";
+  kforge::eval::Channel ch(3);
+  if (!ch.Send({{"op", "hello"}, {"rank", rank}, {"pid", static_cast<int>(getpid())}}).ok()) return 1;
+  while (true) {
+    auto m = ch.Receive(std::chrono::hours(1));
+    if (!m.ok()) return 0;
+    if (m->body.value("op", "") == "exit") {
+      (void)ch.Send({{"ok", true}});
+      return 0;
+    }
+    if (behaviour == "hang") {
+      while (true) pause();
+    }
+    if (behaviour == "crash") raise(SIGSEGV);
+    if (behaviour == "error") {
+      (void)ch.Send({{"ok", false}, {"kind", "runtime_error"}, {"error", "CUDA error: an illegal memory access"},
+                     {"rank", rank}});
+      continue;
+    }
+    if (behaviour == "slow") usleep(200 * 1000);
+    (void)ch.Send({{"ok", true}, {"echo", m->body}, {"rank", rank}});
+  }
+}

@@ -1,0 +1,137 @@
+// Real evaluations on a GPU (ctest label `gpu`): every task's reference against
+// its oracle, every hand-written solution, and kernels that are wrong, hang or
+// crash on purpose. With one GPU, W ranks share it (the emulated backend).
+#include <gtest/gtest.h>
+
+#include <chrono>
+
+#include "kforge/core/fs.h"
+#include "kforge/evaluator/evaluate.h"
+#include "kforge/evaluator/hardware.h"
+#include "kforge/evaluator/report.h"
+
+namespace kforge::eval {
+namespace {
+
+class GpuEvalTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto card = ProbeHardware({}, KFORGE_WORKER_PATH);
+    if (!card.ok()) {
+      skip_reason_ = new std::string("no CUDA device: " + card.status().message());
+      return;
+    }
+    auto tasks = LoadTasks(DefaultTasksDir());
+    ASSERT_TRUE(tasks.ok()) << tasks.status().ToString();
+    tasks_ = new std::vector<Task>(std::move(tasks).value());
+    evaluator_ = MakeEvaluator(KFORGE_WORKER_PATH).release();
+  }
+  void SetUp() override {
+    if (skip_reason_) GTEST_SKIP() << *skip_reason_;
+  }
+  static const Task& Find(const std::string& key) {
+    const Task* t = FindTask(*tasks_, key);
+    EXPECT_NE(t, nullptr) << key;
+    return *t;
+  }
+  static nlohmann::json Eval(const Task& task, const std::filesystem::path& kernel, int world,
+                             EvalOptions o = {}) {
+    auto src = ReadFile(kernel);
+    EXPECT_TRUE(src.ok()) << kernel;
+    o.world = world;
+    if (o.trials == 5) o.trials = 2;
+    auto doc = evaluator_->Evaluate(task, *src, kernel.filename().string(), o);
+    EXPECT_TRUE(doc.ok()) << doc.status().ToString();
+    if (!doc.ok()) return {};
+    return *doc;
+  }
+  static std::string* skip_reason_;
+  static std::vector<Task>* tasks_;
+  static Evaluator* evaluator_;
+};
+std::string* GpuEvalTest::skip_reason_ = nullptr;
+std::vector<Task>* GpuEvalTest::tasks_ = nullptr;
+Evaluator* GpuEvalTest::evaluator_ = nullptr;
+
+TEST_F(GpuEvalTest, EveryReferenceMatchesItsOracleAtW2AndW4) {
+  for (const Task& t : *tasks_) {
+    for (int w : {2, 4}) {
+      EvalOptions o;
+      o.timing = false;
+      auto doc = Eval(t, t.reference, w, o);
+      EXPECT_EQ(doc.value("status", ""), "passed") << t.key << " W=" << w << "\n" << RenderEvalReport(doc);
+    }
+  }
+}
+
+TEST_F(GpuEvalTest, EveryHandWrittenSolutionPasses) {
+  for (const Task& t : *tasks_) {
+    for (const auto& sol : t.solutions) {
+      for (int w : {2, 4}) {
+        EvalOptions o;
+        o.timing = false;
+        for (Dtype dt : t.dtypes) {
+          o.dtype = dt;
+          auto doc = Eval(t, sol, w, o);
+          EXPECT_EQ(doc.value("status", ""), "passed")
+              << t.key << "/" << sol.filename() << " W=" << w << " " << DtypeName(dt) << "\n" << RenderEvalReport(doc);
+        }
+      }
+    }
+  }
+}
+
+TEST_F(GpuEvalTest, WrongKernelIsRejectedWithHints) {
+  auto doc = Eval(Find("allreduce"), std::filesystem::path(KFORGE_TEST_DATA) / "copy_own_input.cu", 2);
+  ASSERT_EQ(doc.value("status", ""), "mismatch") << RenderEvalReport(doc);
+  std::string hints;
+  for (const auto& c : doc["correctness"]["checks"]) {
+    for (const auto& m : c["mismatches"]) {
+      for (const auto& h : m["hints"]) hints += h.get<std::string>() + "\n";
+    }
+  }
+  EXPECT_NE(hints.find("equals input x"), std::string::npos) << hints;
+}
+
+TEST_F(GpuEvalTest, DeadlockingKernelIsKilledWithinItsDeadline) {
+  EvalOptions o;
+  o.check_deadline_s = 10;
+  auto t0 = std::chrono::steady_clock::now();
+  auto doc = Eval(Find("allreduce"), std::filesystem::path(KFORGE_TEST_DATA) / "deadlock.cu", 2, o);
+  double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_EQ(doc.value("status", ""), "timeout") << RenderEvalReport(doc);
+  EXPECT_EQ(doc["timeout"]["phase"], "correctness");
+  EXPECT_EQ(doc["timeout"]["hung_ranks"].size(), 2u);
+  EXPECT_LT(took, 60.0);
+  // The evaluator recovers: the next evaluation starts a fresh, healthy group.
+  EvalOptions quick;
+  quick.timing = false;
+  auto next = Eval(Find("allreduce"), Find("allreduce").reference, 2, quick);
+  EXPECT_EQ(next.value("status", ""), "passed") << RenderEvalReport(next);
+}
+
+TEST_F(GpuEvalTest, CrashNamesTheRank) {
+  auto doc = Eval(Find("allreduce"), std::filesystem::path(KFORGE_TEST_DATA) / "illegal_address.cu", 2);
+  ASSERT_EQ(doc.value("status", ""), "runtime_error") << RenderEvalReport(doc);
+  EXPECT_EQ(doc["error"]["rank"], 1) << doc.dump(2);
+}
+
+TEST_F(GpuEvalTest, BaselineAgainstItselfTimesStably) {
+  const Task& t = Find("allreduce");
+  EvalOptions o;
+  o.bench_sizes = {t.bench_sizes.front().label};
+  auto doc = Eval(t, t.reference, 2, o);
+  ASSERT_EQ(doc.value("status", ""), "passed") << RenderEvalReport(doc);
+  ASSERT_FALSE(doc["timing"].empty());
+  const auto& e = doc["timing"][0];
+  double cv = e["baseline"]["cv"].get<double>();
+  double speedup = e["speedup"].get<double>();
+  std::printf("baseline self-timing at %s (emulated=%d): median %.2f us, cv %.4f, speedup %.3f\n",
+              e["size"].get<std::string>().c_str(), doc.value("emulated", false), e["baseline"]["median_us"].get<double>(),
+              cv, speedup);
+  EXPECT_LT(cv, 0.2);
+  EXPECT_NEAR(speedup, 1.0, 0.15);  // the same kernel, interleaved: no systematic difference
+}
+
+}  // namespace
+}  // namespace kforge::eval

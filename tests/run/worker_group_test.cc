@@ -1,0 +1,86 @@
+#include "kforge/evaluator/worker_group.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdlib>
+
+namespace kforge::eval {
+namespace {
+
+class WorkerGroupTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    for (int r = 0; r < 4; ++r) unsetenv(("KFORGE_FAKE_" + std::to_string(r)).c_str());
+  }
+  Result<std::unique_ptr<WorkerGroup>> StartGroup(int world) {
+    GroupOptions o;
+    o.worker_path = KFORGE_FAKE_WORKER;
+    o.world = world;
+    o.devices.assign(world, 0);
+    o.emulated = true;  // the fake has no NCCL
+    o.start_deadline_s = 10;
+    return WorkerGroup::Start(o);
+  }
+};
+
+TEST_F(WorkerGroupTest, AllRanksAnswerInOrder) {
+  auto g = StartGroup(3);
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  auto r = (*g)->All({{"op", "ping"}}, 5, "test");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->size(), 3u);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ((*r)[i].body["rank"], i);
+}
+
+TEST_F(WorkerGroupTest, HungRanksAreNamedAndKilledAtTheDeadline) {
+  setenv("KFORGE_FAKE_1", "hang", 1);
+  setenv("KFORGE_FAKE_3", "hang", 1);
+  auto g = StartGroup(4);
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  auto t0 = std::chrono::steady_clock::now();
+  auto r = (*g)->All({{"op", "run"}}, 0.5, "timing");
+  double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().kind(), ErrorKind::kDeadlock);
+  EXPECT_EQ((*g)->last_failure().hung_ranks, (std::vector<int>{1, 3}));
+  EXPECT_EQ((*g)->last_failure().phase, "timing");
+  EXPECT_FALSE((*g)->alive());
+  EXPECT_LT(took, 5.0);
+}
+
+TEST_F(WorkerGroupTest, CrashNamesTheRankAndSignal) {
+  setenv("KFORGE_FAKE_2", "crash", 1);
+  auto g = StartGroup(3);
+  ASSERT_TRUE(g.ok());
+  auto r = (*g)->All({{"op", "run"}}, 5, "correctness");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().kind(), ErrorKind::kRuntimeError);
+  EXPECT_EQ((*g)->last_failure().rank, 2);
+  EXPECT_NE(r.status().message().find("signal 11"), std::string::npos) << r.status().message();
+}
+
+TEST_F(WorkerGroupTest, KernelErrorIsReportedFromTheFailingRank) {
+  setenv("KFORGE_FAKE_0", "error", 1);
+  setenv("KFORGE_FAKE_1", "hang", 1);  // e.g. stuck in a barrier waiting for rank 0
+  auto g = StartGroup(2);
+  ASSERT_TRUE(g.ok());
+  auto r = (*g)->All({{"op", "run"}}, 30, "correctness");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().kind(), ErrorKind::kRuntimeError);
+  EXPECT_EQ((*g)->last_failure().rank, 0);
+  EXPECT_NE(r.status().message().find("illegal memory access"), std::string::npos);
+}
+
+TEST_F(WorkerGroupTest, MissingWorkerBinaryIsAClearError) {
+  GroupOptions o;
+  o.worker_path = "/nonexistent/kforge-worker";
+  o.world = 2;
+  o.devices = {0, 0};
+  auto g = WorkerGroup::Start(o);
+  ASSERT_FALSE(g.ok());
+  EXPECT_EQ(g.status().kind(), ErrorKind::kNotFound);
+}
+
+}  // namespace
+}  // namespace kforge::eval
