@@ -61,7 +61,7 @@ uint64_t ShiftRoundEven(uint64_t m, int shift) {
   const uint64_t q = m >> shift;
   const uint64_t rem = m & ((uint64_t{1} << shift) - 1);
   const uint64_t half = uint64_t{1} << (shift - 1);
-  return (rem > half || (rem == half && (q & 1))) ? q + 1 : q;
+  return q + static_cast<uint64_t>((rem > half) | ((rem == half) & (q & 1)));
 }
 
 // One rounding, straight from the double's bits (going through float first
@@ -87,13 +87,14 @@ uint32_t Encode(const SmallFloat& f, double v) {
     // a carry into bit mant_bits lands exactly on the smallest normal.
     field = ShiftRoundEven(m, 52 - f.mant_bits + (emin - e));
   } else {
-    uint64_t r = ShiftRoundEven(m, 52 - f.mant_bits);
-    int biased = e + f.Bias();
-    if (r == (uint64_t{1} << (f.mant_bits + 1))) {
-      r >>= 1;
-      ++biased;
-    }
-    field = (static_cast<uint64_t>(biased) << f.mant_bits) | (r - (uint64_t{1} << f.mant_bits));
+    // Normal: round the double's magnitude bits in place (branch-free: this
+    // is the hot path of input generation). A mantissa carry ripples into the
+    // exponent, which is what rounding up across a binade means; then rebias.
+    const int shift = 52 - f.mant_bits;
+    const uint64_t mag = dbits & ~(uint64_t{1} << 63);
+    const uint64_t lsb = (mag >> shift) & 1;
+    const uint64_t rounded = (mag + ((uint64_t{1} << (shift - 1)) - 1) + lsb) >> shift;
+    field = rounded - (static_cast<uint64_t>(1023 - f.Bias()) << f.mant_bits);
   }
   if (field > f.MaxFiniteBits()) return sign | overflow;
   return sign | static_cast<uint32_t>(field);
