@@ -43,10 +43,10 @@ std::string DtypeText(const std::string& spec, Dtype t) {
 
 void SizesTable(std::string& s, const Task& task, int world, Dtype dtype, const std::vector<SizeSpec>& sizes,
                 bool is_check) {
-  s += "| size | variables | ";
-  for (const auto& t : task.inputs) s += t.name + " | ";
-  for (const auto& t : task.outputs) s += t.name + " | ";
-  s += is_check ? "\n" : "bytes (perf) |\n";
+  s += "| size | variables |";
+  for (const auto& t : task.inputs) s += " " + t.name + " |";
+  for (const auto& t : task.outputs) s += " " + t.name + " |";
+  s += is_check ? "\n" : " bytes (perf) |\n";
   s += "|---|---|";
   for (size_t i = 0; i < task.inputs.size() + task.outputs.size() + (is_check ? 0 : 1); ++i) s += "---|";
   s += "\n";
@@ -63,7 +63,11 @@ void SizesTable(std::string& s, const Task& task, int world, Dtype dtype, const 
     s += fmt::format("| {} | {} | ", size.label, vars);
     for (const auto& t : p->inputs) s += Shape(t.shape) + " | ";
     for (const auto& t : p->outputs) s += Shape(t.shape) + " | ";
-    if (!is_check) s += fmt::format("{} |", Bytes(p->perf_bytes));
+    if (is_check) {
+      s.pop_back();  // the trailing space after the last cell
+    } else {
+      s += fmt::format("{} |", Bytes(p->perf_bytes));
+    }
     s += "\n";
   }
 }

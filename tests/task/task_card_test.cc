@@ -29,7 +29,7 @@ TEST(TaskCard, ShowsWhatAModelNeeds) {
   EXPECT_TRUE(Has(card, "| output | y | T = bf16 | [N / W] | checked only on rank root |")) << card;
   EXPECT_TRUE(Has(card, "`root` = 0")) << card;
   // Concrete shapes at W = 4: odd has N = 1000 (y = 250), 1MiB has N = 524288 (y = 131072).
-  EXPECT_TRUE(Has(card, "| odd | N = 1000 | [1000] | [250] | ")) << card;
+  EXPECT_TRUE(Has(card, "| odd | N = 1000 | [1000] | [250] |\n")) << card;
   EXPECT_TRUE(Has(card, "| 1MiB | N = 524288 | [524288] | [131072] | 1 MiB |")) << card;
   EXPECT_TRUE(Has(card, "`y` (bf16): atol = 0.02, rtol = 0.02")) << card;
   EXPECT_TRUE(Has(card, "speedup = baseline median time / your median time")) << card;
@@ -42,7 +42,7 @@ TEST(TaskCard, ShowsWhatAModelNeeds) {
 
   // The same task at another W and dtype shows other numbers.
   const std::string card8 = RenderTaskCard(t, 8, Dtype::kF32);
-  EXPECT_TRUE(Has(card8, "| odd | N = 1000 | [1000] | [125] | ")) << card8;
+  EXPECT_TRUE(Has(card8, "| odd | N = 1000 | [1000] | [125] |\n")) << card8;
   EXPECT_TRUE(Has(card8, "`y` (f32): atol = 1e-05, rtol = 1e-05")) << card8;
 }
 
@@ -52,7 +52,7 @@ TEST(TaskCard, ShowsSizesThatDoNotInstantiate) {
   Task t = LoadOrDie(tmp.path(), "001_sum", toml);
   const std::string card = RenderTaskCard(t, 8, Dtype::kF32);  // N = 1001 is not divisible by 8
   EXPECT_TRUE(Has(card, "| odd | (does not instantiate: ")) << card;
-  EXPECT_TRUE(Has(card, "| tiny | N = 8 | [8] | [1] | ")) << card;
+  EXPECT_TRUE(Has(card, "| tiny | N = 8 | [8] | [1] |\n")) << card;
 }
 
 }  // namespace
