@@ -1,0 +1,91 @@
+// A small full run with the real modules: the replay provider answering from
+// the demo cassette, real nvcc compiles (compile-only: no GPU needed), and the
+// real run store. Then a resume of the same run does no new work.
+#include <gtest/gtest.h>
+
+#include "kforge/agent/adapters.h"
+#include "kforge/agent/runner.h"
+#include "kforge/agent/strategy.h"
+#include "kforge/core/fs.h"
+#include "kforge/evaluator/evaluate.h"
+#include "kforge/evaluator/task.h"
+#include "kforge/results/store.h"
+
+namespace kforge::agent {
+namespace {
+
+namespace fs = std::filesystem;
+
+TEST(ReplayRun, CompileOnlyDemoRunRecordsEveryTurn) {
+  const fs::path root(KFORGE_SOURCE_ROOT);
+  auto tasks = eval::LoadTasks(root / "tasks");
+  ASSERT_TRUE(tasks.ok()) << tasks.status().ToString();
+  auto strategy = FindStrategy("refine", root / "prompts");
+  ASSERT_TRUE(strategy.ok());
+  auto dir = MakeTempDir("kforge-replay-run");
+  ASSERT_TRUE(dir.ok());
+
+  RunSpec spec;
+  spec.name = "replay";
+  spec.models = {"replay:" + (root / "examples/demo/cassette.jsonl").string()};
+  spec.strategy = &*strategy;
+  spec.world = 2;
+  spec.compile_only = true;
+  spec.pools.gpu_sets = 0;
+  spec.pools.compile_slots = 1;
+  for (const char* key : {"001_allreduce", "002_allgather"}) {
+    const eval::Task* t = eval::FindTask(*tasks, key);
+    ASSERT_NE(t, nullptr) << key;
+    auto in = TaskPromptInputs(*t, 2, "", *strategy, "");
+    ASSERT_TRUE(in.ok()) << in.status().ToString();
+    auto p = BuildPrompt(*strategy, *in);
+    ASSERT_TRUE(p.ok());
+    spec.tasks.push_back({t->key, t->category, *p});
+  }
+  auto llm = MakeProviderLlm();
+  auto compiler = MakeEvaluatorPort(&*tasks, {});
+  auto run_once = [&]() -> Result<RunSummary> {
+    auto store = OpenRunStore(*dir);
+    if (!store.ok()) return store.status();
+    auto executor = MakeThreadExecutor();
+    RunDeps deps;
+    deps.llm = llm.get();
+    deps.compilers = {compiler.get()};
+    deps.store = store->get();
+    deps.clock = &RealClock();
+    deps.executor = executor.get();
+    return ExecuteRun(spec, deps);
+  };
+  auto summary = run_once();
+  ASSERT_TRUE(summary.ok()) << summary.status().ToString();
+
+  auto store = results::RunStore::Open(*dir, true);
+  ASSERT_TRUE(store.ok());
+  auto sessions = (*store)->ListSessions(summary->run_id);
+  ASSERT_TRUE(sessions.ok());
+  ASSERT_EQ(sessions->size(), 2u);
+  for (const auto& s : *sessions) {
+    EXPECT_EQ(s.state, "stopped") << s.key.task;
+    EXPECT_EQ(s.stop_reason, "evaluation needs a GPU");
+    auto turns = (*store)->ListTurns(s.id);
+    ASSERT_TRUE(turns.ok());
+    ASSERT_EQ(turns->size(), 2u) << s.key.task;
+    // Turn 1's real compiler errors are turn 2's prompt.
+    EXPECT_NE((*turns)[0].feedback.find("did not compile"), std::string::npos) << (*turns)[0].feedback;
+    EXPECT_EQ((*turns)[1].prompt, (*turns)[0].feedback);
+    EXPECT_NE((*turns)[1].feedback.find("evaluation needs a GPU"), std::string::npos);
+    auto evals = (*store)->ListEvaluations(s.id);
+    ASSERT_TRUE(evals.ok());
+    ASSERT_EQ(evals->size(), 1u);
+    EXPECT_EQ((*evals)[0].status, "compile_error");
+  }
+  // Resuming changes nothing that is done: the same two turns per session.
+  auto again = run_once();
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  for (const auto& s : *sessions) EXPECT_EQ((*store)->ListTurns(s.id)->size(), 2u);
+  std::error_code ec;
+  fs::remove_all(*dir, ec);
+}
+
+}  // namespace
+}  // namespace kforge::agent
