@@ -1,12 +1,12 @@
 // Commands over run stores: leaderboard, compare, show, serve, and the
 // `results` group (export, import, merge, fixture).
+#include <fmt/format.h>
+
 #include <csignal>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <memory>
-
-#include <fmt/format.h>
 
 #include "command.h"
 #include "kforge/core/fs.h"
@@ -31,7 +31,8 @@ int Fail(const Status& s) {
 }
 
 // RUN arguments -> directories; none given = every run under runs_root.
-Result<std::vector<fs::path>> RunDirs(const std::vector<std::string>& args, const fs::path& runs_root) {
+Result<std::vector<fs::path>> RunDirs(const std::vector<std::string>& args,
+                                      const fs::path& runs_root) {
   std::vector<fs::path> dirs;
   for (const auto& a : args) {
     KF_ASSIGN_OR_RETURN(fs::path d, ResolveRunDir(a, runs_root));
@@ -39,7 +40,8 @@ Result<std::vector<fs::path>> RunDirs(const std::vector<std::string>& args, cons
   }
   if (args.empty()) {
     dirs = ListRunDirs(runs_root);
-    if (dirs.empty()) return Error(ErrorKind::kNotFound, "no runs under " + runs_root.string() + " (pass RUN…)");
+    if (dirs.empty())
+      return Error(ErrorKind::kNotFound, "no runs under " + runs_root.string() + " (pass RUN…)");
   }
   return dirs;
 }
@@ -55,17 +57,21 @@ Status WriteOutput(const std::string& out, const std::string& text) {
 void AddLeaderboard(CLI::App& app, int& exit_code) {
   struct Opts {
     std::vector<std::string> runs;
-    std::string format = "md", by = "model,strategy", out, runs_root = "runs", emulated = "separate";
+    std::string format = "md", by = "model,strategy", out, runs_root = "runs",
+                emulated = "separate";
   };
   auto o = std::make_shared<Opts>();
   auto* cmd = app.add_subcommand("leaderboard", "Rank models/strategies over one or more runs");
   cmd->add_option("RUN", o->runs, "run directories or names under --runs-root (default: all)");
   cmd->add_option("--format", o->format, "md | json | csv | html")->capture_default_str();
-  cmd->add_option("--by", o->by, "group rows by: model, strategy, category, world, dtype, run (comma-joined)")
+  cmd->add_option("--by", o->by,
+                  "group rows by: model, strategy, category, world, dtype, run (comma-joined)")
       ->capture_default_str();
-  cmd->add_option("--emulated", o->emulated, "emulated sessions: separate | exclude | include")->capture_default_str();
+  cmd->add_option("--emulated", o->emulated, "emulated sessions: separate | exclude | include")
+      ->capture_default_str();
   cmd->add_option("-o,--out", o->out, "write to this file instead of stdout");
-  cmd->add_option("--runs-root", o->runs_root, "where run names are looked up")->capture_default_str();
+  cmd->add_option("--runs-root", o->runs_root, "where run names are looked up")
+      ->capture_default_str();
   cmd->callback([o, &exit_code] {
     auto run = [&]() -> Status {
       KF_ASSIGN_OR_RETURN(LeaderboardFormat format, ParseLeaderboardFormat(o->format));
@@ -94,16 +100,20 @@ void AddCompare(CLI::App& app, int& exit_code) {
     CompareOptions options;
   };
   auto o = std::make_shared<Opts>();
-  auto* cmd = app.add_subcommand("compare", "Compare two runs, models or strategies, with bootstrap intervals");
+  auto* cmd = app.add_subcommand(
+      "compare", "Compare two runs, models or strategies, with bootstrap intervals");
   cmd->add_option("A", o->a, "RUN, RUN:model=M[,strategy=S], or model=M (with --run)")->required();
   cmd->add_option("B", o->b, "the same forms as A")->required();
   cmd->add_option("--run", o->runs, "runs searched by A/B given without a run (repeatable)");
-  cmd->add_option("--resamples", o->options.resamples, "bootstrap resamples")->capture_default_str();
-  cmd->add_option("--seed", o->options.seed, "bootstrap seed (same seed, same interval)")->capture_default_str();
+  cmd->add_option("--resamples", o->options.resamples, "bootstrap resamples")
+      ->capture_default_str();
+  cmd->add_option("--seed", o->options.seed, "bootstrap seed (same seed, same interval)")
+      ->capture_default_str();
   cmd->add_option("--confidence", o->options.confidence, "interval level")->capture_default_str();
   cmd->add_flag("--include-emulated", o->options.include_emulated, "count emulated sessions too");
   cmd->add_option("--format", o->format, "text | json")->capture_default_str();
-  cmd->add_option("--runs-root", o->runs_root, "where run names are looked up")->capture_default_str();
+  cmd->add_option("--runs-root", o->runs_root, "where run names are looked up")
+      ->capture_default_str();
   cmd->callback([o, &exit_code] {
     auto run = [&]() -> Status {
       std::vector<fs::path> defaults;
@@ -119,13 +129,15 @@ void AddCompare(CLI::App& app, int& exit_code) {
         for (auto& s : all) {
           if (Matches(sel, s)) mine.push_back(std::move(s));
         }
-        if (mine.empty()) return Error(ErrorKind::kNotFound, "\"" + sel.label + "\" matches no evaluated session");
+        if (mine.empty())
+          return Error(ErrorKind::kNotFound, "\"" + sel.label + "\" matches no evaluated session");
         return mine;
       };
       KF_ASSIGN_OR_RETURN(auto sa, side(a));
       KF_ASSIGN_OR_RETURN(auto sb, side(b));
       const Comparison c = Compare(sa, sb, a.label, b.label, o->options);
-      const std::string text = o->format == "json" ? RenderComparisonJson(c) : RenderComparisonText(c);
+      const std::string text =
+          o->format == "json" ? RenderComparisonJson(c) : RenderComparisonText(c);
       return WriteOutput("", text);
     };
     Status s = run();
@@ -146,7 +158,8 @@ void AddShow(CLI::App& app, int& exit_code) {
   cmd->add_option("--strategy", o->show.strategy, "only this strategy");
   cmd->add_option("--sample", o->show.sample, "only this sample index");
   cmd->add_flag("--full", o->show.full, "print prompts, replies and kernels whole");
-  cmd->add_option("--runs-root", o->runs_root, "where run names are looked up")->capture_default_str();
+  cmd->add_option("--runs-root", o->runs_root, "where run names are looked up")
+      ->capture_default_str();
   cmd->callback([o, &exit_code] {
     auto run = [&]() -> Status {
       KF_ASSIGN_OR_RETURN(fs::path dir, ResolveRunDir(o->run, o->runs_root));
@@ -171,10 +184,13 @@ void AddServe(CLI::App& app, int& exit_code) {
     std::string runs_root = "runs";
   };
   auto o = std::make_shared<Opts>();
-  auto* cmd = app.add_subcommand("serve", "Web UI over run stores (leaderboard, runs, sessions, tasks)");
-  cmd->add_option("RUN", o->runs, "runs to serve (default: every run under --runs-root, rescanned)");
+  auto* cmd =
+      app.add_subcommand("serve", "Web UI over run stores (leaderboard, runs, sessions, tasks)");
+  cmd->add_option("RUN", o->runs,
+                  "runs to serve (default: every run under --runs-root, rescanned)");
   cmd->add_option("--port", o->server.port, "TCP port (0 = any free port)")->capture_default_str();
-  cmd->add_option("--host", o->server.host, "address to listen on; loopback keeps it private")->capture_default_str();
+  cmd->add_option("--host", o->server.host, "address to listen on; loopback keeps it private")
+      ->capture_default_str();
   cmd->add_option("--runs-root", o->runs_root, "where runs live")->capture_default_str();
   cmd->callback([o, &exit_code] {
     auto run = [&]() -> Status {
@@ -184,11 +200,15 @@ void AddServe(CLI::App& app, int& exit_code) {
         o->server.run_dirs.push_back(d);
       }
       KF_ASSIGN_OR_RETURN(auto server, Server::Bind(o->server));
-      if (o->server.host != "127.0.0.1" && o->server.host != "localhost" && o->server.host != "::1") {
-        std::fprintf(stderr, "kforge serve: listening on %s: pages (prompts, kernels) are visible to the network\n",
-                     o->server.host.c_str());
+      if (o->server.host != "127.0.0.1" && o->server.host != "localhost" &&
+          o->server.host != "::1") {
+        std::fprintf(
+            stderr,
+            "kforge serve: listening on %s: pages (prompts, kernels) are visible to the network\n",
+            o->server.host.c_str());
       }
-      std::printf("kforge serve: http://%s:%d/  (Ctrl-C stops)\n", o->server.host.c_str(), server->port());
+      std::printf("kforge serve: http://%s:%d/  (Ctrl-C stops)\n", o->server.host.c_str(),
+                  server->port());
       std::fflush(stdout);
       g_server = server.get();
       std::signal(SIGINT, StopServer);
@@ -228,7 +248,8 @@ void AddResults(CLI::App& app, int& exit_code) {
     Status s = run();
     exit_code = s.ok() ? 0 : Fail(s);
   });
-  auto* imp = group->add_subcommand("import", "Add a JSON Lines export into a run store (idempotent)");
+  auto* imp =
+      group->add_subcommand("import", "Add a JSON Lines export into a run store (idempotent)");
   imp->add_option("DEST", o->dest, "destination run directory (created if absent)")->required();
   imp->add_option("FILE", o->input, "export file")->required();
   imp->callback([o, &exit_code] {
@@ -237,14 +258,16 @@ void AddResults(CLI::App& app, int& exit_code) {
       if (!in) return Error(ErrorKind::kNotFound, "cannot read " + o->input);
       KF_ASSIGN_OR_RETURN(auto store, RunStore::Open(o->dest));
       KF_ASSIGN_OR_RETURN(TransferStats st, ImportJsonl(*store, in, o->input));
-      std::printf("%d records: %d runs created, %d turns and %d evaluations added, %d already present\n", st.records,
-                  st.runs_created, st.turns_added, st.evaluations_added, st.duplicates);
+      std::printf(
+          "%d records: %d runs created, %d turns and %d evaluations added, %d already present\n",
+          st.records, st.runs_created, st.turns_added, st.evaluations_added, st.duplicates);
       return Status::Ok();
     };
     Status s = run();
     exit_code = s.ok() ? 0 : Fail(s);
   });
-  auto* merge = group->add_subcommand("merge", "Merge run stores (e.g. from several machines) into one");
+  auto* merge =
+      group->add_subcommand("merge", "Merge run stores (e.g. from several machines) into one");
   merge->add_option("DEST", o->dest, "destination run directory (created if absent)")->required();
   merge->add_option("SRC", o->sources, "source run directories")->required();
   merge->callback([o, &exit_code] {
@@ -253,8 +276,8 @@ void AddResults(CLI::App& app, int& exit_code) {
       for (const auto& src_dir : o->sources) {
         KF_ASSIGN_OR_RETURN(auto src, RunStore::Open(src_dir, true));
         KF_ASSIGN_OR_RETURN(TransferStats st, MergeStore(*dest, *src));
-        std::printf("%s: %d turns and %d evaluations added, %d already present\n", src_dir.c_str(), st.turns_added,
-                    st.evaluations_added, st.duplicates);
+        std::printf("%s: %d turns and %d evaluations added, %d already present\n", src_dir.c_str(),
+                    st.turns_added, st.evaluations_added, st.duplicates);
       }
       return Status::Ok();
     };

@@ -1,11 +1,11 @@
 #include "kforge/results/compare.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
-#include <set>
-
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "kforge/results/metrics.h"
 
@@ -27,14 +27,16 @@ class SplitMix64 {
     return z ^ (z >> 31);
   }
   // Uniform in [0, n) by 128-bit multiply (bias below 2^-40 for our n).
-  size_t Below(size_t n) { return static_cast<size_t>((static_cast<unsigned __int128>(Next()) * n) >> 64); }
+  size_t Below(size_t n) {
+    return static_cast<size_t>((static_cast<unsigned __int128>(Next()) * n) >> 64);
+  }
 
  private:
   uint64_t state_;
 };
 
-std::map<std::string, ProblemSide> BestPerProblem(const std::vector<SampleOutcome>& samples, bool include_emulated,
-                                                  int* excluded) {
+std::map<std::string, ProblemSide> BestPerProblem(const std::vector<SampleOutcome>& samples,
+                                                  bool include_emulated, int* excluded) {
   std::map<std::string, ProblemSide> out;
   std::map<std::string, double> best;  // best correct, timed speedup
   for (const auto& s : samples) {
@@ -64,16 +66,17 @@ double Quantile(std::vector<double>& v, double q) {
   return i + 1 < v.size() ? v[i] * (1 - frac) + v[i + 1] * frac : v[i];
 }
 
-std::string Sentence(const std::string& metric, const Interval& iv, const std::string& a, const std::string& b,
-                     const std::string& est, const std::string& lo, const std::string& hi, double conf) {
+std::string Sentence(const std::string& metric, const Interval& iv, const std::string& a,
+                     const std::string& b, const std::string& est, const std::string& lo,
+                     const std::string& hi, double conf) {
   const std::string ci = fmt::format("{:.0f}% CI [{}, {}]", conf * 100, lo, hi);
   if (!iv.significant) {
     return fmt::format("{}: no significant difference between {} and {} ({} {}, {}).", metric, a, b,
                        metric == "fast_1" ? "difference" : "ratio", est, ci);
   }
   const bool a_better = metric == "fast_1" ? iv.estimate > 0 : iv.estimate > 1;
-  return fmt::format("{}: {} is better than {} ({} {}, {}).", metric, a_better ? a : b, a_better ? b : a,
-                     metric == "fast_1" ? "difference" : "ratio", est, ci);
+  return fmt::format("{}: {} is better than {} ({} {}, {}).", metric, a_better ? a : b,
+                     a_better ? b : a, metric == "fast_1" ? "difference" : "ratio", est, ci);
 }
 
 }  // namespace
@@ -97,7 +100,8 @@ Result<Selector> ParseSelector(const std::string& spec, const fs::path& runs_roo
     sel.run_dirs.push_back(dir);
   } else {
     if (default_runs.empty()) {
-      return Error(ErrorKind::kInvalidInput, "\"" + spec + "\" names no run: write RUN:" + spec + " or pass --run");
+      return Error(ErrorKind::kInvalidInput,
+                   "\"" + spec + "\" names no run: write RUN:" + spec + " or pass --run");
     }
     sel.run_dirs = default_runs;
   }
@@ -109,8 +113,9 @@ Result<Selector> ParseSelector(const std::string& spec, const fs::path& runs_roo
     const std::string item = filter_part.substr(start, end - start);
     const auto eq = item.find('=');
     if (eq == std::string::npos || !kKeys.count(item.substr(0, eq))) {
-      return Error(ErrorKind::kInvalidInput, "\"" + spec + "\": bad filter \"" + item +
-                                                 "\" (use model=, strategy=, category=, world=, dtype=)");
+      return Error(ErrorKind::kInvalidInput,
+                   "\"" + spec + "\": bad filter \"" + item +
+                       "\" (use model=, strategy=, category=, world=, dtype=)");
     }
     sel.filters[item.substr(0, eq)] = item.substr(eq + 1);
     start = end + 1;
@@ -126,7 +131,8 @@ bool Matches(const Selector& selector, const SampleOutcome& sample) {
 }
 
 Comparison Compare(const std::vector<SampleOutcome>& a, const std::vector<SampleOutcome>& b,
-                   const std::string& a_label, const std::string& b_label, const CompareOptions& options) {
+                   const std::string& a_label, const std::string& b_label,
+                   const CompareOptions& options) {
   Comparison c;
   c.a_label = a_label;
   c.b_label = b_label;
@@ -196,33 +202,40 @@ Comparison Compare(const std::vector<SampleOutcome>& a, const std::vector<Sample
     c.verdict = "No problem was attempted by both sides: nothing to compare.";
     return c;
   }
-  c.verdict = Sentence("fast_1", c.fast1_diff, a_label, b_label, fmt::format("{:+.3f}", c.fast1_diff.estimate),
-                       fmt::format("{:+.3f}", c.fast1_diff.lo), fmt::format("{:+.3f}", c.fast1_diff.hi),
-                       options.confidence) +
+  c.verdict = Sentence("fast_1", c.fast1_diff, a_label, b_label,
+                       fmt::format("{:+.3f}", c.fast1_diff.estimate),
+                       fmt::format("{:+.3f}", c.fast1_diff.lo),
+                       fmt::format("{:+.3f}", c.fast1_diff.hi), options.confidence) +
               "\n" +
               Sentence("geomean speedup", c.geomean_ratio, a_label, b_label,
-                       fmt::format("{:.3f}x", c.geomean_ratio.estimate), fmt::format("{:.3f}x", c.geomean_ratio.lo),
+                       fmt::format("{:.3f}x", c.geomean_ratio.estimate),
+                       fmt::format("{:.3f}x", c.geomean_ratio.lo),
                        fmt::format("{:.3f}x", c.geomean_ratio.hi), options.confidence);
-  if (n < 10) c.verdict += fmt::format("\nOnly {} paired problems: intervals this wide are expected.", n);
+  if (n < 10)
+    c.verdict += fmt::format("\nOnly {} paired problems: intervals this wide are expected.", n);
   return c;
 }
 
 std::string RenderComparisonText(const Comparison& c) {
-  std::string out = fmt::format("A = {}\nB = {}\n\n{:<32} {:>14} {:>14}  result\n", c.a_label, c.b_label, "problem",
-                                "A", "B");
+  std::string out = fmt::format("A = {}\nB = {}\n\n{:<32} {:>14} {:>14}  result\n", c.a_label,
+                                c.b_label, "problem", "A", "B");
   auto side = [](const ProblemSide& s) {
     return s.correct ? fmt::format("{:.3f}x", s.speedup) : std::string("incorrect");
   };
   for (const auto& p : c.problems) {
     out += fmt::format("{:<32} {:>14} {:>14}  {}\n", p.problem, side(p.a), side(p.b),
-                       p.outcome > 0 ? "A wins" : p.outcome < 0 ? "B wins" : "tie");
+                       p.outcome > 0   ? "A wins"
+                       : p.outcome < 0 ? "B wins"
+                                       : "tie");
   }
-  out += fmt::format("\nA wins {}, B wins {}, ties {} over {} paired problems", c.wins, c.losses, c.ties,
-                     c.problems.size());
-  if (c.only_a || c.only_b) out += fmt::format(" ({} only in A, {} only in B: not compared)", c.only_a, c.only_b);
-  if (c.excluded_emulated) out += fmt::format("; {} emulated sessions left out", c.excluded_emulated);
-  out += fmt::format(".\nPaired bootstrap: {} resamples of problems, seed {}.\n\n{}\n", c.resamples, c.seed,
-                     c.verdict);
+  out += fmt::format("\nA wins {}, B wins {}, ties {} over {} paired problems", c.wins, c.losses,
+                     c.ties, c.problems.size());
+  if (c.only_a || c.only_b)
+    out += fmt::format(" ({} only in A, {} only in B: not compared)", c.only_a, c.only_b);
+  if (c.excluded_emulated)
+    out += fmt::format("; {} emulated sessions left out", c.excluded_emulated);
+  out += fmt::format(".\nPaired bootstrap: {} resamples of problems, seed {}.\n\n{}\n", c.resamples,
+                     c.seed, c.verdict);
   return out;
 }
 
@@ -238,15 +251,20 @@ std::string RenderComparisonJson(const Comparison& c) {
   j["only_b"] = c.only_b;
   j["excluded_emulated"] = c.excluded_emulated;
   auto iv = [](const Interval& i) {
-    return nlohmann::ordered_json{{"estimate", i.estimate}, {"lo", i.lo}, {"hi", i.hi}, {"significant", i.significant}};
+    return nlohmann::ordered_json{
+        {"estimate", i.estimate}, {"lo", i.lo}, {"hi", i.hi}, {"significant", i.significant}};
   };
   j["fast1_diff"] = iv(c.fast1_diff);
   j["geomean_ratio"] = iv(c.geomean_ratio);
   j["bootstrap"] = {{"resamples", c.resamples}, {"seed", c.seed}, {"confidence", c.confidence}};
   j["problems"] = nlohmann::ordered_json::array();
   for (const auto& p : c.problems) {
-    j["problems"].push_back({{"problem", p.problem}, {"a_correct", p.a.correct}, {"a_speedup", p.a.speedup},
-                             {"b_correct", p.b.correct}, {"b_speedup", p.b.speedup}, {"outcome", p.outcome}});
+    j["problems"].push_back({{"problem", p.problem},
+                             {"a_correct", p.a.correct},
+                             {"a_speedup", p.a.speedup},
+                             {"b_correct", p.b.correct},
+                             {"b_speedup", p.b.speedup},
+                             {"outcome", p.outcome}});
   }
   j["verdict"] = c.verdict;
   return j.dump(2) + "\n";

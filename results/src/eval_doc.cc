@@ -21,12 +21,14 @@ std::optional<double> JsonOptNumber(const nlohmann::json& j, const char* key) {
 
 Result<nlohmann::json> ParseJson(std::string_view text, std::string_view what) {
   nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return Error(ErrorKind::kInvalidInput, std::string(what) + ": not valid JSON");
+  if (j.is_discarded())
+    return Error(ErrorKind::kInvalidInput, std::string(what) + ": not valid JSON");
   return j;
 }
 
 Result<EvalColumns> ExtractEvalColumns(const nlohmann::json& doc) {
-  if (!doc.is_object()) return Error(ErrorKind::kInvalidInput, "evaluation document: not a JSON object");
+  if (!doc.is_object())
+    return Error(ErrorKind::kInvalidInput, "evaluation document: not a JSON object");
   const std::string schema = JsonString(doc, "schema", "kforge.eval/1");
   if (schema != "kforge.eval/1") {
     return Error(ErrorKind::kInvalidInput, "evaluation document: field \"schema\" is \"" + schema +
@@ -35,7 +37,8 @@ Result<EvalColumns> ExtractEvalColumns(const nlohmann::json& doc) {
   EvalColumns c;
   c.status = JsonString(doc, "status");
   if (c.status.empty()) {
-    return Error(ErrorKind::kInvalidInput, "evaluation document: field \"status\" is missing or not a string");
+    return Error(ErrorKind::kInvalidInput,
+                 "evaluation document: field \"status\" is missing or not a string");
   }
   // The schema promises no speedup unless passed; a stray one is not trusted.
   if (c.status == "passed") c.speedup = JsonOptNumber(doc, "speedup");

@@ -3,11 +3,10 @@
 // the fields every document must have.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
-
-#include <nlohmann/json.hpp>
 
 #include "kforge/core/status.h"
 

@@ -10,27 +10,61 @@ namespace kforge::results {
 namespace {
 
 const std::set<std::string_view>& Keywords() {
-  static const std::set<std::string_view> k = {
-      "if", "else", "for", "while", "do", "return", "break", "continue", "switch", "case", "default",
-      "struct", "class", "template", "typename", "namespace", "using", "const", "constexpr", "static",
-      "extern", "inline", "volatile", "sizeof", "auto", "true", "false", "nullptr", "goto", "enum",
-      "public", "private", "static_assert", "reinterpret_cast", "static_cast", "asm"};
+  static const std::set<std::string_view> k = {"if",
+                                               "else",
+                                               "for",
+                                               "while",
+                                               "do",
+                                               "return",
+                                               "break",
+                                               "continue",
+                                               "switch",
+                                               "case",
+                                               "default",
+                                               "struct",
+                                               "class",
+                                               "template",
+                                               "typename",
+                                               "namespace",
+                                               "using",
+                                               "const",
+                                               "constexpr",
+                                               "static",
+                                               "extern",
+                                               "inline",
+                                               "volatile",
+                                               "sizeof",
+                                               "auto",
+                                               "true",
+                                               "false",
+                                               "nullptr",
+                                               "goto",
+                                               "enum",
+                                               "public",
+                                               "private",
+                                               "static_assert",
+                                               "reinterpret_cast",
+                                               "static_cast",
+                                               "asm"};
   return k;
 }
 
 const std::set<std::string_view>& Types() {
   static const std::set<std::string_view> t = {
-      "void", "int", "unsigned", "float", "double", "char", "bool", "long", "short", "size_t", "int64_t",
-      "int32_t", "uint32_t", "uint64_t", "uint8_t", "int8_t", "half", "__half", "__nv_bfloat16", "float2",
-      "float4", "int4", "dim3", "cudaStream_t", "cudaError_t", "ncclComm_t"};
+      "void",    "int",    "unsigned",     "float",       "double",        "char",     "bool",
+      "long",    "short",  "size_t",       "int64_t",     "int32_t",       "uint32_t", "uint64_t",
+      "uint8_t", "int8_t", "half",         "__half",      "__nv_bfloat16", "float2",   "float4",
+      "int4",    "dim3",   "cudaStream_t", "cudaError_t", "ncclComm_t"};
   return t;
 }
 
 bool IsCudaWord(std::string_view w) {
   static const std::set<std::string_view> c = {
-      "__global__", "__device__", "__host__", "__shared__", "__constant__", "__restrict__", "__syncthreads",
-      "__forceinline__", "__launch_bounds__", "threadIdx", "blockIdx", "blockDim", "gridDim", "warpSize",
-      "__shfl_sync", "__shfl_xor_sync", "__syncwarp", "atomicAdd", "atomicCAS", "__threadfence_system",
+      "__global__",        "__device__",   "__host__",      "__shared__",
+      "__constant__",      "__restrict__", "__syncthreads", "__forceinline__",
+      "__launch_bounds__", "threadIdx",    "blockIdx",      "blockDim",
+      "gridDim",           "warpSize",     "__shfl_sync",   "__shfl_xor_sync",
+      "__syncwarp",        "atomicAdd",    "atomicCAS",     "__threadfence_system",
       "__threadfence"};
   return c.count(w) > 0;
 }
@@ -75,7 +109,9 @@ std::string HighlightCuda(std::string_view src) {
       i = e;
     } else if (std::isdigit(static_cast<unsigned char>(c))) {
       size_t e = i;
-      while (e < n && (std::isalnum(static_cast<unsigned char>(src[e])) || src[e] == '.' || src[e] == '\'')) ++e;
+      while (e < n &&
+             (std::isalnum(static_cast<unsigned char>(src[e])) || src[e] == '.' || src[e] == '\''))
+        ++e;
       Span(out, "num", src.substr(i, e - i));
       i = e;
     } else if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
@@ -96,7 +132,8 @@ std::string HighlightCuda(std::string_view src) {
       out += HtmlEscape(src.substr(i, 1));
       ++i;
     }
-    if (i > 0 && i <= n) line_start = src[i - 1] == '\n' || (line_start && (src[i - 1] == ' ' || src[i - 1] == '\t'));
+    if (i > 0 && i <= n)
+      line_start = src[i - 1] == '\n' || (line_start && (src[i - 1] == ' ' || src[i - 1] == '\t'));
   }
   return out;
 }

@@ -1,10 +1,10 @@
 #include "kforge/results/leaderboard.h"
 
-#include <cmath>
-#include <set>
-
 #include <fmt/format.h>
+
+#include <cmath>
 #include <nlohmann/json.hpp>
+#include <set>
 
 namespace kforge::results {
 
@@ -48,8 +48,8 @@ Table BuildTable(const Leaderboard& board, bool human) {
   const auto ks = ReportedKs(board);
   for (int k : ks) t.header.push_back(fmt::format("pass@{}", k));
   for (int k : ks) t.header.push_back(fmt::format("fast1@{}", k));
-  t.header.insert(t.header.end(), {"geomean_correct", "geomean_all", "tokens_per_solved", "usd_per_solved",
-                                   "usd_total", "wall_h"});
+  t.header.insert(t.header.end(), {"geomean_correct", "geomean_all", "tokens_per_solved",
+                                   "usd_per_solved", "usd_total", "wall_h"});
   for (const auto& r : board.rows) {
     std::vector<std::string> cells;
     for (const auto& [dim, value] : r.key) cells.push_back(value);
@@ -66,8 +66,9 @@ Table BuildTable(const Leaderboard& board, bool human) {
     for (int k : ks) cells.push_back(frac(AtK(r.fast1_at_k, k)));
     cells.push_back(ratio(r.geomean_correct));
     cells.push_back(ratio(r.geomean_all));
-    cells.push_back(human ? (r.tokens_per_solved ? fmt::format("{:.0f}", *r.tokens_per_solved) : "—")
-                          : Num(r.tokens_per_solved, 1));
+    cells.push_back(human
+                        ? (r.tokens_per_solved ? fmt::format("{:.0f}", *r.tokens_per_solved) : "—")
+                        : Num(r.tokens_per_solved, 1));
     cells.push_back(human ? (r.cost_per_solved ? fmt::format("${:.3f}", *r.cost_per_solved) : "—")
                           : Num(r.cost_per_solved, 4));
     cells.push_back(human ? fmt::format("${:.2f}", r.cost_usd) : Num(r.cost_usd, 4));
@@ -84,13 +85,18 @@ std::string CsvCell(const std::string& v) {
   return out + "\"";
 }
 
-nlohmann::json OptJson(std::optional<double> v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); }
+nlohmann::json OptJson(std::optional<double> v) {
+  return v ? nlohmann::json(*v) : nlohmann::json(nullptr);
+}
 
 const char* PolicyName(EmulatedPolicy p) {
   switch (p) {
-    case EmulatedPolicy::kSeparate: return "separate";
-    case EmulatedPolicy::kExclude: return "exclude";
-    case EmulatedPolicy::kInclude: return "include";
+    case EmulatedPolicy::kSeparate:
+      return "separate";
+    case EmulatedPolicy::kExclude:
+      return "exclude";
+    case EmulatedPolicy::kInclude:
+      return "include";
   }
   return "separate";
 }
@@ -102,7 +108,8 @@ Result<LeaderboardFormat> ParseLeaderboardFormat(std::string_view name) {
   if (name == "json") return LeaderboardFormat::kJson;
   if (name == "csv") return LeaderboardFormat::kCsv;
   if (name == "html") return LeaderboardFormat::kHtml;
-  return Error(ErrorKind::kInvalidInput, "--format: unknown format \"" + std::string(name) + "\" (md, json, csv, html)");
+  return Error(ErrorKind::kInvalidInput,
+               "--format: unknown format \"" + std::string(name) + "\" (md, json, csv, html)");
 }
 
 Leaderboard BuildLeaderboard(std::vector<SampleOutcome> samples, const MetricsOptions& options) {
@@ -118,16 +125,22 @@ Leaderboard BuildLeaderboard(std::vector<SampleOutcome> samples, const MetricsOp
 
 std::string RenderMarkdown(const Leaderboard& board) {
   const Table t = BuildTable(board, /*human=*/true);
-  std::string out = "# kforge leaderboard\n\nRuns: " + fmt::format("{}", fmt::join(board.runs, ", ")) + "\n\n";
+  std::string out =
+      "# kforge leaderboard\n\nRuns: " + fmt::format("{}", fmt::join(board.runs, ", ")) + "\n\n";
   out += "| " + fmt::format("{}", fmt::join(t.header, " | ")) + " |\n|";
-  for (size_t i = 0; i < t.header.size(); ++i) out += i < board.options.group_by.size() ? "---|" : "---:|";
+  for (size_t i = 0; i < t.header.size(); ++i)
+    out += i < board.options.group_by.size() ? "---|" : "---:|";
   out += "\n";
   for (const auto& row : t.rows) out += "| " + fmt::format("{}", fmt::join(row, " | ")) + " |\n";
   if (t.rows.empty()) out += "\n(no evaluated sessions)\n";
-  out += "\nA problem is (task, world, dtype). correct = fast_0; fast_p = share of problems with a correct sample "
-         "faster than p x the NCCL baseline. geomean_correct: over correct, timed problems only; geomean_all: "
-         "every problem, an incorrect one counted as 1.0x. Rows marked `emulated` ran with ranks sharing a GPU: "
-         "their timings are not NVLink timings and are kept apart.\n";
+  out +=
+      "\nA problem is (task, world, dtype). correct = fast_0; fast_p = share of problems with a "
+      "correct sample "
+      "faster than p x the NCCL baseline. geomean_correct: over correct, timed problems only; "
+      "geomean_all: "
+      "every problem, an incorrect one counted as 1.0x. Rows marked `emulated` ran with ranks "
+      "sharing a GPU: "
+      "their timings are not NVLink timings and are kept apart.\n";
   return out;
 }
 
@@ -163,7 +176,8 @@ std::string RenderJson(const Leaderboard& board) {
     nlohmann::ordered_json fast = nlohmann::ordered_json::object();
     for (const auto& [p, v] : r.fast_p) fast[fmt::format("{:g}", p)] = v;
     row["fast_p"] = fast;
-    nlohmann::ordered_json pass = nlohmann::ordered_json::object(), fast1 = nlohmann::ordered_json::object();
+    nlohmann::ordered_json pass = nlohmann::ordered_json::object(),
+                           fast1 = nlohmann::ordered_json::object();
     for (const auto& [k, v] : r.pass_at_k) pass[std::to_string(k)] = v;
     for (const auto& [k, v] : r.fast1_at_k) fast1[std::to_string(k)] = v;
     row["pass_at_k"] = pass;
@@ -182,10 +196,14 @@ std::string RenderJson(const Leaderboard& board) {
 
 std::string Render(const Leaderboard& board, LeaderboardFormat format) {
   switch (format) {
-    case LeaderboardFormat::kMarkdown: return RenderMarkdown(board);
-    case LeaderboardFormat::kJson: return RenderJson(board);
-    case LeaderboardFormat::kCsv: return RenderCsv(board);
-    case LeaderboardFormat::kHtml: return RenderHtmlPage(board);
+    case LeaderboardFormat::kMarkdown:
+      return RenderMarkdown(board);
+    case LeaderboardFormat::kJson:
+      return RenderJson(board);
+    case LeaderboardFormat::kCsv:
+      return RenderCsv(board);
+    case LeaderboardFormat::kHtml:
+      return RenderHtmlPage(board);
   }
   return RenderMarkdown(board);
 }

@@ -1,8 +1,8 @@
 // The leaderboard as HTML: a table plus three inline SVG charts.
+#include <fmt/format.h>
+
 #include <cmath>
 #include <map>
-
-#include <fmt/format.h>
 
 #include "kforge/results/html.h"
 #include "kforge/results/leaderboard.h"
@@ -43,17 +43,21 @@ std::string Charts(const Leaderboard& board) {
     speedups.push_back(std::move(sp));
     cost.push_back({RowName(r), {{static_cast<double>(r.solved), r.cost_usd}}});
   }
-  return "<div class=\"charts\">" + LineChart("chart-fastp", "fast_p against p", "p (speedup threshold)",
-                                              "fast_p", fast) +
-         SpeedupStrips("chart-speedup", "Speedup distribution (best correct per problem)", speedups) +
-         ScatterChart("chart-cost", "Cost against problems solved", "problems solved", "dollars", cost) + "</div>";
+  return "<div class=\"charts\">" +
+         LineChart("chart-fastp", "fast_p against p", "p (speedup threshold)", "fast_p", fast) +
+         SpeedupStrips("chart-speedup", "Speedup distribution (best correct per problem)",
+                       speedups) +
+         ScatterChart("chart-cost", "Cost against problems solved", "problems solved", "dollars",
+                      cost) +
+         "</div>";
 }
 
 }  // namespace
 
 std::string RenderHtmlBody(const Leaderboard& board, std::string_view link_base) {
   std::string h = "<table class=\"leaderboard\"><thead><tr><th>#</th>";
-  for (const auto& dim : board.options.group_by) h += "<th class=\"l\">" + HtmlEscape(dim) + "</th>";
+  for (const auto& dim : board.options.group_by)
+    h += "<th class=\"l\">" + HtmlEscape(dim) + "</th>";
   h += "<th>problems</th><th>samples</th><th>correct</th>";
   for (double p : board.options.ps) {
     if (p != 0) h += fmt::format("<th>fast_{:g}</th>", p);
@@ -66,13 +70,14 @@ std::string RenderHtmlBody(const Leaderboard& board, std::string_view link_base)
                     : fmt::format("<tr><td>{}</td>", ++rank);
     for (const auto& [dim, value] : r.key) {
       if (dim == "model" && !link_base.empty()) {
-        h += fmt::format("<td class=\"l\"><a href=\"{}{}\">{}</a></td>", link_base, HtmlEscape(value),
-                         HtmlEscape(value));
+        h += fmt::format("<td class=\"l\"><a href=\"{}{}\">{}</a></td>", link_base,
+                         HtmlEscape(value), HtmlEscape(value));
       } else {
         h += "<td class=\"l\">" + HtmlEscape(value) + "</td>";
       }
     }
-    h += fmt::format("<td>{}</td><td>{}</td><td>{}</td>", r.problems, r.samples, Pct(r.correct_rate));
+    h += fmt::format("<td>{}</td><td>{}</td><td>{}</td>", r.problems, r.samples,
+                     Pct(r.correct_rate));
     for (double p : board.options.ps) {
       if (p != 0) h += "<td>" + Pct(r.FastP(p)) + "</td>";
     }
@@ -82,21 +87,27 @@ std::string RenderHtmlBody(const Leaderboard& board, std::string_view link_base)
     h += "<td>" + (r.geomean_correct ? fmt::format("{:.3f}x", *r.geomean_correct) : "—") + "</td>";
     h += fmt::format("<td>{:.3f}x</td>", r.geomean_all);
     h += "<td>" + (r.cost_per_solved ? fmt::format("${:.3f}", *r.cost_per_solved) : "—") + "</td>";
-    h += "<td>" + (r.tokens_per_solved ? fmt::format("{:.0f}", *r.tokens_per_solved) : "—") + "</td></tr>";
+    h += "<td>" + (r.tokens_per_solved ? fmt::format("{:.0f}", *r.tokens_per_solved) : "—") +
+         "</td></tr>";
   }
   h += "</tbody></table>";
   if (board.rows.empty()) h += "<p class=\"note\">No evaluated sessions yet.</p>";
-  h += "<p class=\"note\">A problem is (task, world size, dtype). correct = fast_0; fast_p: share of problems with "
-       "a correct sample faster than p× the NCCL baseline. geomean (correct) is over correct, timed problems; "
-       "geomean (all) counts an incorrect problem as 1.0×. Rows tagged <span class=\"tag emulated\">emulated</span> "
-       "ran with ranks sharing a GPU: their timings are not NVLink timings and are ranked apart.</p>";
+  h += "<p class=\"note\">A problem is (task, world size, dtype). correct = fast_0; fast_p: share "
+       "of problems with "
+       "a correct sample faster than p× the NCCL baseline. geomean (correct) is over correct, "
+       "timed problems; "
+       "geomean (all) counts an incorrect problem as 1.0×. Rows tagged <span class=\"tag "
+       "emulated\">emulated</span> "
+       "ran with ranks sharing a GPU: their timings are not NVLink timings and are ranked "
+       "apart.</p>";
   h += Charts(board);
   return h;
 }
 
 std::string RenderHtmlPage(const Leaderboard& board) {
   std::string body = "<h1>kforge leaderboard</h1><p class=\"note\">Runs: ";
-  for (size_t i = 0; i < board.runs.size(); ++i) body += (i ? ", " : "") + HtmlEscape(board.runs[i]);
+  for (size_t i = 0; i < board.runs.size(); ++i)
+    body += (i ? ", " : "") + HtmlEscape(board.runs[i]);
   body += "</p>" + RenderHtmlBody(board);
   return HtmlDocument("kforge leaderboard", body);
 }

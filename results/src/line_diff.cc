@@ -76,7 +76,9 @@ std::string UnifiedDiff(const std::vector<DiffLine>& diff, int context) {
       continue;
     }
     folded = false;
-    const char* mark = diff[i].kind == DiffLine::Kind::kAdded ? "+ " : diff[i].kind == DiffLine::Kind::kRemoved ? "- " : "  ";
+    const char* mark = diff[i].kind == DiffLine::Kind::kAdded     ? "+ "
+                       : diff[i].kind == DiffLine::Kind::kRemoved ? "- "
+                                                                  : "  ";
     out += mark + diff[i].text + "\n";
   }
   return out;
@@ -94,9 +96,15 @@ std::string DiffHtml(const std::vector<DiffLine>& diff, int context) {
     }
     folded = false;
     switch (diff[i].kind) {
-      case DiffLine::Kind::kAdded: out += "<span class=\"add\">+ "; break;
-      case DiffLine::Kind::kRemoved: out += "<span class=\"del\">- "; break;
-      case DiffLine::Kind::kSame: out += "<span class=\"ctx\">  "; break;
+      case DiffLine::Kind::kAdded:
+        out += "<span class=\"add\">+ ";
+        break;
+      case DiffLine::Kind::kRemoved:
+        out += "<span class=\"del\">- ";
+        break;
+      case DiffLine::Kind::kSame:
+        out += "<span class=\"ctx\">  ";
+        break;
     }
     out += HtmlEscape(diff[i].text) + "</span>";
   }

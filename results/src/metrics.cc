@@ -21,7 +21,8 @@ std::string ProblemId(const SampleOutcome& s) {
   return s.task + "\x1f" + std::to_string(s.world) + "\x1f" + s.dtype;
 }
 
-GroupMetrics Summarise(const std::vector<const SampleOutcome*>& members, const MetricsOptions& options) {
+GroupMetrics Summarise(const std::vector<const SampleOutcome*>& members,
+                       const MetricsOptions& options) {
   GroupMetrics g;
   std::map<std::string, Problem> problems;
   for (const auto* s : members) {
@@ -105,7 +106,8 @@ Result<std::vector<std::string>> ParseGroupBy(std::string_view spec) {
     if (!dim.empty()) {
       if (std::find(std::begin(kDimensions), std::end(kDimensions), dim) == std::end(kDimensions)) {
         return Error(ErrorKind::kInvalidInput,
-                     "--by: unknown dimension \"" + dim + "\" (use run, model, strategy, category, world, dtype)");
+                     "--by: unknown dimension \"" + dim +
+                         "\" (use run, model, strategy, category, world, dtype)");
       }
       dims.push_back(dim);
     }
@@ -132,7 +134,8 @@ double GroupMetrics::FastP(double p) const {
   return std::numeric_limits<double>::quiet_NaN();
 }
 
-std::vector<GroupMetrics> ComputeMetrics(const std::vector<SampleOutcome>& samples, const MetricsOptions& options) {
+std::vector<GroupMetrics> ComputeMetrics(const std::vector<SampleOutcome>& samples,
+                                         const MetricsOptions& options) {
   // (emulated?, key values) -> members; std::map keeps the output deterministic.
   std::map<std::pair<bool, std::vector<std::string>>, std::vector<const SampleOutcome*>> groups;
   for (const auto& s : samples) {

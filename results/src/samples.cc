@@ -81,8 +81,8 @@ Result<fs::path> ResolveRunDir(const std::string& arg, const fs::path& runs_root
   std::error_code ec;
   if (fs::exists(StorePath(arg), ec)) return fs::path(arg);
   if (fs::exists(StorePath(runs_root / arg), ec)) return runs_root / arg;
-  return Error(ErrorKind::kNotFound, "no run \"" + arg + "\": neither " + StorePath(arg).string() + " nor " +
-                                         StorePath(runs_root / arg).string() + " exists");
+  return Error(ErrorKind::kNotFound, "no run \"" + arg + "\": neither " + StorePath(arg).string() +
+                                         " nor " + StorePath(runs_root / arg).string() + " exists");
 }
 
 std::vector<fs::path> ListRunDirs(const fs::path& runs_root) {
@@ -101,7 +101,8 @@ Result<std::vector<SampleOutcome>> LoadRunDirs(const std::vector<fs::path>& dirs
     KF_ASSIGN_OR_RETURN(auto store, RunStore::Open(dir, /*read_only=*/true));
     auto samples = LoadSamples(*store);
     if (!samples.ok()) return samples.status().WithContext(dir.string());
-    all.insert(all.end(), std::make_move_iterator(samples->begin()), std::make_move_iterator(samples->end()));
+    all.insert(all.end(), std::make_move_iterator(samples->begin()),
+               std::make_move_iterator(samples->end()));
   }
   return all;
 }

@@ -1,8 +1,7 @@
 #include "schema.h"
 
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "eval_doc.h"
 
@@ -103,8 +102,10 @@ Status BackfillV2(Db& db, const BlobReader& blobs) {
     if (!text.ok()) continue;  // a missing document leaves the defaults; the row itself is kept
     auto doc = ParseEvalDoc(*text);
     if (!doc.ok()) continue;
-    KF_ASSIGN_OR_RETURN(Stmt u, db.Prepare("UPDATE evaluations SET busbw_gbps=?, world=?, message=? WHERE id=?"));
-    KF_RETURN_IF_ERROR(u.Bind(1, doc->busbw_gbps).Bind(2, doc->world).Bind(3, doc->message).Bind(4, id).Run());
+    KF_ASSIGN_OR_RETURN(
+        Stmt u, db.Prepare("UPDATE evaluations SET busbw_gbps=?, world=?, message=? WHERE id=?"));
+    KF_RETURN_IF_ERROR(
+        u.Bind(1, doc->busbw_gbps).Bind(2, doc->world).Bind(3, doc->message).Bind(4, id).Run());
   }
   return Status::Ok();
 }
@@ -135,7 +136,8 @@ Status MigrateTo(Db& db, int target, const BlobReader& blobs) {
         KF_RETURN_IF_ERROR(BackfillV2(db, blobs));
         break;
       default:
-        return Error(ErrorKind::kInternal, "no migration to schema version " + std::to_string(next));
+        return Error(ErrorKind::kInternal,
+                     "no migration to schema version " + std::to_string(next));
     }
     KF_RETURN_IF_ERROR(db.Exec("PRAGMA user_version = " + std::to_string(next)));
     KF_RETURN_IF_ERROR(tx.Commit());

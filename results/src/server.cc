@@ -25,26 +25,35 @@ struct Route {
 const std::vector<Route>& Routes() {
   static const std::vector<Route> routes = {
       {R"(/)", "text/html; charset=utf-8",
-       [](const web::Site& s, const httplib::Request& r) { return web::LeaderboardPage(s, r.get_param_value("by")); }},
+       [](const web::Site& s, const httplib::Request& r) {
+         return web::LeaderboardPage(s, r.get_param_value("by"));
+       }},
       {R"(/run/([^/]+))", "text/html; charset=utf-8",
        [](const web::Site& s, const httplib::Request& r) { return web::RunPage(s, r.matches[1]); }},
       {R"(/api/run/([^/]+)/progress)", "application/json",
-       [](const web::Site& s, const httplib::Request& r) { return web::RunProgressJson(s, r.matches[1]); }},
+       [](const web::Site& s, const httplib::Request& r) {
+         return web::RunProgressJson(s, r.matches[1]);
+       }},
       {R"(/session/([^/]+)/(\d{1,15}))", "text/html; charset=utf-8",
        [](const web::Site& s, const httplib::Request& r) {
          return web::SessionPage(s, r.matches[1], std::stoll(r.matches[2]));
        }},
       {R"(/task/([^/]+))", "text/html; charset=utf-8",
-       [](const web::Site& s, const httplib::Request& r) { return web::TaskPage(s, r.matches[1]); }},
+       [](const web::Site& s, const httplib::Request& r) {
+         return web::TaskPage(s, r.matches[1]);
+       }},
   };
   return routes;
 }
 
 int HttpStatus(ErrorKind kind) {
   switch (kind) {
-    case ErrorKind::kNotFound: return 404;
-    case ErrorKind::kInvalidInput: return 400;
-    default: return 500;
+    case ErrorKind::kNotFound:
+      return 404;
+    case ErrorKind::kInvalidInput:
+      return 400;
+    default:
+      return 500;
   }
 }
 
@@ -68,31 +77,35 @@ Result<std::unique_ptr<Server>> Server::Bind(const ServerOptions& options) {
   impl->options = options;
   Impl* self = impl.get();
   for (const Route& route : Routes()) {
-    self->http.Get(route.pattern, [self, &route](const httplib::Request& req, httplib::Response& res) {
-      // Exceptions (from a library or std::stoll) end here, as a 500 page.
-      try {
-        auto page = route.render(self->Site(), req);
-        if (page.ok()) {
-          res.set_content(*page, route.content_type);
-        } else {
-          res.status = HttpStatus(page.status().kind());
-          res.set_content(HtmlDocument("kforge: error", "<h1>" + std::to_string(res.status) + "</h1><p>" +
-                                                            HtmlEscape(page.status().message()) +
-                                                            "</p><p><a href=\"/\">leaderboard</a></p>"),
-                          "text/html; charset=utf-8");
-        }
-      } catch (const std::exception& e) {
-        res.status = 500;
-        res.set_content(std::string("internal error: ") + e.what(), "text/plain");
-      }
-    });
+    self->http.Get(
+        route.pattern, [self, &route](const httplib::Request& req, httplib::Response& res) {
+          // Exceptions (from a library or std::stoll) end here, as a 500 page.
+          try {
+            auto page = route.render(self->Site(), req);
+            if (page.ok()) {
+              res.set_content(*page, route.content_type);
+            } else {
+              res.status = HttpStatus(page.status().kind());
+              res.set_content(
+                  HtmlDocument("kforge: error", "<h1>" + std::to_string(res.status) + "</h1><p>" +
+                                                    HtmlEscape(page.status().message()) +
+                                                    "</p><p><a href=\"/\">leaderboard</a></p>"),
+                  "text/html; charset=utf-8");
+            }
+          } catch (const std::exception& e) {
+            res.status = 500;
+            res.set_content(std::string("internal error: ") + e.what(), "text/plain");
+          }
+        });
   }
   if (options.port == 0) {
     self->port = self->http.bind_to_any_port(options.host.c_str());
-    if (self->port <= 0) return Error(ErrorKind::kIo, "cannot bind " + options.host + " to any port");
+    if (self->port <= 0)
+      return Error(ErrorKind::kIo, "cannot bind " + options.host + " to any port");
   } else {
     if (!self->http.bind_to_port(options.host.c_str(), options.port)) {
-      return Error(ErrorKind::kIo, "cannot bind " + options.host + ":" + std::to_string(options.port) +
+      return Error(ErrorKind::kIo, "cannot bind " + options.host + ":" +
+                                       std::to_string(options.port) +
                                        " (in use, or not an address of this machine)");
     }
     self->port = options.port;
@@ -103,7 +116,8 @@ Result<std::unique_ptr<Server>> Server::Bind(const ServerOptions& options) {
 int Server::port() const { return impl_->port; }
 
 Status Server::Run() {
-  if (!impl_->http.listen_after_bind()) return Error(ErrorKind::kIo, "server stopped with an error");
+  if (!impl_->http.listen_after_bind())
+    return Error(ErrorKind::kIo, "server stopped with an error");
   return Status::Ok();
 }
 

@@ -1,9 +1,9 @@
 #include "kforge/results/show.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <string_view>
-
-#include <fmt/format.h>
 
 #include "kforge/results/line_diff.h"
 
@@ -20,7 +20,8 @@ std::string Indented(const std::string& text, bool full, int max_lines) {
     if (end == std::string::npos) end = text.size();
     if (!full && lines == max_lines) {
       const std::string_view rest_text = std::string_view(text).substr(start);
-      const auto rest = std::count(rest_text.begin(), rest_text.end(), '\n') + (text.back() != '\n' ? 1 : 0);
+      const auto rest =
+          std::count(rest_text.begin(), rest_text.end(), '\n') + (text.back() != '\n' ? 1 : 0);
       out += fmt::format("    … {} more lines (--full shows all)\n", rest);
       break;
     }
@@ -40,33 +41,39 @@ Result<std::string> RenderShowText(const RunStore& store, const ShowOptions& o) 
   for (const auto& run : runs) {
     KF_ASSIGN_OR_RETURN(auto sessions, store.ListSessions(run.id));
     for (const auto& s : sessions) {
-      if ((!o.task.empty() && s.key.task != o.task) || (!o.model.empty() && s.key.model != o.model) ||
-          (!o.strategy.empty() && s.key.strategy != o.strategy) || (o.sample >= 0 && s.key.sample != o.sample)) {
+      if ((!o.task.empty() && s.key.task != o.task) ||
+          (!o.model.empty() && s.key.model != o.model) ||
+          (!o.strategy.empty() && s.key.strategy != o.strategy) ||
+          (o.sample >= 0 && s.key.sample != o.sample)) {
         continue;
       }
       ++shown;
-      out += fmt::format("=== run {} · session {} · {} · {} · {} · sample {} · world {} · {} ===\n", run.name, s.id,
-                         s.key.model, s.key.task, s.key.strategy, s.key.sample, s.key.world, s.key.dtype);
-      out += fmt::format("state: {}{}; turns: {}\n", s.state, s.stop_reason.empty() ? "" : " (" + s.stop_reason + ")",
-                         s.turns_done);
+      out += fmt::format("=== run {} · session {} · {} · {} · {} · sample {} · world {} · {} ===\n",
+                         run.name, s.id, s.key.model, s.key.task, s.key.strategy, s.key.sample,
+                         s.key.world, s.key.dtype);
+      out += fmt::format("state: {}{}; turns: {}\n", s.state,
+                         s.stop_reason.empty() ? "" : " (" + s.stop_reason + ")", s.turns_done);
       KF_ASSIGN_OR_RETURN(auto turns, store.ListTurns(s.id));
       KF_ASSIGN_OR_RETURN(auto evals, store.ListEvaluations(s.id));
       std::string previous_kernel;
       bool have_previous = false;
       for (const auto& t : turns) {
-        out += fmt::format("\n--- turn {} · {} in / {} out tokens · ${:.4f} · {:.1f} s{} ---\n", t.index,
-                           t.input_tokens, t.output_tokens, t.cost_usd, t.latency_s,
+        out += fmt::format("\n--- turn {} · {} in / {} out tokens · ${:.4f} · {:.1f} s{} ---\n",
+                           t.index, t.input_tokens, t.output_tokens, t.cost_usd, t.latency_s,
                            t.finish_reason.empty() ? "" : " · " + t.finish_reason);
         out += "  prompt:\n" + Indented(t.prompt, o.full, o.max_lines);
         out += "  reply:\n" + Indented(t.reply, o.full, o.max_lines);
         if (!t.kernel_sha.empty()) {
           KF_ASSIGN_OR_RETURN(std::string kernel, store.GetBlob(t.kernel_sha));
           if (!have_previous) {
-            out += fmt::format("  kernel {}:\n", t.kernel_sha.substr(0, 12)) + Indented(kernel, o.full, o.max_lines);
+            out += fmt::format("  kernel {}:\n", t.kernel_sha.substr(0, 12)) +
+                   Indented(kernel, o.full, o.max_lines);
           } else if (kernel == previous_kernel) {
-            out += fmt::format("  kernel {}: unchanged from the previous turn\n", t.kernel_sha.substr(0, 12));
+            out += fmt::format("  kernel {}: unchanged from the previous turn\n",
+                               t.kernel_sha.substr(0, 12));
           } else {
-            out += fmt::format("  kernel {} (diff to the previous kernel):\n", t.kernel_sha.substr(0, 12)) +
+            out += fmt::format("  kernel {} (diff to the previous kernel):\n",
+                               t.kernel_sha.substr(0, 12)) +
                    Indented(UnifiedDiff(DiffLines(previous_kernel, kernel)), true, 0);
           }
           previous_kernel = kernel;
@@ -79,7 +86,8 @@ Result<std::string> RenderShowText(const RunStore& store, const ShowOptions& o) 
           const bool best = s.best_evaluation_id && *s.best_evaluation_id == e.id;
           out += fmt::format("  evaluation {}: {}{}{}{}\n", e.id, e.status,
                              e.speedup ? fmt::format(" · {:.3f}x", *e.speedup) : "",
-                             e.emulated ? " · EMULATED (ranks shared a GPU)" : "", best ? " · best" : "");
+                             e.emulated ? " · EMULATED (ranks shared a GPU)" : "",
+                             best ? " · best" : "");
           if (!e.message.empty()) out += "    " + e.message + "\n";
         }
         if (!t.feedback.empty()) out += "  feedback:\n" + Indented(t.feedback, o.full, o.max_lines);
@@ -88,7 +96,8 @@ Result<std::string> RenderShowText(const RunStore& store, const ShowOptions& o) 
     }
   }
   if (shown == 0) {
-    return Error(ErrorKind::kNotFound, "no session matches" + (o.task.empty() ? std::string() : " task " + o.task) +
+    return Error(ErrorKind::kNotFound, "no session matches" +
+                                           (o.task.empty() ? std::string() : " task " + o.task) +
                                            " in " + store.dir().string());
   }
   return out;

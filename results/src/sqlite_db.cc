@@ -12,7 +12,8 @@ Status SqlError(sqlite3* db, std::string_view what) {
   ErrorKind kind = ErrorKind::kIo;
   if ((code & 0xff) == SQLITE_BUSY || (code & 0xff) == SQLITE_LOCKED) kind = ErrorKind::kTimeout;
   if ((code & 0xff) == SQLITE_CONSTRAINT) kind = ErrorKind::kInvalidInput;
-  if ((code & 0xff) == SQLITE_CORRUPT || (code & 0xff) == SQLITE_NOTADB) kind = ErrorKind::kInvalidInput;
+  if ((code & 0xff) == SQLITE_CORRUPT || (code & 0xff) == SQLITE_NOTADB)
+    kind = ErrorKind::kInvalidInput;
   return Error(kind, std::string(what) + ": " + sqlite3_errmsg(db));
 }
 
@@ -20,8 +21,9 @@ Status SqlError(sqlite3* db, std::string_view what) {
 
 Result<std::unique_ptr<Db>> Db::Open(const std::filesystem::path& path, bool read_only) {
   sqlite3* raw = nullptr;
-  const int flags = (read_only ? SQLITE_OPEN_READONLY : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE)) |
-                    SQLITE_OPEN_NOMUTEX;
+  const int flags =
+      (read_only ? SQLITE_OPEN_READONLY : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE)) |
+      SQLITE_OPEN_NOMUTEX;
   const int rc = sqlite3_open_v2(path.c_str(), &raw, flags, nullptr);
   if (rc != SQLITE_OK) {
     std::string msg = raw ? sqlite3_errmsg(raw) : sqlite3_errstr(rc);
@@ -50,7 +52,8 @@ Status Db::Exec(std::string_view sql) {
 
 Result<Stmt> Db::Prepare(std::string_view sql) {
   sqlite3_stmt* stmt = nullptr;
-  if (sqlite3_prepare_v2(db_, sql.data(), static_cast<int>(sql.size()), &stmt, nullptr) != SQLITE_OK) {
+  if (sqlite3_prepare_v2(db_, sql.data(), static_cast<int>(sql.size()), &stmt, nullptr) !=
+      SQLITE_OK) {
     return SqlError(db_, path_.string() + ": prepare `" + std::string(sql.substr(0, 60)) + "`");
   }
   return Stmt(stmt, db_);
@@ -67,22 +70,26 @@ Stmt::Stmt(Stmt&& other) noexcept
 Stmt::~Stmt() { sqlite3_finalize(stmt_); }
 
 Stmt& Stmt::Bind(int index, int64_t value) {
-  if (sqlite3_bind_int64(stmt_, index, value) != SQLITE_OK && bind_error_.ok()) bind_error_ = SqlError(db_, "bind");
+  if (sqlite3_bind_int64(stmt_, index, value) != SQLITE_OK && bind_error_.ok())
+    bind_error_ = SqlError(db_, "bind");
   return *this;
 }
 Stmt& Stmt::Bind(int index, double value) {
-  if (sqlite3_bind_double(stmt_, index, value) != SQLITE_OK && bind_error_.ok()) bind_error_ = SqlError(db_, "bind");
+  if (sqlite3_bind_double(stmt_, index, value) != SQLITE_OK && bind_error_.ok())
+    bind_error_ = SqlError(db_, "bind");
   return *this;
 }
 Stmt& Stmt::Bind(int index, std::string_view value) {
-  if (sqlite3_bind_text64(stmt_, index, value.data(), value.size(), SQLITE_TRANSIENT, SQLITE_UTF8) != SQLITE_OK &&
+  if (sqlite3_bind_text64(stmt_, index, value.data(), value.size(), SQLITE_TRANSIENT,
+                          SQLITE_UTF8) != SQLITE_OK &&
       bind_error_.ok()) {
     bind_error_ = SqlError(db_, "bind");
   }
   return *this;
 }
 Stmt& Stmt::BindNull(int index) {
-  if (sqlite3_bind_null(stmt_, index) != SQLITE_OK && bind_error_.ok()) bind_error_ = SqlError(db_, "bind");
+  if (sqlite3_bind_null(stmt_, index) != SQLITE_OK && bind_error_.ok())
+    bind_error_ = SqlError(db_, "bind");
   return *this;
 }
 

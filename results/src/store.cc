@@ -37,9 +37,11 @@ Result<std::string> ReadBlob(const fs::path& dir, const std::string& sha) {
   if (sha.empty()) return std::string();
   if (!IsSha(sha)) return Error(ErrorKind::kInvalidInput, "not a sha256: \"" + sha + "\"");
   auto text = ReadFile(BlobPath(dir, sha));
-  if (!text.ok()) return Error(ErrorKind::kNotFound, "blob " + sha + " missing in " + (dir / "blobs").string());
+  if (!text.ok())
+    return Error(ErrorKind::kNotFound, "blob " + sha + " missing in " + (dir / "blobs").string());
   if (Sha256Hex(*text) != sha) {
-    return Error(ErrorKind::kIo, "blob " + BlobPath(dir, sha).string() + " is corrupt (hash mismatch)");
+    return Error(ErrorKind::kIo,
+                 "blob " + BlobPath(dir, sha).string() + " is corrupt (hash mismatch)");
   }
   return text;
 }
@@ -50,7 +52,8 @@ nlohmann::json JsonOr(const std::string& text, nlohmann::json fallback) {
 }
 
 constexpr const char* kRunCols =
-    "id, name, config, kforge_version, task_suite_hash, hardware, origin, started_at, finished_at, state";
+    "id, name, config, kforge_version, task_suite_hash, hardware, origin, started_at, finished_at, "
+    "state";
 RunInfo ReadRun(const Stmt& q) {
   RunInfo r;
   r.id = q.Int(0);
@@ -67,7 +70,8 @@ RunInfo ReadRun(const Stmt& q) {
 }
 
 constexpr const char* kSessionCols =
-    "id, run_id, model, task, strategy, sample, world, dtype, category, state, stop_reason, turns_done, "
+    "id, run_id, model, task, strategy, sample, world, dtype, category, state, stop_reason, "
+    "turns_done, "
     "best_evaluation_id";
 SessionRecord ReadSession(const Stmt& q) {
   SessionRecord s;
@@ -88,8 +92,10 @@ SessionRecord ReadSession(const Stmt& q) {
 }
 
 constexpr const char* kEvalSelect =
-    "SELECT e.id, e.session_id, e.turn_id, e.status, e.speedup, e.busbw_gbps, e.emulated, e.seconds, e.world, "
-    "e.message, e.doc_sha, e.created_at, t.kernel_sha FROM evaluations e LEFT JOIN turns t ON t.id=e.turn_id ";
+    "SELECT e.id, e.session_id, e.turn_id, e.status, e.speedup, e.busbw_gbps, e.emulated, "
+    "e.seconds, e.world, "
+    "e.message, e.doc_sha, e.created_at, t.kernel_sha FROM evaluations e LEFT JOIN turns t ON "
+    "t.id=e.turn_id ";
 EvaluationRecord ReadEvaluation(const Stmt& q) {
   EvaluationRecord e;
   e.id = q.Int(0);
@@ -151,12 +157,14 @@ Result<std::unique_ptr<RunStore>> RunStore::Open(const fs::path& run_dir, bool r
   }
   KF_ASSIGN_OR_RETURN(store->schema_version_, internal::SchemaVersion(*store->db_));
   if (store->schema_version_ > kSchemaVersion) {
-    return Error(ErrorKind::kInvalidInput, StorePath(run_dir).string() + " has schema version " +
-                                               std::to_string(store->schema_version_) + "; this kforge knows up to " +
-                                               std::to_string(kSchemaVersion) + " (upgrade kforge)");
+    return Error(ErrorKind::kInvalidInput,
+                 StorePath(run_dir).string() + " has schema version " +
+                     std::to_string(store->schema_version_) + "; this kforge knows up to " +
+                     std::to_string(kSchemaVersion) + " (upgrade kforge)");
   }
   if (read_only && store->schema_version_ < kSchemaVersion) {
-    return Error(ErrorKind::kInvalidInput, StorePath(run_dir).string() + " has the old schema version " +
+    return Error(ErrorKind::kInvalidInput, StorePath(run_dir).string() +
+                                               " has the old schema version " +
                                                std::to_string(store->schema_version_) +
                                                "; open it once for writing to migrate it");
   }
@@ -167,25 +175,34 @@ Status RunStore::Migrate() {
   KF_ASSIGN_OR_RETURN(int version, internal::SchemaVersion(*db_));
   if (version > kSchemaVersion) return Status::Ok();  // reported by Open
   const fs::path dir = dir_;
-  return internal::MigrateTo(*db_, kSchemaVersion, [dir](const std::string& sha) { return ReadBlob(dir, sha); });
+  return internal::MigrateTo(*db_, kSchemaVersion,
+                             [dir](const std::string& sha) { return ReadBlob(dir, sha); });
 }
 
 Result<RunInfo> RunStore::CreateOrGetRun(const std::string& name, const nlohmann::json& config,
-                                         const std::string& kforge_version, const std::string& task_suite_hash,
+                                         const std::string& kforge_version,
+                                         const std::string& task_suite_hash,
                                          const nlohmann::json& hardware) {
   if (name.empty()) return Error(ErrorKind::kInvalidInput, "run name is empty");
   std::lock_guard lock(mu_);
   Transaction tx(*db_);
   KF_RETURN_IF_ERROR(tx.Begin());
-  KF_ASSIGN_OR_RETURN(Stmt ins, db_->Prepare("INSERT OR IGNORE INTO runs (name, config, kforge_version, "
-                                             "task_suite_hash, hardware, started_at, state) "
-                                             "VALUES (?,?,?,?,?,?,'running')"));
-  KF_RETURN_IF_ERROR(
-      ins.Bind(1, name).Bind(2, config.dump()).Bind(3, kforge_version).Bind(4, task_suite_hash).Bind(5, hardware.dump())
-          .Bind(6, Now()).Run());
-  KF_ASSIGN_OR_RETURN(Stmt up, db_->Prepare("UPDATE runs SET state='running', finished_at=0 WHERE name=?"));
+  KF_ASSIGN_OR_RETURN(Stmt ins,
+                      db_->Prepare("INSERT OR IGNORE INTO runs (name, config, kforge_version, "
+                                   "task_suite_hash, hardware, started_at, state) "
+                                   "VALUES (?,?,?,?,?,?,'running')"));
+  KF_RETURN_IF_ERROR(ins.Bind(1, name)
+                         .Bind(2, config.dump())
+                         .Bind(3, kforge_version)
+                         .Bind(4, task_suite_hash)
+                         .Bind(5, hardware.dump())
+                         .Bind(6, Now())
+                         .Run());
+  KF_ASSIGN_OR_RETURN(Stmt up,
+                      db_->Prepare("UPDATE runs SET state='running', finished_at=0 WHERE name=?"));
   KF_RETURN_IF_ERROR(up.Bind(1, name).Run());
-  KF_ASSIGN_OR_RETURN(Stmt q, db_->Prepare(std::string("SELECT ") + kRunCols + " FROM runs WHERE name=?"));
+  KF_ASSIGN_OR_RETURN(Stmt q,
+                      db_->Prepare(std::string("SELECT ") + kRunCols + " FROM runs WHERE name=?"));
   q.Bind(1, name);
   KF_ASSIGN_OR_RETURN(bool row, q.Step());
   if (!row) return Error(ErrorKind::kInternal, "run " + name + " vanished");
@@ -212,14 +229,28 @@ Result<int64_t> RunStore::UpsertSession(int64_t run_id, const SessionKey& key) {
   std::lock_guard lock(mu_);
   Transaction tx(*db_);
   KF_RETURN_IF_ERROR(tx.Begin());
-  KF_ASSIGN_OR_RETURN(Stmt ins, db_->Prepare("INSERT OR IGNORE INTO sessions (run_id, model, task, strategy, "
-                                             "sample, world, dtype, category) VALUES (?,?,?,?,?,?,?,?)"));
-  KF_RETURN_IF_ERROR(ins.Bind(1, run_id).Bind(2, key.model).Bind(3, key.task).Bind(4, key.strategy)
-                         .Bind(5, key.sample).Bind(6, key.world).Bind(7, key.dtype).Bind(8, key.category).Run());
-  KF_ASSIGN_OR_RETURN(Stmt q, db_->Prepare("SELECT id FROM sessions WHERE run_id=? AND model=? AND task=? AND "
-                                           "strategy=? AND sample=? AND world=? AND dtype=?"));
-  q.Bind(1, run_id).Bind(2, key.model).Bind(3, key.task).Bind(4, key.strategy).Bind(5, key.sample)
-      .Bind(6, key.world).Bind(7, key.dtype);
+  KF_ASSIGN_OR_RETURN(Stmt ins,
+                      db_->Prepare("INSERT OR IGNORE INTO sessions (run_id, model, task, strategy, "
+                                   "sample, world, dtype, category) VALUES (?,?,?,?,?,?,?,?)"));
+  KF_RETURN_IF_ERROR(ins.Bind(1, run_id)
+                         .Bind(2, key.model)
+                         .Bind(3, key.task)
+                         .Bind(4, key.strategy)
+                         .Bind(5, key.sample)
+                         .Bind(6, key.world)
+                         .Bind(7, key.dtype)
+                         .Bind(8, key.category)
+                         .Run());
+  KF_ASSIGN_OR_RETURN(
+      Stmt q, db_->Prepare("SELECT id FROM sessions WHERE run_id=? AND model=? AND task=? AND "
+                           "strategy=? AND sample=? AND world=? AND dtype=?"));
+  q.Bind(1, run_id)
+      .Bind(2, key.model)
+      .Bind(3, key.task)
+      .Bind(4, key.strategy)
+      .Bind(5, key.sample)
+      .Bind(6, key.world)
+      .Bind(7, key.dtype);
   KF_ASSIGN_OR_RETURN(bool row, q.Step());
   if (!row) return Error(ErrorKind::kInternal, "session insert failed");
   const int64_t id = q.Int(0);
@@ -227,9 +258,11 @@ Result<int64_t> RunStore::UpsertSession(int64_t run_id, const SessionKey& key) {
   return id;
 }
 
-Status RunStore::SetSessionState(int64_t session_id, const std::string& state, const std::string& stop_reason) {
+Status RunStore::SetSessionState(int64_t session_id, const std::string& state,
+                                 const std::string& stop_reason) {
   std::lock_guard lock(mu_);
-  KF_ASSIGN_OR_RETURN(Stmt q, db_->Prepare("UPDATE sessions SET state=?, stop_reason=? WHERE id=?"));
+  KF_ASSIGN_OR_RETURN(Stmt q,
+                      db_->Prepare("UPDATE sessions SET state=?, stop_reason=? WHERE id=?"));
   KF_RETURN_IF_ERROR(q.Bind(1, state).Bind(2, stop_reason).Bind(3, session_id).Run());
   return RequireOneChange(*db_, "no session with id " + std::to_string(session_id));
 }
@@ -240,7 +273,8 @@ Result<std::string> RunStore::PutBlob(std::string_view text) {
 }
 
 Result<std::string> RunStore::PutBlobLocked(std::string_view text) {
-  if (read_only_) return Error(ErrorKind::kInvalidInput, "store opened read-only: " + dir_.string());
+  if (read_only_)
+    return Error(ErrorKind::kInvalidInput, "store opened read-only: " + dir_.string());
   std::string sha = Sha256Hex(text);
   const fs::path path = BlobPath(dir_, sha);
   std::error_code ec;
@@ -254,7 +288,8 @@ Result<std::string> RunStore::GetBlob(const std::string& sha) const { return Rea
 Result<int64_t> RunStore::AppendTurn(const TurnRecord& t) {
   std::lock_guard lock(mu_);
   if (!t.kernel_sha.empty() && !IsSha(t.kernel_sha)) {
-    return Error(ErrorKind::kInvalidInput, "turn kernel_sha is not a sha256: \"" + t.kernel_sha + "\"");
+    return Error(ErrorKind::kInvalidInput,
+                 "turn kernel_sha is not a sha256: \"" + t.kernel_sha + "\"");
   }
   KF_ASSIGN_OR_RETURN(std::string prompt_sha, PutBlobLocked(t.prompt));
   KF_ASSIGN_OR_RETURN(std::string reply_sha, PutBlobLocked(t.reply));
@@ -266,33 +301,52 @@ Result<int64_t> RunStore::AppendTurn(const TurnRecord& t) {
   if (!t.kernel_sha.empty()) {
     std::error_code ec;
     const auto size = fs::file_size(BlobPath(dir_, t.kernel_sha), ec);
-    if (ec) return Error(ErrorKind::kInvalidInput, "turn kernel_sha " + t.kernel_sha + ": no such blob (PutBlob first)");
+    if (ec)
+      return Error(ErrorKind::kInvalidInput,
+                   "turn kernel_sha " + t.kernel_sha + ": no such blob (PutBlob first)");
     kernel_bytes = static_cast<int64_t>(size);
   }
   Transaction tx(*db_);
   KF_RETURN_IF_ERROR(tx.Begin());
-  KF_ASSIGN_OR_RETURN(Stmt exists, db_->Prepare("SELECT 1 FROM turns WHERE session_id=? AND idx=?"));
+  KF_ASSIGN_OR_RETURN(Stmt exists,
+                      db_->Prepare("SELECT 1 FROM turns WHERE session_id=? AND idx=?"));
   exists.Bind(1, t.session_id).Bind(2, t.index);
   KF_ASSIGN_OR_RETURN(bool dup, exists.Step());
   if (dup) {
-    return Error(ErrorKind::kInvalidInput, "session " + std::to_string(t.session_id) + " already has turn " +
-                                               std::to_string(t.index));
+    return Error(ErrorKind::kInvalidInput, "session " + std::to_string(t.session_id) +
+                                               " already has turn " + std::to_string(t.index));
   }
-  KF_ASSIGN_OR_RETURN(Stmt ins, db_->Prepare(
-      "INSERT INTO turns (session_id, idx, prompt_sha, reply_sha, feedback_sha, kernel_sha, input_tokens, "
-      "cached_input_tokens, output_tokens, reasoning_tokens, cost_usd, latency_s, request_id, finish_reason, "
-      "created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"));
-  KF_RETURN_IF_ERROR(ins.Bind(1, t.session_id).Bind(2, t.index).Bind(3, prompt_sha).Bind(4, reply_sha)
-                         .Bind(5, feedback_sha).Bind(6, t.kernel_sha).Bind(7, t.input_tokens)
-                         .Bind(8, t.cached_input_tokens).Bind(9, t.output_tokens).Bind(10, t.reasoning_tokens)
-                         .Bind(11, t.cost_usd).Bind(12, t.latency_s).Bind(13, t.request_id)
-                         .Bind(14, t.finish_reason).Bind(15, t.created_at > 0 ? t.created_at : Now()).Run());
+  KF_ASSIGN_OR_RETURN(Stmt ins,
+                      db_->Prepare("INSERT INTO turns (session_id, idx, prompt_sha, reply_sha, "
+                                   "feedback_sha, kernel_sha, input_tokens, "
+                                   "cached_input_tokens, output_tokens, reasoning_tokens, "
+                                   "cost_usd, latency_s, request_id, finish_reason, "
+                                   "created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"));
+  KF_RETURN_IF_ERROR(ins.Bind(1, t.session_id)
+                         .Bind(2, t.index)
+                         .Bind(3, prompt_sha)
+                         .Bind(4, reply_sha)
+                         .Bind(5, feedback_sha)
+                         .Bind(6, t.kernel_sha)
+                         .Bind(7, t.input_tokens)
+                         .Bind(8, t.cached_input_tokens)
+                         .Bind(9, t.output_tokens)
+                         .Bind(10, t.reasoning_tokens)
+                         .Bind(11, t.cost_usd)
+                         .Bind(12, t.latency_s)
+                         .Bind(13, t.request_id)
+                         .Bind(14, t.finish_reason)
+                         .Bind(15, t.created_at > 0 ? t.created_at : Now())
+                         .Run());
   const int64_t id = db_->LastInsertId();
   if (!t.kernel_sha.empty()) {
-    KF_ASSIGN_OR_RETURN(Stmt k, db_->Prepare("INSERT OR IGNORE INTO kernels (sha, bytes, created_at) VALUES (?,?,?)"));
+    KF_ASSIGN_OR_RETURN(
+        Stmt k,
+        db_->Prepare("INSERT OR IGNORE INTO kernels (sha, bytes, created_at) VALUES (?,?,?)"));
     KF_RETURN_IF_ERROR(k.Bind(1, t.kernel_sha).Bind(2, kernel_bytes).Bind(3, Now()).Run());
   }
-  KF_ASSIGN_OR_RETURN(Stmt s, db_->Prepare("UPDATE sessions SET turns_done=turns_done+1 WHERE id=?"));
+  KF_ASSIGN_OR_RETURN(Stmt s,
+                      db_->Prepare("UPDATE sessions SET turns_done=turns_done+1 WHERE id=?"));
   KF_RETURN_IF_ERROR(s.Bind(1, t.session_id).Run());
   KF_RETURN_IF_ERROR(RequireOneChange(*db_, "no session with id " + std::to_string(t.session_id)));
   KF_RETURN_IF_ERROR(tx.Commit());
@@ -307,45 +361,63 @@ Status RunStore::SetTurnFeedback(int64_t turn_id, std::string_view feedback) {
   return RequireOneChange(*db_, "no turn with id " + std::to_string(turn_id));
 }
 
-Result<int64_t> RunStore::RecordEvaluation(int64_t session_id, int64_t turn_id, const nlohmann::json& eval_doc) {
+Result<int64_t> RunStore::RecordEvaluation(int64_t session_id, int64_t turn_id,
+                                           const nlohmann::json& eval_doc) {
   KF_ASSIGN_OR_RETURN(internal::EvalColumns c, internal::ExtractEvalColumns(eval_doc));
   std::lock_guard lock(mu_);
   KF_ASSIGN_OR_RETURN(std::string doc_sha, PutBlobLocked(eval_doc.dump(2)));
-  KF_ASSIGN_OR_RETURN(Stmt q, db_->Prepare(
-      "INSERT INTO evaluations (session_id, turn_id, status, speedup, busbw_gbps, emulated, seconds, world, "
-      "message, doc_sha, created_at) SELECT ?,?,?,?,?,?,?,?,?,?,? WHERE EXISTS (SELECT 1 FROM sessions WHERE id=?)"));
-  KF_RETURN_IF_ERROR(q.Bind(1, session_id).Bind(2, turn_id).Bind(3, c.status).Bind(4, c.speedup)
-                         .Bind(5, c.busbw_gbps).Bind(6, c.emulated ? 1 : 0).Bind(7, c.seconds).Bind(8, c.world)
-                         .Bind(9, c.message).Bind(10, doc_sha).Bind(11, Now()).Bind(12, session_id).Run());
+  KF_ASSIGN_OR_RETURN(Stmt q,
+                      db_->Prepare("INSERT INTO evaluations (session_id, turn_id, status, speedup, "
+                                   "busbw_gbps, emulated, seconds, world, "
+                                   "message, doc_sha, created_at) SELECT ?,?,?,?,?,?,?,?,?,?,? "
+                                   "WHERE EXISTS (SELECT 1 FROM sessions WHERE id=?)"));
+  KF_RETURN_IF_ERROR(q.Bind(1, session_id)
+                         .Bind(2, turn_id)
+                         .Bind(3, c.status)
+                         .Bind(4, c.speedup)
+                         .Bind(5, c.busbw_gbps)
+                         .Bind(6, c.emulated ? 1 : 0)
+                         .Bind(7, c.seconds)
+                         .Bind(8, c.world)
+                         .Bind(9, c.message)
+                         .Bind(10, doc_sha)
+                         .Bind(11, Now())
+                         .Bind(12, session_id)
+                         .Run());
   KF_RETURN_IF_ERROR(RequireOneChange(*db_, "no session with id " + std::to_string(session_id)));
   return db_->LastInsertId();
 }
 
 Status RunStore::SetBestEvaluation(int64_t session_id, int64_t evaluation_id) {
   std::lock_guard lock(mu_);
-  KF_ASSIGN_OR_RETURN(Stmt q, db_->Prepare(
-      "UPDATE sessions SET best_evaluation_id=?2 WHERE id=?1 AND EXISTS "
-      "(SELECT 1 FROM evaluations WHERE id=?2 AND session_id=?1)"));
+  KF_ASSIGN_OR_RETURN(
+      Stmt q, db_->Prepare("UPDATE sessions SET best_evaluation_id=?2 WHERE id=?1 AND EXISTS "
+                           "(SELECT 1 FROM evaluations WHERE id=?2 AND session_id=?1)"));
   KF_RETURN_IF_ERROR(q.Bind(1, session_id).Bind(2, evaluation_id).Run());
-  return RequireOneChange(*db_, "evaluation " + std::to_string(evaluation_id) + " does not belong to session " +
-                                    std::to_string(session_id));
+  return RequireOneChange(*db_, "evaluation " + std::to_string(evaluation_id) +
+                                    " does not belong to session " + std::to_string(session_id));
 }
 
-Status RunStore::AppendEvent(int64_t run_id, const std::string& kind, const nlohmann::json& detail) {
+Status RunStore::AppendEvent(int64_t run_id, const std::string& kind,
+                             const nlohmann::json& detail) {
   std::lock_guard lock(mu_);
-  KF_ASSIGN_OR_RETURN(Stmt q, db_->Prepare("INSERT INTO events (run_id, kind, detail, created_at) VALUES (?,?,?,?)"));
+  KF_ASSIGN_OR_RETURN(
+      Stmt q,
+      db_->Prepare("INSERT INTO events (run_id, kind, detail, created_at) VALUES (?,?,?,?)"));
   return q.Bind(1, run_id).Bind(2, kind).Bind(3, detail.dump()).Bind(4, Now()).Run();
 }
 
 Result<std::vector<RunInfo>> RunStore::ListRuns() const {
   std::lock_guard lock(mu_);
-  KF_ASSIGN_OR_RETURN(Stmt q, db_->Prepare(std::string("SELECT ") + kRunCols + " FROM runs ORDER BY id"));
+  KF_ASSIGN_OR_RETURN(Stmt q,
+                      db_->Prepare(std::string("SELECT ") + kRunCols + " FROM runs ORDER BY id"));
   return Collect<RunInfo>(q, ReadRun);
 }
 
 Result<RunInfo> RunStore::GetRun(int64_t run_id) const {
   std::lock_guard lock(mu_);
-  KF_ASSIGN_OR_RETURN(Stmt q, db_->Prepare(std::string("SELECT ") + kRunCols + " FROM runs WHERE id=?"));
+  KF_ASSIGN_OR_RETURN(Stmt q,
+                      db_->Prepare(std::string("SELECT ") + kRunCols + " FROM runs WHERE id=?"));
   q.Bind(1, run_id);
   KF_ASSIGN_OR_RETURN(bool row, q.Step());
   if (!row) return Error(ErrorKind::kNotFound, "no run with id " + std::to_string(run_id));
@@ -362,7 +434,8 @@ Result<std::vector<SessionRecord>> RunStore::ListSessions(int64_t run_id) const 
 
 Result<SessionRecord> RunStore::GetSession(int64_t session_id) const {
   std::lock_guard lock(mu_);
-  KF_ASSIGN_OR_RETURN(Stmt q, db_->Prepare(std::string("SELECT ") + kSessionCols + " FROM sessions WHERE id=?"));
+  KF_ASSIGN_OR_RETURN(
+      Stmt q, db_->Prepare(std::string("SELECT ") + kSessionCols + " FROM sessions WHERE id=?"));
   q.Bind(1, session_id);
   KF_ASSIGN_OR_RETURN(bool row, q.Step());
   if (!row) return Error(ErrorKind::kNotFound, "no session with id " + std::to_string(session_id));
@@ -374,10 +447,12 @@ Result<std::vector<TurnRecord>> RunStore::ListTurns(int64_t session_id) const {
   std::vector<std::array<std::string, 3>> shas;
   {
     std::lock_guard lock(mu_);
-    KF_ASSIGN_OR_RETURN(Stmt q, db_->Prepare(
-        "SELECT id, session_id, idx, prompt_sha, reply_sha, feedback_sha, kernel_sha, input_tokens, "
-        "cached_input_tokens, output_tokens, reasoning_tokens, cost_usd, latency_s, request_id, finish_reason, "
-        "created_at FROM turns WHERE session_id=? ORDER BY idx"));
+    KF_ASSIGN_OR_RETURN(Stmt q,
+                        db_->Prepare("SELECT id, session_id, idx, prompt_sha, reply_sha, "
+                                     "feedback_sha, kernel_sha, input_tokens, "
+                                     "cached_input_tokens, output_tokens, reasoning_tokens, "
+                                     "cost_usd, latency_s, request_id, finish_reason, "
+                                     "created_at FROM turns WHERE session_id=? ORDER BY idx"));
     q.Bind(1, session_id);
     while (true) {
       KF_ASSIGN_OR_RETURN(bool row, q.Step());
@@ -410,27 +485,32 @@ Result<std::vector<TurnRecord>> RunStore::ListTurns(int64_t session_id) const {
 
 Result<std::vector<EvaluationRecord>> RunStore::ListEvaluations(int64_t session_id) const {
   std::lock_guard lock(mu_);
-  KF_ASSIGN_OR_RETURN(Stmt q, db_->Prepare(std::string(kEvalSelect) + "WHERE e.session_id=? ORDER BY e.id"));
+  KF_ASSIGN_OR_RETURN(
+      Stmt q, db_->Prepare(std::string(kEvalSelect) + "WHERE e.session_id=? ORDER BY e.id"));
   q.Bind(1, session_id);
   return Collect<EvaluationRecord>(q, ReadEvaluation);
 }
 
 Result<std::vector<EvaluationRecord>> RunStore::ListRunEvaluations(int64_t run_id) const {
   std::lock_guard lock(mu_);
-  KF_ASSIGN_OR_RETURN(Stmt q, db_->Prepare(std::string(kEvalSelect) +
-                                           "JOIN sessions s ON s.id=e.session_id WHERE s.run_id=? ORDER BY e.id"));
+  KF_ASSIGN_OR_RETURN(
+      Stmt q, db_->Prepare(std::string(kEvalSelect) +
+                           "JOIN sessions s ON s.id=e.session_id WHERE s.run_id=? ORDER BY e.id"));
   q.Bind(1, run_id);
   return Collect<EvaluationRecord>(q, ReadEvaluation);
 }
 
 Result<std::vector<SessionUsage>> RunStore::ListSessionUsage(int64_t run_id) const {
   std::lock_guard lock(mu_);
-  KF_ASSIGN_OR_RETURN(Stmt q, db_->Prepare(
-      "SELECT t.session_id, count(*), sum(t.input_tokens), sum(t.output_tokens), sum(t.cost_usd), "
-      "sum(t.latency_s) FROM turns t JOIN sessions s ON s.id=t.session_id WHERE s.run_id=? GROUP BY t.session_id"));
+  KF_ASSIGN_OR_RETURN(Stmt q,
+                      db_->Prepare("SELECT t.session_id, count(*), sum(t.input_tokens), "
+                                   "sum(t.output_tokens), sum(t.cost_usd), "
+                                   "sum(t.latency_s) FROM turns t JOIN sessions s ON "
+                                   "s.id=t.session_id WHERE s.run_id=? GROUP BY t.session_id"));
   q.Bind(1, run_id);
   return Collect<SessionUsage>(q, [](const Stmt& r) {
-    return SessionUsage{r.Int(0), static_cast<int>(r.Int(1)), r.Int(2), r.Int(3), r.Double(4), r.Double(5)};
+    return SessionUsage{r.Int(0),   static_cast<int>(r.Int(1)), r.Int(2), r.Int(3), r.Double(4),
+                        r.Double(5)};
   });
 }
 
@@ -441,11 +521,13 @@ Result<nlohmann::json> RunStore::GetEvaluationDoc(const EvaluationRecord& evalua
 
 Result<std::vector<EventRecord>> RunStore::ListEvents(int64_t run_id, int64_t after_id) const {
   std::lock_guard lock(mu_);
-  KF_ASSIGN_OR_RETURN(Stmt q, db_->Prepare("SELECT id, run_id, kind, detail, created_at FROM events "
-                                           "WHERE run_id=? AND id>? ORDER BY id"));
+  KF_ASSIGN_OR_RETURN(Stmt q,
+                      db_->Prepare("SELECT id, run_id, kind, detail, created_at FROM events "
+                                   "WHERE run_id=? AND id>? ORDER BY id"));
   q.Bind(1, run_id).Bind(2, after_id);
   return Collect<EventRecord>(q, [](const Stmt& r) {
-    return EventRecord{r.Int(0), r.Int(1), r.Text(2), JsonOr(r.Text(3), nlohmann::json::object()), r.Double(4)};
+    return EventRecord{r.Int(0), r.Int(1), r.Text(2), JsonOr(r.Text(3), nlohmann::json::object()),
+                       r.Double(4)};
   });
 }
 
@@ -454,7 +536,8 @@ Status RunStore::CheckIntegrity() const {
   KF_ASSIGN_OR_RETURN(Stmt q, db_->Prepare("PRAGMA integrity_check"));
   KF_ASSIGN_OR_RETURN(bool row, q.Step());
   const std::string verdict = row ? q.Text(0) : "no answer";
-  if (verdict != "ok") return Error(ErrorKind::kIo, StorePath(dir_).string() + ": integrity_check: " + verdict);
+  if (verdict != "ok")
+    return Error(ErrorKind::kIo, StorePath(dir_).string() + ": integrity_check: " + verdict);
   return Status::Ok();
 }
 

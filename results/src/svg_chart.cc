@@ -1,9 +1,9 @@
 #include "kforge/results/svg_chart.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
-
-#include <fmt/format.h>
 
 #include "kforge/results/html.h"
 
@@ -30,29 +30,35 @@ std::string Open(const std::string& css_class, const std::string& title) {
       css_class, kW, kH, kW, kH, HtmlEscape(title), kLeft, HtmlEscape(title));
 }
 
-std::string Axes(const Range& x, const Range& y, const std::string& x_label, const std::string& y_label,
-                 int x_ticks, int y_ticks, bool x_log2 = false) {
+std::string Axes(const Range& x, const Range& y, const std::string& x_label,
+                 const std::string& y_label, int x_ticks, int y_ticks, bool x_log2 = false) {
   std::string s;
   for (int i = 0; i <= y_ticks; ++i) {
     const double v = y.lo + (y.hi - y.lo) * i / y_ticks;
     const double py = y.Map(v, kTop + kPlotH, kTop);
-    s += fmt::format("<line class=\"grid\" x1=\"{}\" y1=\"{:.1f}\" x2=\"{}\" y2=\"{:.1f}\"/>", kLeft, py,
-                     kLeft + kPlotW, py);
-    s += fmt::format("<text x=\"{}\" y=\"{:.1f}\" text-anchor=\"end\">{:.3g}</text>", kLeft - 6, py + 4, v);
+    s += fmt::format("<line class=\"grid\" x1=\"{}\" y1=\"{:.1f}\" x2=\"{}\" y2=\"{:.1f}\"/>",
+                     kLeft, py, kLeft + kPlotW, py);
+    s += fmt::format("<text x=\"{}\" y=\"{:.1f}\" text-anchor=\"end\">{:.3g}</text>", kLeft - 6,
+                     py + 4, v);
   }
   for (int i = 0; i <= x_ticks; ++i) {
     const double v = x.lo + (x.hi - x.lo) * i / x_ticks;
     const double px = x.Map(v, kLeft, kLeft + kPlotW);
-    const std::string label = x_log2 ? fmt::format("{:.2g}x", std::exp2(v)) : fmt::format("{:.3g}", v);
-    s += fmt::format("<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">{}</text>", px, kTop + kPlotH + 16, label);
+    const std::string label =
+        x_log2 ? fmt::format("{:.2g}x", std::exp2(v)) : fmt::format("{:.3g}", v);
+    s += fmt::format("<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">{}</text>", px,
+                     kTop + kPlotH + 16, label);
   }
-  s += fmt::format("<line class=\"axis\" x1=\"{0}\" y1=\"{1}\" x2=\"{0}\" y2=\"{2}\"/>", kLeft, kTop, kTop + kPlotH);
-  s += fmt::format("<line class=\"axis\" x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\"/>", kLeft, kTop + kPlotH,
-                   kLeft + kPlotW);
-  s += fmt::format("<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">{}</text>", kLeft + kPlotW / 2, kH - 8,
-                   HtmlEscape(x_label));
-  s += fmt::format("<text x=\"14\" y=\"{:.1f}\" text-anchor=\"middle\" transform=\"rotate(-90 14 {:.1f})\">{}</text>",
-                   kTop + kPlotH / 2, kTop + kPlotH / 2, HtmlEscape(y_label));
+  s += fmt::format("<line class=\"axis\" x1=\"{0}\" y1=\"{1}\" x2=\"{0}\" y2=\"{2}\"/>", kLeft,
+                   kTop, kTop + kPlotH);
+  s += fmt::format("<line class=\"axis\" x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\"/>", kLeft,
+                   kTop + kPlotH, kLeft + kPlotW);
+  s += fmt::format("<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">{}</text>",
+                   kLeft + kPlotW / 2, kH - 8, HtmlEscape(x_label));
+  s += fmt::format(
+      "<text x=\"14\" y=\"{:.1f}\" text-anchor=\"middle\" transform=\"rotate(-90 14 "
+      "{:.1f})\">{}</text>",
+      kTop + kPlotH / 2, kTop + kPlotH / 2, HtmlEscape(y_label));
   return s;
 }
 
@@ -60,16 +66,18 @@ std::string Legend(const std::vector<ChartSeries>& series) {
   std::string s = "<g class=\"legend\">";
   for (size_t i = 0; i < series.size(); ++i) {
     const double y = kTop + 8 + 18.0 * static_cast<double>(i);
-    s += fmt::format("<rect x=\"{}\" y=\"{:.1f}\" width=\"12\" height=\"12\" fill=\"{}\"/>", kW - kRight + 12, y - 10,
-                     SeriesColour(i));
-    s += fmt::format("<text x=\"{}\" y=\"{:.1f}\">{}</text>", kW - kRight + 30, y, HtmlEscape(series[i].name));
+    s += fmt::format("<rect x=\"{}\" y=\"{:.1f}\" width=\"12\" height=\"12\" fill=\"{}\"/>",
+                     kW - kRight + 12, y - 10, SeriesColour(i));
+    s += fmt::format("<text x=\"{}\" y=\"{:.1f}\">{}</text>", kW - kRight + 30, y,
+                     HtmlEscape(series[i].name));
   }
   return s + "</g>";
 }
 
 std::string Empty(const std::string& css_class, const std::string& title) {
   return Open(css_class, title) +
-         fmt::format("<text class=\"empty\" x=\"{}\" y=\"{}\">no data</text></svg>", kW / 2 - 20, kH / 2);
+         fmt::format("<text class=\"empty\" x=\"{}\" y=\"{}\">no data</text></svg>", kW / 2 - 20,
+                     kH / 2);
 }
 
 }  // namespace
@@ -80,8 +88,9 @@ const char* SeriesColour(size_t i) {
   return kPalette[i % (sizeof kPalette / sizeof *kPalette)];
 }
 
-std::string LineChart(const std::string& css_class, const std::string& title, const std::string& x_label,
-                      const std::string& y_label, const std::vector<ChartSeries>& series) {
+std::string LineChart(const std::string& css_class, const std::string& title,
+                      const std::string& x_label, const std::string& y_label,
+                      const std::vector<ChartSeries>& series) {
   double xlo = 1e300, xhi = -1e300;
   for (const auto& s : series) {
     for (const auto& [x, y] : s.points) xlo = std::min(xlo, x), xhi = std::max(xhi, x);
@@ -95,12 +104,14 @@ std::string LineChart(const std::string& css_class, const std::string& title, co
     for (const auto& [x, y] : series[i].points) {
       const double px = xr.Map(x, kLeft, kLeft + kPlotW), py = yr.Map(y, kTop + kPlotH, kTop);
       pts += fmt::format("{:.1f},{:.1f} ", px, py);
-      dots += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3.5\"><title>{} p={:g}: {:.3f}</title></circle>",
-                          px, py, HtmlEscape(series[i].name), x, y);
+      dots += fmt::format(
+          "<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3.5\"><title>{} p={:g}: {:.3f}</title></circle>",
+          px, py, HtmlEscape(series[i].name), x, y);
     }
-    svg += fmt::format("<g class=\"series\" data-name=\"{}\" fill=\"{}\" stroke=\"{}\">"
-                       "<polyline fill=\"none\" stroke-width=\"2.5\" points=\"{}\"/>{}</g>",
-                       HtmlEscape(series[i].name), SeriesColour(i), SeriesColour(i), pts, dots);
+    svg += fmt::format(
+        "<g class=\"series\" data-name=\"{}\" fill=\"{}\" stroke=\"{}\">"
+        "<polyline fill=\"none\" stroke-width=\"2.5\" points=\"{}\"/>{}</g>",
+        HtmlEscape(series[i].name), SeriesColour(i), SeriesColour(i), pts, dots);
   }
   return svg + Legend(series) + "</svg>";
 }
@@ -123,10 +134,13 @@ std::string SpeedupStrips(const std::string& css_class, const std::string& title
   if (hi - lo < 1) hi = lo + 1;
   const Range xr{lo, hi};
   const Range yr{0, static_cast<double>(series.size())};
-  std::string svg = Open(css_class, title) + Axes(xr, yr, "speedup (log scale)", "", 4, 1, /*x_log2=*/true);
+  std::string svg =
+      Open(css_class, title) + Axes(xr, yr, "speedup (log scale)", "", 4, 1, /*x_log2=*/true);
   const double one = xr.Map(0, kLeft, kLeft + kPlotW);
-  svg += fmt::format("<line class=\"unity\" x1=\"{0:.1f}\" y1=\"{1}\" x2=\"{0:.1f}\" y2=\"{2}\" stroke=\"#444\" "
-                     "stroke-dasharray=\"4 3\"/>", one, kTop, kTop + kPlotH);
+  svg += fmt::format(
+      "<line class=\"unity\" x1=\"{0:.1f}\" y1=\"{1}\" x2=\"{0:.1f}\" y2=\"{2}\" stroke=\"#444\" "
+      "stroke-dasharray=\"4 3\"/>",
+      one, kTop, kTop + kPlotH);
   const double lane = kPlotH / std::max<size_t>(series.size(), 1);
   for (size_t i = 0; i < series.size(); ++i) {
     const double cy = kTop + lane * (static_cast<double>(i) + 0.5);
@@ -138,26 +152,30 @@ std::string SpeedupStrips(const std::string& css_class, const std::string& title
       if (x <= 0) continue;
       // A fixed jitter pattern keeps overlapping dots visible and output deterministic.
       const double jitter = (static_cast<double>(j % 7) - 3) * lane / 10;
-      dots += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3\" fill-opacity=\"0.6\"><title>{:.3f}x</title>"
-                          "</circle>", xr.Map(std::log2(x), kLeft, kLeft + kPlotW), cy + jitter, x);
+      dots += fmt::format(
+          "<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3\" fill-opacity=\"0.6\"><title>{:.3f}x</title>"
+          "</circle>",
+          xr.Map(std::log2(x), kLeft, kLeft + kPlotW), cy + jitter, x);
       log_sum += std::log2(x);
       ++n;
     }
     std::string mean;
     if (n > 0) {
       const double gx = xr.Map(log_sum / n, kLeft, kLeft + kPlotW);
-      mean = fmt::format("<rect class=\"geomean\" x=\"{:.1f}\" y=\"{:.1f}\" width=\"4\" height=\"{:.1f}\">"
-                         "<title>geomean {:.3f}x</title></rect>", gx - 2, cy - lane / 3, lane / 1.5,
-                         std::exp2(log_sum / n));
+      mean = fmt::format(
+          "<rect class=\"geomean\" x=\"{:.1f}\" y=\"{:.1f}\" width=\"4\" height=\"{:.1f}\">"
+          "<title>geomean {:.3f}x</title></rect>",
+          gx - 2, cy - lane / 3, lane / 1.5, std::exp2(log_sum / n));
     }
-    svg += fmt::format("<g class=\"series\" data-name=\"{}\" fill=\"{}\">{}{}</g>", HtmlEscape(series[i].name),
-                       SeriesColour(i), dots, mean);
+    svg += fmt::format("<g class=\"series\" data-name=\"{}\" fill=\"{}\">{}{}</g>",
+                       HtmlEscape(series[i].name), SeriesColour(i), dots, mean);
   }
   return svg + Legend(series) + "</svg>";
 }
 
-std::string ScatterChart(const std::string& css_class, const std::string& title, const std::string& x_label,
-                         const std::string& y_label, const std::vector<ChartSeries>& series) {
+std::string ScatterChart(const std::string& css_class, const std::string& title,
+                         const std::string& x_label, const std::string& y_label,
+                         const std::vector<ChartSeries>& series) {
   double xhi = 0, yhi = 0;
   bool any = false;
   for (const auto& s : series) {
@@ -169,12 +187,14 @@ std::string ScatterChart(const std::string& css_class, const std::string& title,
   for (size_t i = 0; i < series.size(); ++i) {
     std::string dots;
     for (const auto& [x, y] : series[i].points) {
-      dots += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"6\"><title>{}: {:g} solved, ${:.2f}</title>"
-                          "</circle>", xr.Map(x, kLeft, kLeft + kPlotW), yr.Map(y, kTop + kPlotH, kTop),
-                          HtmlEscape(series[i].name), x, y);
+      dots += fmt::format(
+          "<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"6\"><title>{}: {:g} solved, ${:.2f}</title>"
+          "</circle>",
+          xr.Map(x, kLeft, kLeft + kPlotW), yr.Map(y, kTop + kPlotH, kTop),
+          HtmlEscape(series[i].name), x, y);
     }
-    svg += fmt::format("<g class=\"series\" data-name=\"{}\" fill=\"{}\">{}</g>", HtmlEscape(series[i].name),
-                       SeriesColour(i), dots);
+    svg += fmt::format("<g class=\"series\" data-name=\"{}\" fill=\"{}\">{}</g>",
+                       HtmlEscape(series[i].name), SeriesColour(i), dots);
   }
   return svg + Legend(series) + "</svg>";
 }

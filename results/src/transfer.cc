@@ -15,25 +15,40 @@ using internal::JsonNumber;
 using internal::JsonString;
 
 nlohmann::json RunJson(const RunInfo& r) {
-  return {{"name", r.name}, {"config", r.config}, {"kforge_version", r.kforge_version},
-          {"task_suite_hash", r.task_suite_hash}, {"hardware", r.hardware}, {"origin", r.origin},
-          {"started_at", r.started_at}, {"finished_at", r.finished_at}, {"state", r.state}};
+  return {{"name", r.name},
+          {"config", r.config},
+          {"kforge_version", r.kforge_version},
+          {"task_suite_hash", r.task_suite_hash},
+          {"hardware", r.hardware},
+          {"origin", r.origin},
+          {"started_at", r.started_at},
+          {"finished_at", r.finished_at},
+          {"state", r.state}};
 }
 
 nlohmann::json SessionJson(const SessionRecord& s) {
-  return {{"model", s.key.model}, {"task", s.key.task}, {"strategy", s.key.strategy}, {"sample", s.key.sample},
-          {"world", s.key.world}, {"dtype", s.key.dtype}, {"category", s.key.category}, {"state", s.state},
-          {"stop_reason", s.stop_reason}};
+  return {{"model", s.key.model},       {"task", s.key.task},   {"strategy", s.key.strategy},
+          {"sample", s.key.sample},     {"world", s.key.world}, {"dtype", s.key.dtype},
+          {"category", s.key.category}, {"state", s.state},     {"stop_reason", s.stop_reason}};
 }
 
 Result<nlohmann::json> TurnJson(const RunStore& store, const TurnRecord& t) {
   KF_ASSIGN_OR_RETURN(std::string kernel, store.GetBlob(t.kernel_sha));
-  return nlohmann::json{{"index", t.index}, {"prompt", t.prompt}, {"reply", t.reply}, {"feedback", t.feedback},
-                        {"kernel", t.kernel_sha.empty() ? nlohmann::json(nullptr) : nlohmann::json(kernel)},
-                        {"input_tokens", t.input_tokens}, {"cached_input_tokens", t.cached_input_tokens},
-                        {"output_tokens", t.output_tokens}, {"reasoning_tokens", t.reasoning_tokens},
-                        {"cost_usd", t.cost_usd}, {"latency_s", t.latency_s}, {"request_id", t.request_id},
-                        {"finish_reason", t.finish_reason}, {"created_at", t.created_at}};
+  return nlohmann::json{
+      {"index", t.index},
+      {"prompt", t.prompt},
+      {"reply", t.reply},
+      {"feedback", t.feedback},
+      {"kernel", t.kernel_sha.empty() ? nlohmann::json(nullptr) : nlohmann::json(kernel)},
+      {"input_tokens", t.input_tokens},
+      {"cached_input_tokens", t.cached_input_tokens},
+      {"output_tokens", t.output_tokens},
+      {"reasoning_tokens", t.reasoning_tokens},
+      {"cost_usd", t.cost_usd},
+      {"latency_s", t.latency_s},
+      {"request_id", t.request_id},
+      {"finish_reason", t.finish_reason},
+      {"created_at", t.created_at}};
 }
 
 // Applies records to one destination store, remembering what it holds.
@@ -52,12 +67,17 @@ class Importer {
       return Error(ErrorKind::kInvalidInput, "field \"run.name\" is missing");
     }
     if (!ses.is_object() || JsonString(ses, "model").empty() || JsonString(ses, "task").empty()) {
-      return Error(ErrorKind::kInvalidInput, "fields \"session.model\" and \"session.task\" are required");
+      return Error(ErrorKind::kInvalidInput,
+                   "fields \"session.model\" and \"session.task\" are required");
     }
     KF_ASSIGN_OR_RETURN(int64_t run_id, RunId(run));
-    SessionKey key{JsonString(ses, "model"), JsonString(ses, "task"), JsonString(ses, "strategy"),
-                   static_cast<int>(JsonNumber(ses, "sample")), static_cast<int>(JsonNumber(ses, "world")),
-                   JsonString(ses, "dtype"), JsonString(ses, "category")};
+    SessionKey key{JsonString(ses, "model"),
+                   JsonString(ses, "task"),
+                   JsonString(ses, "strategy"),
+                   static_cast<int>(JsonNumber(ses, "sample")),
+                   static_cast<int>(JsonNumber(ses, "world")),
+                   JsonString(ses, "dtype"),
+                   JsonString(ses, "category")};
     KF_ASSIGN_OR_RETURN(int64_t sid, dest_.UpsertSession(run_id, key));
     if (seen_sessions_.insert(sid).second) {
       ++stats_.sessions;
@@ -107,16 +127,18 @@ class Importer {
       if (r.name != name) continue;
       const std::string theirs = JsonString(run, "task_suite_hash");
       if (!r.task_suite_hash.empty() && !theirs.empty() && r.task_suite_hash != theirs) {
-        return Error(ErrorKind::kInvalidInput, "run \"" + name + "\" already exists with task-suite hash " +
-                                                   r.task_suite_hash + " but the import has " + theirs +
-                                                   ": these runs used different task suites; rename one");
+        return Error(ErrorKind::kInvalidInput,
+                     "run \"" + name + "\" already exists with task-suite hash " +
+                         r.task_suite_hash + " but the import has " + theirs +
+                         ": these runs used different task suites; rename one");
       }
       return run_ids_[name] = r.id;
     }
-    KF_ASSIGN_OR_RETURN(RunInfo created,
-                        dest_.CreateOrGetRun(name, run.value("config", nlohmann::json::object()),
-                                             JsonString(run, "kforge_version"), JsonString(run, "task_suite_hash"),
-                                             run.value("hardware", nlohmann::json::object())));
+    KF_ASSIGN_OR_RETURN(
+        RunInfo created,
+        dest_.CreateOrGetRun(name, run.value("config", nlohmann::json::object()),
+                             JsonString(run, "kforge_version"), JsonString(run, "task_suite_hash"),
+                             run.value("hardware", nlohmann::json::object())));
     const std::string origin = JsonString(run, "origin");
     KF_RETURN_IF_ERROR(dest_.SetRunOrigin(created.id, origin.empty() ? source_ : origin));
     const std::string state = JsonString(run, "state", "done");
@@ -165,7 +187,8 @@ class Importer {
 
 }  // namespace
 
-Status ForEachExportRecord(const RunStore& store, const std::function<Status(const nlohmann::json&)>& sink) {
+Status ForEachExportRecord(const RunStore& store,
+                           const std::function<Status(const nlohmann::json&)>& sink) {
   KF_ASSIGN_OR_RETURN(auto runs, store.ListRuns());
   for (const auto& run : runs) {
     const nlohmann::json run_json = RunJson(run);
@@ -180,18 +203,21 @@ Status ForEachExportRecord(const RunStore& store, const std::function<Status(con
         KF_ASSIGN_OR_RETURN(turn_json[t.id], TurnJson(store, t));
       }
       auto record = [&](const nlohmann::json& turn, const nlohmann::json& eval, bool best) {
-        return nlohmann::json{{"schema", "kforge.export/1"}, {"run", run_json}, {"session", session_json},
-                              {"turn", turn}, {"evaluation", eval}, {"best", best}};
+        return nlohmann::json{{"schema", "kforge.export/1"}, {"run", run_json},
+                              {"session", session_json},     {"turn", turn},
+                              {"evaluation", eval},          {"best", best}};
       };
       for (const auto& e : evals) {
         KF_ASSIGN_OR_RETURN(nlohmann::json doc, store.GetEvaluationDoc(e));
         auto it = turn_json.find(e.turn_id);
         evaluated_turns.insert(e.turn_id);
-        KF_RETURN_IF_ERROR(sink(record(it == turn_json.end() ? nlohmann::json(nullptr) : it->second, doc,
-                                       s.best_evaluation_id && *s.best_evaluation_id == e.id)));
+        KF_RETURN_IF_ERROR(
+            sink(record(it == turn_json.end() ? nlohmann::json(nullptr) : it->second, doc,
+                        s.best_evaluation_id && *s.best_evaluation_id == e.id)));
       }
       for (const auto& t : turns) {
-        if (!evaluated_turns.count(t.id)) KF_RETURN_IF_ERROR(sink(record(turn_json[t.id], nullptr, false)));
+        if (!evaluated_turns.count(t.id))
+          KF_RETURN_IF_ERROR(sink(record(turn_json[t.id], nullptr, false)));
       }
       if (turns.empty() && evals.empty()) KF_RETURN_IF_ERROR(sink(record(nullptr, nullptr, false)));
     }

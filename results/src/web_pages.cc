@@ -1,8 +1,8 @@
 #include "web_pages.h"
 
-#include <map>
-
 #include <fmt/format.h>
+
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "kforge/results/highlight.h"
@@ -17,19 +17,18 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string Nav() {
-  return "<p class=\"note\"><a href=\"/\">leaderboard</a> · kforge</p>";
-}
+std::string Nav() { return "<p class=\"note\"><a href=\"/\">leaderboard</a> · kforge</p>"; }
 
 std::string StatusTag(const std::string& status, bool emulated) {
-  std::string tag = fmt::format("<span class=\"tag {}\">{}</span>", status == "passed" ? "passed" : "failed",
-                                HtmlEscape(status));
+  std::string tag = fmt::format("<span class=\"tag {}\">{}</span>",
+                                status == "passed" ? "passed" : "failed", HtmlEscape(status));
   if (emulated) tag += " <span class=\"tag emulated\">emulated</span>";
   return tag;
 }
 
 std::string Details(const std::string& summary, const std::string& inner, bool open = false) {
-  return fmt::format("<details{}><summary>{}</summary>{}</details>", open ? " open" : "", HtmlEscape(summary), inner);
+  return fmt::format("<details{}><summary>{}</summary>{}</details>", open ? " open" : "",
+                     HtmlEscape(summary), inner);
 }
 
 std::string Pre(const std::string& text) { return "<pre>" + HtmlEscape(text) + "</pre>"; }
@@ -89,7 +88,8 @@ Result<std::string> LeaderboardPage(const Site& site, const std::string& by) {
   for (const char* g : {"model,strategy", "model", "strategy", "model,category", "model,world"}) {
     body += fmt::format("<a href=\"/?by={0}\">{0}</a> ", g);
   }
-  body += "</p>" + RenderHtmlBody(board) + "<h2>Runs</h2><table class=\"runs\"><tr><th class=\"l\">run</th>"
+  body += "</p>" + RenderHtmlBody(board) +
+          "<h2>Runs</h2><table class=\"runs\"><tr><th class=\"l\">run</th>"
           "<th class=\"l\">state</th><th>sessions done</th><th>evaluations</th></tr>";
   for (const auto& dir : site.run_dirs) {
     auto store = RunStore::Open(dir, true);
@@ -100,9 +100,11 @@ Result<std::string> LeaderboardPage(const Site& site, const std::string& by) {
     const std::string state = runs->empty() ? "empty" : runs->back().state;
     int total = 0;
     for (const auto& [s, n] : counts->by_state) total += n;
-    body += fmt::format("<tr><td class=\"l\"><a href=\"/run/{0}\">{0}</a></td><td class=\"l\">{1}</td>"
-                        "<td>{2} / {3}</td><td>{4}</td></tr>", HtmlEscape(dir.filename().string()), HtmlEscape(state),
-                        counts->by_state["done"] + counts->by_state["stopped"], total, counts->evaluations);
+    body += fmt::format(
+        "<tr><td class=\"l\"><a href=\"/run/{0}\">{0}</a></td><td class=\"l\">{1}</td>"
+        "<td>{2} / {3}</td><td>{4}</td></tr>",
+        HtmlEscape(dir.filename().string()), HtmlEscape(state),
+        counts->by_state["done"] + counts->by_state["stopped"], total, counts->evaluations);
   }
   body += "</table>";
   return HtmlDocument("kforge leaderboard", body);
@@ -130,40 +132,50 @@ Result<std::string> RunPage(const Site& site, const std::string& run_key) {
   const std::string state = runs.empty() ? "empty" : runs.back().state;
   std::string body = Nav() + "<h1>Run " + key + "</h1>";
   for (const auto& run : runs) {
-    body += fmt::format("<p>{} · state <b>{}</b> · kforge {} · task suite {}{}</p>", HtmlEscape(run.name),
-                        HtmlEscape(run.state), HtmlEscape(run.kforge_version), HtmlEscape(run.task_suite_hash.substr(0, 12)),
+    body += fmt::format("<p>{} · state <b>{}</b> · kforge {} · task suite {}{}</p>",
+                        HtmlEscape(run.name), HtmlEscape(run.state), HtmlEscape(run.kforge_version),
+                        HtmlEscape(run.task_suite_hash.substr(0, 12)),
                         run.origin.empty() ? "" : " · from " + HtmlEscape(run.origin));
-    body += Details("hardware card", Pre(run.hardware.dump(2))) + Details("configuration", Pre(run.config.dump(2)));
+    body += Details("hardware card", Pre(run.hardware.dump(2))) +
+            Details("configuration", Pre(run.config.dump(2)));
   }
-  body += fmt::format("<div id=\"progress\" data-state=\"{}\" data-api=\"/api/run/{}/progress\"><table><tr>", 
-                      HtmlEscape(state), key);
-  for (const char* k : {"pending", "running", "done", "stopped", "evaluations", "passed"}) body += fmt::format("<th>{}</th>", k);
+  body += fmt::format(
+      "<div id=\"progress\" data-state=\"{}\" data-api=\"/api/run/{}/progress\"><table><tr>",
+      HtmlEscape(state), key);
+  for (const char* k : {"pending", "running", "done", "stopped", "evaluations", "passed"})
+    body += fmt::format("<th>{}</th>", k);
   body += "</tr><tr>";
   for (const char* k : {"pending", "running", "done", "stopped"}) {
     body += fmt::format("<td id=\"count-{}\">{}</td>", k, c.by_state[k]);
   }
-  body += fmt::format("<td id=\"count-evaluations\">{}</td><td id=\"count-passed\">{}</td></tr></table></div>",
-                      c.evaluations, c.passed);
+  body += fmt::format(
+      "<td id=\"count-evaluations\">{}</td><td id=\"count-passed\">{}</td></tr></table></div>",
+      c.evaluations, c.passed);
   MetricsOptions options;
   KF_ASSIGN_OR_RETURN(auto samples, LoadSamples(*store));
   std::map<int64_t, const SampleOutcome*> outcome;
   for (const auto& s : samples) outcome[s.session_id] = &s;
   body += "<h2>Leaderboard for this run</h2>" + RenderHtmlBody(BuildLeaderboard(samples, options));
-  body += "<h2>Sessions</h2><table class=\"sessions\"><tr><th class=\"l\">model</th><th class=\"l\">task</th>"
-          "<th class=\"l\">strategy</th><th>sample</th><th>world</th><th class=\"l\">state</th><th>turns</th>"
-          "<th class=\"l\">best</th><th>speedup</th></tr>";
+  body +=
+      "<h2>Sessions</h2><table class=\"sessions\"><tr><th class=\"l\">model</th><th "
+      "class=\"l\">task</th>"
+      "<th class=\"l\">strategy</th><th>sample</th><th>world</th><th "
+      "class=\"l\">state</th><th>turns</th>"
+      "<th class=\"l\">best</th><th>speedup</th></tr>";
   for (const auto& run : runs) {
     KF_ASSIGN_OR_RETURN(auto sessions, store->ListSessions(run.id));
     for (const auto& s : sessions) {
       auto it = outcome.find(s.id);
       const SampleOutcome* o = it == outcome.end() ? nullptr : it->second;
       body += fmt::format(
-          "<tr><td class=\"l\">{}</td><td class=\"l\"><a href=\"/task/{}\">{}</a></td><td class=\"l\">{}</td>"
-          "<td>{}</td><td>{}</td><td class=\"l\"><a href=\"/session/{}/{}\">{}</a></td><td>{}</td><td class=\"l\">{}</td>"
+          "<tr><td class=\"l\">{}</td><td class=\"l\"><a href=\"/task/{}\">{}</a></td><td "
+          "class=\"l\">{}</td>"
+          "<td>{}</td><td>{}</td><td class=\"l\"><a "
+          "href=\"/session/{}/{}\">{}</a></td><td>{}</td><td class=\"l\">{}</td>"
           "<td>{}</td></tr>",
-          HtmlEscape(s.key.model), HtmlEscape(s.key.task), HtmlEscape(s.key.task), HtmlEscape(s.key.strategy),
-          s.key.sample, s.key.world, key, s.id, HtmlEscape(s.state), s.turns_done,
-          o && !o->status.empty() ? StatusTag(o->status, o->emulated) : "—",
+          HtmlEscape(s.key.model), HtmlEscape(s.key.task), HtmlEscape(s.key.task),
+          HtmlEscape(s.key.strategy), s.key.sample, s.key.world, key, s.id, HtmlEscape(s.state),
+          s.turns_done, o && !o->status.empty() ? StatusTag(o->status, o->emulated) : "—",
           o && o->speedup ? fmt::format("{:.3f}x", *o->speedup) : "—");
     }
   }
@@ -177,26 +189,29 @@ Result<std::string> SessionPage(const Site& site, const std::string& run_key, in
   KF_ASSIGN_OR_RETURN(SessionRecord s, store->GetSession(session_id));
   KF_ASSIGN_OR_RETURN(auto turns, store->ListTurns(s.id));
   KF_ASSIGN_OR_RETURN(auto evals, store->ListEvaluations(s.id));
-  std::string body = Nav() + fmt::format("<p class=\"note\"><a href=\"/run/{0}\">run {0}</a></p>", HtmlEscape(run_key));
-  body += fmt::format("<h1>{} · {} · {}</h1><p>sample {} · world {} · {} · state <b>{}</b>{} · {} turns</p>",
-                      HtmlEscape(s.key.model), HtmlEscape(s.key.task), HtmlEscape(s.key.strategy), s.key.sample,
-                      s.key.world, HtmlEscape(s.key.dtype), HtmlEscape(s.state),
-                      s.stop_reason.empty() ? "" : " (" + HtmlEscape(s.stop_reason) + ")", s.turns_done);
+  std::string body = Nav() + fmt::format("<p class=\"note\"><a href=\"/run/{0}\">run {0}</a></p>",
+                                         HtmlEscape(run_key));
+  body += fmt::format(
+      "<h1>{} · {} · {}</h1><p>sample {} · world {} · {} · state <b>{}</b>{} · {} turns</p>",
+      HtmlEscape(s.key.model), HtmlEscape(s.key.task), HtmlEscape(s.key.strategy), s.key.sample,
+      s.key.world, HtmlEscape(s.key.dtype), HtmlEscape(s.state),
+      s.stop_reason.empty() ? "" : " (" + HtmlEscape(s.stop_reason) + ")", s.turns_done);
   std::string previous;
   bool have_previous = false;
   for (const auto& t : turns) {
-    body += fmt::format("<div class=\"turn\" id=\"turn-{0}\"><h2>Turn {0}</h2><p class=\"note\">{1} in · {2} out "
-                        "tokens · ${3:.4f} · {4:.1f} s</p>", t.index, t.input_tokens, t.output_tokens, t.cost_usd,
-                        t.latency_s);
+    body += fmt::format(
+        "<div class=\"turn\" id=\"turn-{0}\"><h2>Turn {0}</h2><p class=\"note\">{1} in · {2} out "
+        "tokens · ${3:.4f} · {4:.1f} s</p>",
+        t.index, t.input_tokens, t.output_tokens, t.cost_usd, t.latency_s);
     body += Details("prompt", Pre(t.prompt)) + Details("reply", Pre(t.reply));
     if (!t.kernel_sha.empty()) {
       KF_ASSIGN_OR_RETURN(std::string kernel, store->GetBlob(t.kernel_sha));
-      body += Details("kernel " + t.kernel_sha.substr(0, 12), "<pre class=\"code\">" + HighlightCuda(kernel) + "</pre>",
-                      true);
+      body += Details("kernel " + t.kernel_sha.substr(0, 12),
+                      "<pre class=\"code\">" + HighlightCuda(kernel) + "</pre>", true);
       if (have_previous) {
-        body += Details("diff to the previous kernel", kernel == previous ? "<p>unchanged</p>"
-                                                                          : DiffHtml(DiffLines(previous, kernel)),
-                        true);
+        body += Details(
+            "diff to the previous kernel",
+            kernel == previous ? "<p>unchanged</p>" : DiffHtml(DiffLines(previous, kernel)), true);
       }
       previous = kernel;
       have_previous = true;
@@ -204,11 +219,13 @@ Result<std::string> SessionPage(const Site& site, const std::string& run_key, in
     for (const auto& e : evals) {
       if (e.turn_id != t.id) continue;
       const bool best = s.best_evaluation_id && *s.best_evaluation_id == e.id;
-      body += fmt::format("<p class=\"evaluation\">Evaluation: {}{}{} — {}</p>", StatusTag(e.status, e.emulated),
-                          e.speedup ? fmt::format(" <b>{:.3f}x</b>", *e.speedup) : "", best ? " (best)" : "",
-                          HtmlEscape(e.message));
+      body += fmt::format("<p class=\"evaluation\">Evaluation: {}{}{} — {}</p>",
+                          StatusTag(e.status, e.emulated),
+                          e.speedup ? fmt::format(" <b>{:.3f}x</b>", *e.speedup) : "",
+                          best ? " (best)" : "", HtmlEscape(e.message));
       auto doc = store->GetEvaluationDoc(e);
-      if (doc.ok()) body += Details("evaluation document (per-rank details, timings)", Pre(doc->dump(2)));
+      if (doc.ok())
+        body += Details("evaluation document (per-rank details, timings)", Pre(doc->dump(2)));
     }
     if (!t.feedback.empty()) body += Details("feedback", Pre(t.feedback), true);
     body += "</div>";
@@ -217,7 +234,8 @@ Result<std::string> SessionPage(const Site& site, const std::string& run_key, in
 }
 
 Result<std::string> TaskPage(const Site& site, const std::string& task) {
-  std::string body = Nav() + "<h1>Task " + HtmlEscape(task) + "</h1><p class=\"note\">Each model's best kernel: "
+  std::string body = Nav() + "<h1>Task " + HtmlEscape(task) +
+                     "</h1><p class=\"note\">Each model's best kernel: "
                      "the fastest correct one on real hardware (emulated timings marked).</p>";
   // (model, strategy) -> best sample; correct beats incorrect, then speedup, real beats emulated.
   std::map<std::pair<std::string, std::string>, SampleOutcome> best;
@@ -235,8 +253,9 @@ Result<std::string> TaskPage(const Site& site, const std::string& task) {
   }
   if (best.empty()) return Error(ErrorKind::kNotFound, "no session of task \"" + task + "\"");
   for (const auto& [key, s] : best) {
-    body += fmt::format("<h2>{} · {}</h2><p>{}{} · <a href=\"/session/{}/{}\">session</a></p>", HtmlEscape(key.first),
-                        HtmlEscape(key.second), s.status.empty() ? "not evaluated" : StatusTag(s.status, s.emulated),
+    body += fmt::format("<h2>{} · {}</h2><p>{}{} · <a href=\"/session/{}/{}\">session</a></p>",
+                        HtmlEscape(key.first), HtmlEscape(key.second),
+                        s.status.empty() ? "not evaluated" : StatusTag(s.status, s.emulated),
                         s.speedup ? fmt::format(" <b>{:.3f}x</b>", *s.speedup) : "",
                         HtmlEscape(s.run_dir.filename().string()), s.session_id);
     if (!s.best_kernel_sha.empty()) {

@@ -28,14 +28,14 @@ struct Image {
 
 #if KFORGE_HAVE_ZLIB
 uint32_t Be32(const std::string& s, size_t at) {
-  return (uint32_t(uint8_t(s[at])) << 24) | (uint32_t(uint8_t(s[at + 1])) << 16) | (uint32_t(uint8_t(s[at + 2])) << 8) |
-         uint32_t(uint8_t(s[at + 3]));
+  return (uint32_t(uint8_t(s[at])) << 24) | (uint32_t(uint8_t(s[at + 1])) << 16) |
+         (uint32_t(uint8_t(s[at + 2])) << 8) | uint32_t(uint8_t(s[at + 3]));
 }
 
 // Decodes the 8-bit RGB/RGBA non-interlaced PNGs Chromium writes.
 Result<Image> DecodePng(const std::string& png) {
-
-  if (png.size() < 33 || png.compare(0, 8, "\x89PNG\r\n\x1a\n") != 0) return Error(ErrorKind::kInvalidInput, "not a PNG");
+  if (png.size() < 33 || png.compare(0, 8, "\x89PNG\r\n\x1a\n") != 0)
+    return Error(ErrorKind::kInvalidInput, "not a PNG");
   Image img;
   int channels = 0;
   std::string idat;
@@ -46,7 +46,8 @@ Result<Image> DecodePng(const std::string& png) {
     if (type == "IHDR") {
       img.width = static_cast<int>(Be32(png, at + 8));
       img.height = static_cast<int>(Be32(png, at + 12));
-      const int depth = uint8_t(png[at + 16]), colour = uint8_t(png[at + 17]), interlace = uint8_t(png[at + 20]);
+      const int depth = uint8_t(png[at + 16]), colour = uint8_t(png[at + 17]),
+                interlace = uint8_t(png[at + 20]);
       if (depth != 8 || (colour != 2 && colour != 6) || interlace != 0) {
         return Error(ErrorKind::kInvalidInput, "unsupported PNG layout");
       }
@@ -59,7 +60,8 @@ Result<Image> DecodePng(const std::string& png) {
   const size_t stride = static_cast<size_t>(img.width) * channels;
   std::vector<uint8_t> raw((stride + 1) * img.height);
   uLongf raw_len = raw.size();
-  if (uncompress(raw.data(), &raw_len, reinterpret_cast<const Bytef*>(idat.data()), idat.size()) != Z_OK) {
+  if (uncompress(raw.data(), &raw_len, reinterpret_cast<const Bytef*>(idat.data()), idat.size()) !=
+      Z_OK) {
     return Error(ErrorKind::kInvalidInput, "bad PNG data");
   }
   std::vector<uint8_t> prev(stride, 0), cur(stride);
@@ -72,15 +74,22 @@ Result<Image> DecodePng(const std::string& png) {
                 c = x >= size_t(channels) ? prev[x - channels] : 0;
       int pred = 0;
       switch (filter) {
-        case 1: pred = a; break;
-        case 2: pred = b; break;
-        case 3: pred = (a + b) / 2; break;
+        case 1:
+          pred = a;
+          break;
+        case 2:
+          pred = b;
+          break;
+        case 3:
+          pred = (a + b) / 2;
+          break;
         case 4: {
           const int p = a + b - c, pa = std::abs(p - a), pb = std::abs(p - b), pc = std::abs(p - c);
           pred = pa <= pb && pa <= pc ? a : (pb <= pc ? b : c);
           break;
         }
-        default: pred = 0;
+        default:
+          pred = 0;
       }
       cur[x] = static_cast<uint8_t>(line[1 + x] + pred);
     }
@@ -96,7 +105,8 @@ Result<Image> DecodePng(const std::string& png) {
 class BrowserTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!std::filesystem::exists(kChromium)) GTEST_SKIP() << kChromium << " is absent (scripts/install-deps.sh --with-browser)";
+    if (!std::filesystem::exists(kChromium))
+      GTEST_SKIP() << kChromium << " is absent (scripts/install-deps.sh --with-browser)";
     FixtureSpec spec;
     spec.run_name = "fixture";
     spec.tasks = 3;
@@ -120,9 +130,17 @@ class BrowserTest : public ::testing::Test {
   // Runs headless Chromium with a fresh profile; flags keep it off the network.
   ProcessResult Chromium(std::vector<std::string> args) {
     const auto profile = tmp_.path() / ("profile-" + std::to_string(++profiles_));
-    std::vector<std::string> argv = {kChromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-                                     "--no-first-run", "--disable-background-networking", "--disable-component-update",
-                                     "--disable-sync", "--disable-dev-shm-usage", "--user-data-dir=" + profile.string()};
+    std::vector<std::string> argv = {kChromium,
+                                     "--headless",
+                                     "--no-sandbox",
+                                     "--disable-gpu",
+                                     "--disable-quic",
+                                     "--no-first-run",
+                                     "--disable-background-networking",
+                                     "--disable-component-update",
+                                     "--disable-sync",
+                                     "--disable-dev-shm-usage",
+                                     "--user-data-dir=" + profile.string()};
     argv.insert(argv.end(), args.begin(), args.end());
     ProcessOptions options;
     options.timeout = std::chrono::seconds(60);
@@ -131,7 +149,9 @@ class BrowserTest : public ::testing::Test {
     return r.ok() ? *r : ProcessResult{};
   }
 
-  std::string Url(const std::string& path) { return "http://127.0.0.1:" + std::to_string(server_->port()) + path; }
+  std::string Url(const std::string& path) {
+    return "http://127.0.0.1:" + std::to_string(server_->port()) + path;
+  }
 
   testing::TempDir tmp_;
   std::unique_ptr<Server> server_;
@@ -149,7 +169,9 @@ TEST_F(BrowserTest, LeaderboardRendersChartsInTheDom) {
   }
   // The parsed DOM holds one line series per row and the legend.
   size_t series = 0;
-  for (size_t at = dom.find("<polyline"); at != std::string::npos; at = dom.find("<polyline", at + 1)) ++series;
+  for (size_t at = dom.find("<polyline"); at != std::string::npos;
+       at = dom.find("<polyline", at + 1))
+    ++series;
   EXPECT_EQ(series, 3u);
   EXPECT_NE(dom.find("class=\"legend\""), std::string::npos);
   EXPECT_NE(dom.find("model-c / refine [emulated]"), std::string::npos);
@@ -174,8 +196,8 @@ TEST_F(BrowserTest, ScreenshotIsNotBlankAndShowsTheCharts) {
   GTEST_SKIP() << "zlib1g-dev absent at build time: cannot decode the screenshot";
 #else
   const auto shot = tmp_.path() / "shot.png";
-  const ProcessResult r =
-      Chromium({"--screenshot=" + shot.string(), "--window-size=1280,1400", "--hide-scrollbars", Url("/")});
+  const ProcessResult r = Chromium(
+      {"--screenshot=" + shot.string(), "--window-size=1280,1400", "--hide-scrollbars", Url("/")});
   ASSERT_TRUE(r.Succeeded()) << r.err;
   auto png = ReadFile(shot);
   ASSERT_OK(png);
@@ -188,7 +210,8 @@ TEST_F(BrowserTest, ScreenshotIsNotBlankAndShowsTheCharts) {
     const int r8 = img->rgb[3 * i], g8 = img->rgb[3 * i + 1], b8 = img->rgb[3 * i + 2];
     if (r8 < 240 || g8 < 240 || b8 < 240) ++non_white;
     // The first series colour, #1b6ac9, drawn by the SVG charts.
-    if (std::abs(r8 - 0x1b) < 24 && std::abs(g8 - 0x6a) < 24 && std::abs(b8 - 0xc9) < 24) ++series_blue;
+    if (std::abs(r8 - 0x1b) < 24 && std::abs(g8 - 0x6a) < 24 && std::abs(b8 - 0xc9) < 24)
+      ++series_blue;
   }
   EXPECT_GT(non_white, pixels / 100) << "the page rendered blank";
   EXPECT_GT(series_blue, 200u) << "no chart series visible";

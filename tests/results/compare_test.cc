@@ -7,7 +7,8 @@
 namespace kforge::results {
 namespace {
 
-SampleOutcome S(const std::string& task, bool correct, std::optional<double> speedup, bool emulated = false) {
+SampleOutcome S(const std::string& task, bool correct, std::optional<double> speedup,
+                bool emulated = false) {
   SampleOutcome s;
   s.model = "m";
   s.strategy = "refine";
@@ -27,10 +28,10 @@ std::vector<SampleOutcome> Many(int n, bool correct, double speedup) {
 }
 
 TEST(CompareTest, CountsWinsLossesAndTies) {
-  std::vector<SampleOutcome> a = {S("t1", true, 1.5), S("t2", false, std::nullopt), S("t3", true, 1.00),
-                                  S("t4", true, 1.2), S("only_a", true, 2.0)};
-  std::vector<SampleOutcome> b = {S("t1", false, std::nullopt), S("t2", true, 0.9), S("t3", true, 1.01),
-                                  S("t4", true, 1.5), S("only_b", true, 2.0)};
+  std::vector<SampleOutcome> a = {S("t1", true, 1.5), S("t2", false, std::nullopt),
+                                  S("t3", true, 1.00), S("t4", true, 1.2), S("only_a", true, 2.0)};
+  std::vector<SampleOutcome> b = {S("t1", false, std::nullopt), S("t2", true, 0.9),
+                                  S("t3", true, 1.01), S("t4", true, 1.5), S("only_b", true, 2.0)};
   const Comparison c = Compare(a, b, "A", "B", {});
   ASSERT_EQ(c.problems.size(), 4u);
   EXPECT_EQ(c.wins, 1);    // t1: only A correct

@@ -41,7 +41,8 @@ TEST(RunStoreConcurrencyTest, ReaderNeverBlocksWriter) {
   ASSERT_OK((*store)->AppendTurn(MakeTurn(*sid, 0)));
 
   sqlite3* reader = nullptr;
-  ASSERT_EQ(sqlite3_open_v2(StorePath(tmp.path()).c_str(), &reader, SQLITE_OPEN_READONLY, nullptr), SQLITE_OK);
+  ASSERT_EQ(sqlite3_open_v2(StorePath(tmp.path()).c_str(), &reader, SQLITE_OPEN_READONLY, nullptr),
+            SQLITE_OK);
   auto count = [&] {
     sqlite3_stmt* q = nullptr;
     sqlite3_prepare_v2(reader, "SELECT count(*) FROM turns", -1, &q, nullptr);
@@ -54,7 +55,8 @@ TEST(RunStoreConcurrencyTest, ReaderNeverBlocksWriter) {
 
   const auto start = std::chrono::steady_clock::now();
   for (int i = 1; i <= 20; ++i) ASSERT_OK((*store)->AppendTurn(MakeTurn(*sid, i)));
-  const double writer_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double writer_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   // Under a rollback journal the writer would wait out the 10 s busy timeout.
   EXPECT_LT(writer_s, 5.0);
   EXPECT_EQ(count(), 1) << "the reader keeps its snapshot";
@@ -155,7 +157,8 @@ TEST(RunStoreConcurrencyTest, KillNineKeepsEveryCommittedRow) {
   for (int64_t r : reported) EXPECT_TRUE(present.count(r)) << "committed turn " << r << " lost";
   auto session = (*store)->GetSession(sid);
   ASSERT_OK(session);
-  EXPECT_EQ(session->turns_done, static_cast<int>(turns->size())) << "turn rows and counter commit together";
+  EXPECT_EQ(session->turns_done, static_cast<int>(turns->size()))
+      << "turn rows and counter commit together";
   // The store keeps working after the crash.
   ASSERT_OK((*store)->AppendTurn(MakeTurn(sid, static_cast<int>(turns->size()) + 1000)));
 }

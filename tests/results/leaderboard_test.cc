@@ -62,7 +62,8 @@ TEST_F(LeaderboardTest, JsonRowsAgreeWithTheMetrics) {
 TEST_F(LeaderboardTest, MarkdownAndCsvHaveOneLinePerRow) {
   const Leaderboard board = Board();
   const std::string md = RenderMarkdown(board);
-  EXPECT_NE(md.find("| model | strategy | timings | problems | samples | correct | fast_1 | fast_1.2 | fast_1.5 | "
+  EXPECT_NE(md.find("| model | strategy | timings | problems | samples | correct | fast_1 | "
+                    "fast_1.2 | fast_1.5 | "
                     "fast_2 | pass@1 | fast1@1 |"),
             std::string::npos)
       << md;

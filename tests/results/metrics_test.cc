@@ -10,8 +10,9 @@
 namespace kforge::results {
 namespace {
 
-SampleOutcome S(const std::string& model, const std::string& task, bool correct, std::optional<double> speedup,
-                bool emulated = false, const std::string& category = "collective") {
+SampleOutcome S(const std::string& model, const std::string& task, bool correct,
+                std::optional<double> speedup, bool emulated = false,
+                const std::string& category = "collective") {
   SampleOutcome s;
   s.run = "r";
   s.model = model;
@@ -32,9 +33,9 @@ SampleOutcome S(const std::string& model, const std::string& task, bool correct,
 
 TEST(PassAtKTest, MatchesHandComputedBinomials) {
   EXPECT_DOUBLE_EQ(PassAtK(5, 2, 1), 0.4);
-  EXPECT_NEAR(PassAtK(5, 2, 2), 1.0 - 3.0 / 10.0, 1e-12);      // 1 - C(3,2)/C(5,2)
-  EXPECT_NEAR(PassAtK(10, 3, 5), 1.0 - 21.0 / 252.0, 1e-12);   // 1 - C(7,5)/C(10,5)
-  EXPECT_NEAR(PassAtK(20, 1, 10), 0.5, 1e-12);                 // 1 - C(19,10)/C(20,10)
+  EXPECT_NEAR(PassAtK(5, 2, 2), 1.0 - 3.0 / 10.0, 1e-12);     // 1 - C(3,2)/C(5,2)
+  EXPECT_NEAR(PassAtK(10, 3, 5), 1.0 - 21.0 / 252.0, 1e-12);  // 1 - C(7,5)/C(10,5)
+  EXPECT_NEAR(PassAtK(20, 1, 10), 0.5, 1e-12);                // 1 - C(19,10)/C(20,10)
   EXPECT_DOUBLE_EQ(PassAtK(4, 0, 2), 0.0);
   EXPECT_DOUBLE_EQ(PassAtK(3, 1, 3), 1.0);  // n-c < k: every draw of k holds the success
   EXPECT_DOUBLE_EQ(PassAtK(3, 3, 1), 1.0);
@@ -48,9 +49,8 @@ class HandComputedTest : public ::testing::Test {
   //  t1: correct 1.5x, wrong     t2: correct 0.8x, correct 1.1x
   //  t3: wrong, wrong            t4: correct 2.5x, correct (untimed)
   std::vector<SampleOutcome> samples = {
-      S("A", "t1", true, 1.5), S("A", "t1", false, std::nullopt),
-      S("A", "t2", true, 0.8), S("A", "t2", true, 1.1),
-      S("A", "t3", false, std::nullopt), S("A", "t3", false, std::nullopt),
+      S("A", "t1", true, 1.5), S("A", "t1", false, std::nullopt), S("A", "t2", true, 0.8),
+      S("A", "t2", true, 1.1), S("A", "t3", false, std::nullopt), S("A", "t3", false, std::nullopt),
       S("A", "t4", true, 2.5), S("A", "t4", true, std::nullopt),
   };
 };
@@ -94,7 +94,8 @@ TEST_F(HandComputedTest, PassAtTwoUsesEveryProblem) {
 }
 
 TEST(MetricsTest, EmulatedRowsAreSeparateExcludedOrPooled) {
-  std::vector<SampleOutcome> samples = {S("A", "t1", true, 2.0), S("A", "t2", true, 3.0, /*emulated=*/true)};
+  std::vector<SampleOutcome> samples = {S("A", "t1", true, 2.0),
+                                        S("A", "t2", true, 3.0, /*emulated=*/true)};
   MetricsOptions options;
   options.group_by = {"model"};
   auto rows = ComputeMetrics(samples, options);
@@ -118,8 +119,10 @@ TEST(MetricsTest, EmulatedRowsAreSeparateExcludedOrPooled) {
 
 TEST(MetricsTest, GroupsByCategoryAndSortsByFastOne) {
   std::vector<SampleOutcome> samples = {
-      S("weak", "t1", true, 0.9, false, "moe"),       S("weak", "t2", false, std::nullopt, false, "fused"),
-      S("strong", "t1", true, 1.4, false, "moe"),     S("strong", "t2", true, 1.2, false, "fused"),
+      S("weak", "t1", true, 0.9, false, "moe"),
+      S("weak", "t2", false, std::nullopt, false, "fused"),
+      S("strong", "t1", true, 1.4, false, "moe"),
+      S("strong", "t2", true, 1.2, false, "fused"),
   };
   MetricsOptions options;
   options.group_by = {"model"};

@@ -16,9 +16,15 @@ namespace {
 using testing::TempDir;
 
 nlohmann::json PassedDoc(double speedup, bool emulated = false) {
-  return {{"schema", "kforge.eval/1"}, {"status", "passed"}, {"speedup", speedup}, {"emulated", emulated},
-          {"world", 4}, {"seconds", 2.5}, {"message", "ok"},
-          {"timing", {{{"bytes", 1024}, {"busbw_gbps", 10.0}}, {{"bytes", 1 << 20}, {"busbw_gbps", 55.5}}}}};
+  return {{"schema", "kforge.eval/1"},
+          {"status", "passed"},
+          {"speedup", speedup},
+          {"emulated", emulated},
+          {"world", 4},
+          {"seconds", 2.5},
+          {"message", "ok"},
+          {"timing",
+           {{{"bytes", 1024}, {"busbw_gbps", 10.0}}, {{"bytes", 1 << 20}, {"busbw_gbps", 55.5}}}}};
 }
 
 TEST(RunStoreTest, RoundTripsRunsSessionsTurnsAndEvaluations) {
@@ -112,7 +118,8 @@ TEST(RunStoreTest, RejectsBadInputWithoutLosingData) {
 
   auto no_status = s.RecordEvaluation(*sid, 0, {{"schema", "kforge.eval/1"}});
   ASSERT_FALSE(no_status.ok());
-  EXPECT_NE(no_status.status().message().find("\"status\""), std::string::npos) << no_status.status().message();
+  EXPECT_NE(no_status.status().message().find("\"status\""), std::string::npos)
+      << no_status.status().message();
   auto wrong_schema = s.RecordEvaluation(*sid, 0, {{"schema", "other/9"}, {"status", "passed"}});
   ASSERT_FALSE(wrong_schema.ok());
   EXPECT_NE(wrong_schema.status().message().find("schema"), std::string::npos);
@@ -174,19 +181,23 @@ TEST(RunStoreMigrationTest, MigratesVersionOneStore) {
     auto v = internal::SchemaVersion(**db);
     ASSERT_OK(v);
     ASSERT_EQ(*v, 1);
-    ASSERT_STATUS_OK((*db)->Exec(
-        "INSERT INTO runs (id, name, state) VALUES (1, 'old', 'done');"
-        "INSERT INTO sessions (id, run_id, model, task, strategy, sample, world, dtype, state, best_evaluation_id) "
-        "  VALUES (1, 1, 'm', 't', 's', 0, 4, 'bf16', 'done', 1);"
-        "INSERT INTO turns (session_id, idx, prompt_sha, reply_sha) VALUES (1, 0, '" + empty_sha + "', '" +
-        empty_sha + "');"
-        "INSERT INTO evaluations (id, session_id, turn_id, status, speedup, doc_sha) VALUES (1, 1, 1, 'passed', 1.5, '" +
-        doc_sha + "');"));
+    ASSERT_STATUS_OK(
+        (*db)->Exec("INSERT INTO runs (id, name, state) VALUES (1, 'old', 'done');"
+                    "INSERT INTO sessions (id, run_id, model, task, strategy, sample, world, "
+                    "dtype, state, best_evaluation_id) "
+                    "  VALUES (1, 1, 'm', 't', 's', 0, 4, 'bf16', 'done', 1);"
+                    "INSERT INTO turns (session_id, idx, prompt_sha, reply_sha) VALUES (1, 0, '" +
+                    empty_sha + "', '" + empty_sha +
+                    "');"
+                    "INSERT INTO evaluations (id, session_id, turn_id, status, speedup, doc_sha) "
+                    "VALUES (1, 1, 1, 'passed', 1.5, '" +
+                    doc_sha + "');"));
   }
   // Read-only openers refuse to work on an old layout rather than misread it.
   auto ro = RunStore::Open(dir, true);
   ASSERT_FALSE(ro.ok());
-  EXPECT_NE(ro.status().message().find("old schema version 1"), std::string::npos) << ro.status().message();
+  EXPECT_NE(ro.status().message().find("old schema version 1"), std::string::npos)
+      << ro.status().message();
 
   auto store = RunStore::Open(dir);
   ASSERT_OK(store);

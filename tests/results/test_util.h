@@ -30,13 +30,13 @@ class TempDir {
 
 }  // namespace kforge::results::testing
 
-#define ASSERT_OK(expr)                                     \
-  do {                                                      \
-    const auto& kf_s_ = (expr);                             \
-    ASSERT_TRUE(kf_s_.ok()) << kf_s_.status().ToString();   \
+#define ASSERT_OK(expr)                                   \
+  do {                                                    \
+    const auto& kf_s_ = (expr);                           \
+    ASSERT_TRUE(kf_s_.ok()) << kf_s_.status().ToString(); \
   } while (0)
-#define ASSERT_STATUS_OK(expr)                              \
-  do {                                                      \
-    const ::kforge::Status kf_s_ = (expr);                  \
-    ASSERT_TRUE(kf_s_.ok()) << kf_s_.ToString();            \
+#define ASSERT_STATUS_OK(expr)                   \
+  do {                                           \
+    const ::kforge::Status kf_s_ = (expr);       \
+    ASSERT_TRUE(kf_s_.ok()) << kf_s_.ToString(); \
   } while (0)

@@ -39,7 +39,8 @@ TEST(LineDiffTest, FoldsLongUnchangedRuns) {
 
 TEST(HighlightTest, MarksCudaKeywordsCommentsStringsAndEscapes) {
   const std::string h = HighlightCuda(
-      "#include <x.h>\n__global__ void k(float* p) { // a < b\n  if (threadIdx.x < 4) p[0] = 1.5f; \"s<\"; }\n");
+      "#include <x.h>\n__global__ void k(float* p) { // a < b\n  if (threadIdx.x < 4) p[0] = 1.5f; "
+      "\"s<\"; }\n");
   EXPECT_NE(h.find("<span class=\"pp\">#include &lt;x.h&gt;</span>"), std::string::npos) << h;
   EXPECT_NE(h.find("<span class=\"cu\">__global__</span>"), std::string::npos);
   EXPECT_NE(h.find("<span class=\"ty\">void</span>"), std::string::npos);

@@ -121,11 +121,13 @@ TEST(TransferTest, RefusesToMergeRunsOfDifferentTaskSuites) {
   auto dest = RunStore::Open(tmp.path() / "dest");
   ASSERT_OK(dest);
   ASSERT_OK((*dest)->CreateOrGetRun("night", {}, "0.1.0", "suite-A", {}));
-  std::stringstream in(R"({"schema":"kforge.export/1","run":{"name":"night","task_suite_hash":"suite-B"},)"
-                       R"("session":{"model":"m","task":"t"},"turn":null,"evaluation":null})");
+  std::stringstream in(
+      R"({"schema":"kforge.export/1","run":{"name":"night","task_suite_hash":"suite-B"},)"
+      R"("session":{"model":"m","task":"t"},"turn":null,"evaluation":null})");
   auto st = ImportJsonl(**dest, in, "in.jsonl");
   ASSERT_FALSE(st.ok());
-  EXPECT_NE(st.status().message().find("task-suite hash"), std::string::npos) << st.status().message();
+  EXPECT_NE(st.status().message().find("task-suite hash"), std::string::npos)
+      << st.status().message();
 }
 
 TEST(ShowTest, PrintsTurnsEvaluationsFeedbackAndKernelDiffs) {

@@ -1,7 +1,6 @@
 // The web UI over real HTTP on 127.0.0.1.
-#include <httplib.h>
-
 #include <gtest/gtest.h>
+#include <httplib.h>
 
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -65,8 +64,9 @@ TEST_F(WebTest, LeaderboardPageListsModelsRunsAndCharts) {
   ASSERT_TRUE(res) << httplib::to_string(res.error());
   ASSERT_EQ(res->status, 200);
   EXPECT_EQ(res->get_header_value("Content-Type"), "text/html; charset=utf-8");
-  for (const char* needle : {"model-a", "model-b", "model-c", "tag emulated", "chart-fastp", "chart-speedup",
-                             "chart-cost", "href=\"/run/finished\"", "href=\"/run/live\""}) {
+  for (const char* needle :
+       {"model-a", "model-b", "model-c", "tag emulated", "chart-fastp", "chart-speedup",
+        "chart-cost", "href=\"/run/finished\"", "href=\"/run/live\""}) {
     EXPECT_NE(res->body.find(needle), std::string::npos) << needle;
   }
   auto by = Get("/?by=model,category");
@@ -106,9 +106,10 @@ TEST_F(WebTest, SessionPageShowsTurnsKernelEvaluationFeedbackAndDiff) {
   auto res = Get(path);
   ASSERT_TRUE(res);
   ASSERT_EQ(res->status, 200) << path;
-  for (const char* needle : {"Turn 0", "Turn 1", "<summary>prompt</summary>", "<summary>reply</summary>",
-                             "<span class=\"cu\">__global__</span>", "diff to the previous kernel",
-                             "<span class=\"add\">", "Evaluation: <span class=\"tag", "<summary>feedback</summary>"}) {
+  for (const char* needle :
+       {"Turn 0", "Turn 1", "<summary>prompt</summary>", "<summary>reply</summary>",
+        "<span class=\"cu\">__global__</span>", "diff to the previous kernel",
+        "<span class=\"add\">", "Evaluation: <span class=\"tag", "<summary>feedback</summary>"}) {
     EXPECT_NE(res->body.find(needle), std::string::npos) << needle;
   }
 }
@@ -117,7 +118,8 @@ TEST_F(WebTest, TaskPageShowsEachModelsBestKernel) {
   auto res = Get("/task/001_t1");
   ASSERT_TRUE(res);
   ASSERT_EQ(res->status, 200);
-  for (const char* needle : {"model-a · refine", "model-b · refine", "model-c · refine", "<pre class=\"code\">"}) {
+  for (const char* needle :
+       {"model-a · refine", "model-b · refine", "model-c · refine", "<pre class=\"code\">"}) {
     EXPECT_NE(res->body.find(needle), std::string::npos) << needle;
   }
 }

@@ -48,7 +48,7 @@ struct ProblemSide {
 struct ProblemComparison {
   std::string problem;  // task/wWORLD/dtype
   ProblemSide a, b;
-  int outcome = 0;      // +1: A wins, -1: B wins, 0: tie
+  int outcome = 0;  // +1: A wins, -1: B wins, 0: tie
 };
 
 struct Interval {
@@ -71,7 +71,8 @@ struct Comparison {
 };
 
 Comparison Compare(const std::vector<SampleOutcome>& a, const std::vector<SampleOutcome>& b,
-                   const std::string& a_label, const std::string& b_label, const CompareOptions& options);
+                   const std::string& a_label, const std::string& b_label,
+                   const CompareOptions& options);
 
 std::string RenderComparisonText(const Comparison& c);
 std::string RenderComparisonJson(const Comparison& c);

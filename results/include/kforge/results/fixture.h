@@ -18,9 +18,9 @@ struct FixtureSpec {
   // Earlier models are stronger: more correct samples and higher speedups.
   std::vector<std::string> models = {"model-a", "model-b", "model-c"};
   std::vector<std::string> strategies = {"one-shot", "refine"};
-  int tasks = 6;   // tasks 001_t … with categories cycling collective/fused/moe
+  int tasks = 6;  // tasks 001_t … with categories cycling collective/fused/moe
   int samples = 2;
-  int turns = 2;   // per session; the last turn's evaluation decides
+  int turns = 2;  // per session; the last turn's evaluation decides
   std::vector<int> worlds = {4};
   // Models whose sessions ran with ranks sharing a GPU.
   std::vector<std::string> emulated_models;

@@ -11,6 +11,7 @@ std::string HtmlEscape(std::string_view text);
 
 // A complete page: doctype, charset, title, the shared inline stylesheet,
 // `body` and an optional inline script. Nothing is loaded from elsewhere.
-std::string HtmlDocument(std::string_view title, std::string_view body, std::string_view script = "");
+std::string HtmlDocument(std::string_view title, std::string_view body,
+                         std::string_view script = "");
 
 }  // namespace kforge::results

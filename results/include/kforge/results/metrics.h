@@ -72,7 +72,8 @@ struct GroupMetrics {
 };
 
 // Rows sorted by fast_1 (then correct rate, geomean, label); emulated rows last.
-std::vector<GroupMetrics> ComputeMetrics(const std::vector<SampleOutcome>& samples, const MetricsOptions& options);
+std::vector<GroupMetrics> ComputeMetrics(const std::vector<SampleOutcome>& samples,
+                                         const MetricsOptions& options);
 
 // The value of one dimension ("model", "world", …) for a sample.
 std::string DimensionValue(const SampleOutcome& s, const std::string& dimension);

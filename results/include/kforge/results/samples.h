@@ -20,19 +20,19 @@ struct SampleOutcome {
   std::string model, strategy, task, category, dtype;
   int world = 0;
   int sample = 0;
-  std::string state;  // session state
+  std::string state;       // session state
   bool evaluated = false;  // at least one evaluation exists
   // From the session's best evaluation: the one SetBestEvaluation named, else
   // the fastest passed one, else the last one.
   int64_t best_evaluation_id = 0;
-  std::string status;  // best evaluation's status ("" when none)
-  bool correct = false;  // status == "passed"
+  std::string status;             // best evaluation's status ("" when none)
+  bool correct = false;           // status == "passed"
   std::optional<double> speedup;  // only when correct and timed
-  bool emulated = false;  // any of the session's evaluations ran emulated
+  bool emulated = false;          // any of the session's evaluations ran emulated
   int turns = 0;
   int64_t tokens = 0;  // input + output over every turn
   double cost_usd = 0;
-  double wall_s = 0;  // model latency plus evaluation time, summed over turns
+  double wall_s = 0;            // model latency plus evaluation time, summed over turns
   std::string best_kernel_sha;  // kernel of the best evaluation's turn
 };
 
@@ -44,7 +44,8 @@ Result<std::vector<SampleOutcome>> LoadSamples(const RunStore& store);
 
 // `arg` is a run directory (holding store.sqlite) or a run name under
 // `runs_root`. The error names both places looked at.
-Result<std::filesystem::path> ResolveRunDir(const std::string& arg, const std::filesystem::path& runs_root);
+Result<std::filesystem::path> ResolveRunDir(const std::string& arg,
+                                            const std::filesystem::path& runs_root);
 // Every directory under runs_root holding a store, sorted by name.
 std::vector<std::filesystem::path> ListRunDirs(const std::filesystem::path& runs_root);
 // Loads several run directories (opened read-only) into one list.

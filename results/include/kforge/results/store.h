@@ -21,12 +21,11 @@
 #include <filesystem>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "kforge/core/status.h"
 
@@ -125,7 +124,8 @@ class RunStore {
   // the database when absent and migrates an older schema in place. A
   // read-only open of a missing store is kNotFound; of a newer schema than
   // this code knows, kInvalidInput.
-  static Result<std::unique_ptr<RunStore>> Open(const std::filesystem::path& run_dir, bool read_only = false);
+  static Result<std::unique_ptr<RunStore>> Open(const std::filesystem::path& run_dir,
+                                                bool read_only = false);
   ~RunStore();
 
   const std::filesystem::path& dir() const { return dir_; }
@@ -138,7 +138,8 @@ class RunStore {
   // Returns the run called `name`, creating it (state "running") if absent.
   // An existing run keeps its stored config; it is reopened as "running".
   Result<RunInfo> CreateOrGetRun(const std::string& name, const nlohmann::json& config,
-                                 const std::string& kforge_version, const std::string& task_suite_hash,
+                                 const std::string& kforge_version,
+                                 const std::string& task_suite_hash,
                                  const nlohmann::json& hardware);
   Status FinishRun(int64_t run_id, const std::string& state);
   // Records where an imported run came from (a host or file name).
@@ -146,7 +147,8 @@ class RunStore {
 
   // Idempotent: the same key returns the same id (state starts "pending").
   Result<int64_t> UpsertSession(int64_t run_id, const SessionKey& key);
-  Status SetSessionState(int64_t session_id, const std::string& state, const std::string& stop_reason = "");
+  Status SetSessionState(int64_t session_id, const std::string& state,
+                         const std::string& stop_reason = "");
 
   // Stores `text` under its sha256 (idempotent) and returns the hash.
   Result<std::string> PutBlob(std::string_view text);
@@ -162,7 +164,8 @@ class RunStore {
   // Stores a kforge.eval/1 document and extracts status, speedup, busbw,
   // emulated, world, seconds and message into columns. A document without a
   // string "status" is kInvalidInput.
-  Result<int64_t> RecordEvaluation(int64_t session_id, int64_t turn_id, const nlohmann::json& eval_doc);
+  Result<int64_t> RecordEvaluation(int64_t session_id, int64_t turn_id,
+                                   const nlohmann::json& eval_doc);
   Status SetBestEvaluation(int64_t session_id, int64_t evaluation_id);
   Status AppendEvent(int64_t run_id, const std::string& kind, const nlohmann::json& detail);
 

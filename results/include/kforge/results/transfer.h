@@ -2,7 +2,8 @@
 // merge (runs made on several machines gathered into one store).
 //
 // Export format "kforge.export/1", one JSON object per line:
-//   {"schema":"kforge.export/1", "run":{name, config, kforge_version, task_suite_hash, hardware, state, …},
+//   {"schema":"kforge.export/1", "run":{name, config, kforge_version, task_suite_hash, hardware,
+//   state, …},
 //    "session":{model, task, strategy, sample, world, dtype, category, state, stop_reason},
 //    "turn":{index, prompt, reply, feedback, kernel, input_tokens, …} | null,
 //    "evaluation": <kforge.eval/1 document> | null, "best": true|false}
@@ -15,10 +16,9 @@
 
 #include <functional>
 #include <istream>
+#include <nlohmann/json.hpp>
 #include <ostream>
 #include <string>
-
-#include <nlohmann/json.hpp>
 
 #include "kforge/core/status.h"
 #include "kforge/results/store.h"
@@ -35,7 +35,8 @@ struct TransferStats {
 };
 
 // Calls `sink` with every export record of every run in `store`.
-Status ForEachExportRecord(const RunStore& store, const std::function<Status(const nlohmann::json&)>& sink);
+Status ForEachExportRecord(const RunStore& store,
+                           const std::function<Status(const nlohmann::json&)>& sink);
 Result<TransferStats> ExportJsonl(const RunStore& store, std::ostream& out);
 
 // `source` names the input in errors ("file.jsonl") and becomes the origin of
