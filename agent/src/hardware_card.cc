@@ -218,7 +218,11 @@ std::string RenderHardwareCard(const json& card) {
   const json nvlink = card.value("nvlink", json::array());
   std::set<std::pair<int64_t, double>> kinds;
   for (const auto& l : nvlink) kinds.insert({l.value("links", int64_t{0}), Num(l, "gbps")});
-  if (nvlink.empty() && n > 1) {
+  int64_t probed_links = 0;  // the probe reports active links per GPU, not per peer
+  for (const auto& g : gpus) probed_links = std::max<int64_t>(probed_links, g.value("nvlink_active_links", int64_t{0}));
+  if (nvlink.empty() && n > 1 && probed_links > 0) {
+    out += fmt::format("- NVLink: {} active links per GPU\n", probed_links);
+  } else if (nvlink.empty() && n > 1) {
     out += "- NVLink: none reported (peer traffic goes over PCIe)\n";
   } else if (kinds.size() == 1 && nvlink.size() == n * (n - 1)) {
     out += fmt::format("- NVLink: every GPU pair, {} links, {:.0f} GB/s per direction per GPU\n", kinds.begin()->first,

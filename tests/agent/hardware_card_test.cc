@@ -56,6 +56,8 @@ TEST(HardwareCard, EmulatedAndMissingP2pAreSaid) {
   EXPECT_NE(md.find("NOT available"), std::string::npos) << md;
   EXPECT_NE(md.find("EMULATED"), std::string::npos);
   EXPECT_NE(md.find("over PCIe"), std::string::npos);
+  card["gpus"][0]["nvlink_active_links"] = 18;  // the probe's shape: links per GPU, no per-peer list
+  EXPECT_NE(RenderHardwareCard(card).find("NVLink: 18 active links per GPU"), std::string::npos);
 }
 
 TEST(HardwareCard, BadProfileNamesFileLineField) {
