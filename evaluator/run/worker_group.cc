@@ -43,9 +43,13 @@ Result<std::unique_ptr<WorkerGroup>> WorkerGroup::Start(const GroupOptions& opti
     pid_t pid = fork();
     if (pid < 0) return Error(ErrorKind::kHarness, std::string("fork: ") + std::strerror(errno));
     if (pid == 0) {
-      // Child: fds 3 and 4 are the channel and the control block; nothing else leaks.
-      dup2(pair.second, 3);
-      dup2(g->control_.fd(), 4);
+      // Child: fds 3 and 4 are the channel and the control block; nothing else
+      // leaks. Move both out of the way first: either may already be fd 3 or 4.
+      int channel_fd = fcntl(pair.second, F_DUPFD_CLOEXEC, 100);
+      int control_fd = fcntl(g->control_.fd(), F_DUPFD_CLOEXEC, 100);
+      if (channel_fd < 0 || control_fd < 0) _exit(126);
+      dup2(channel_fd, 3);
+      dup2(control_fd, 4);
       fcntl(3, F_SETFD, 0);
       fcntl(4, F_SETFD, 0);
       setpgid(0, 0);

@@ -4,6 +4,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <thread>
+
 #include "kforge/evaluator/control_block.h"
 
 namespace kforge::eval {
@@ -16,8 +18,13 @@ TEST(ChannelTest, FramesRoundTripWithFileDescriptors) {
   int pipefd[2];
   ASSERT_EQ(pipe(pipefd), 0);
   nlohmann::json big = {{"op", "x"}, {"blob", std::string(1 << 20, 'k')}};
-  ASSERT_TRUE(a.Send(big, {pipefd[0]}).ok());
+  // Larger than the socket buffer: the send completes only while the other
+  // side reads, so it runs on its own thread.
+  Status sent;
+  std::thread sender([&] { sent = a.Send(big, {pipefd[0]}); });
   auto m = b.Receive(std::chrono::seconds(5));
+  sender.join();
+  ASSERT_TRUE(sent.ok()) << sent.ToString();
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   EXPECT_EQ(m->body, big);
   ASSERT_EQ(m->fds.size(), 1u);

@@ -42,7 +42,7 @@ class GpuEvalTest : public ::testing::Test {
     if (o.trials == 5) o.trials = 2;
     auto doc = evaluator_->Evaluate(task, *src, kernel.filename().string(), o);
     EXPECT_TRUE(doc.ok()) << doc.status().ToString();
-    if (!doc.ok()) return {};
+    if (!doc.ok()) return nlohmann::json::object();
     return *doc;
   }
   static std::string* skip_reason_;

@@ -1,6 +1,8 @@
 #include "kforge/evaluator/worker_group.h"
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -70,6 +72,24 @@ TEST_F(WorkerGroupTest, KernelErrorIsReportedFromTheFailingRank) {
   EXPECT_EQ(r.status().kind(), ErrorKind::kRuntimeError);
   EXPECT_EQ((*g)->last_failure().rank, 0);
   EXPECT_NE(r.status().message().find("illegal memory access"), std::string::npos);
+}
+
+// Regression: when the coordinator's lowest free descriptors are 3 and 4, the
+// control block and the channel must not be swapped or clobbered in the child.
+TEST_F(WorkerGroupTest, StartsFromAProcessWithFewOpenDescriptors) {
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    for (int fd = 3; fd < 1024; ++fd) close(fd);
+    auto g = StartGroup(2);
+    if (!g.ok()) _exit(1);
+    auto r = (*g)->All({{"op", "ping"}}, 5, "test");
+    _exit(r.ok() ? 0 : 2);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 
 TEST_F(WorkerGroupTest, MissingWorkerBinaryIsAClearError) {
