@@ -24,6 +24,7 @@ struct EvalArgs {
   int trials = 5;
   bool no_timing = false;
   bool compile_only = false;
+  bool trusted = false;
   std::vector<std::string> bench_sizes;
 };
 
@@ -50,6 +51,7 @@ int RunEval(const EvalArgs& a) {
   o.trials = a.trials;
   o.timing = !a.no_timing;
   o.compile_only = a.compile_only;
+  o.trusted = a.trusted;
   o.cache_dir = a.cache_dir;
   o.arch = a.arch;
   o.bench_sizes = a.bench_sizes;
@@ -97,6 +99,7 @@ void AddEval(CLI::App& app, int& exit_code) {
   cmd->add_option("--trials", args->trials, "correctness trials per check size")->check(CLI::Range(1, 1000));
   cmd->add_option("--bench-size", args->bench_sizes, "only these bench sizes (labels)");
   cmd->add_flag("--no-timing", args->no_timing, "correctness only");
+  cmd->add_flag("--trusted", args->trusted, "the kernel is the task's own reference: skip the policy check");
   cmd->add_flag("--compile-only", args->compile_only, "compile and check the policy; run nothing");
   cmd->add_option("--json", args->json_out, "write the result document here");
   cmd->add_option("--tasks-dir", args->tasks_dir, "where tasks live");

@@ -2,9 +2,33 @@
 // exec, before any CUDA call), or with --probe to print the hardware card.
 #include <CLI/CLI.hpp>
 
+#include <execinfo.h>
+#include <signal.h>
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstring>
 
 #include "worker.h"
+
+namespace {
+
+int g_rank = -1;
+
+// A crash inside a kernel's host code or the harness: say which rank and where
+// on stderr (the coordinator reports the signal), then die by the signal.
+void OnFatalSignal(int sig) {
+  char msg[96];
+  int n = std::snprintf(msg, sizeof(msg), "kforge-worker rank %d: fatal signal %d (%s)\n", g_rank, sig, strsignal(sig));
+  if (n > 0) (void)!write(2, msg, static_cast<size_t>(n));
+  void* frames[48];
+  int depth = backtrace(frames, 48);
+  backtrace_symbols_fd(frames, depth, 2);
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"kforge-worker: runs one rank of a kforge evaluation"};
@@ -28,6 +52,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "kforge-worker: started without --channel-fd/--control-fd; it is run by kforge\n");
     return 2;
   }
+  g_rank = args.rank;
+  for (int sig : {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT}) signal(sig, OnFatalSignal);
   kforge::worker::Worker worker(args);
   return worker.Run();
 }

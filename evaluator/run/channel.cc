@@ -21,6 +21,8 @@ Channel& Channel::operator=(Channel&& other) noexcept {
   if (this != &other) {
     Close();
     fd_ = other.fd_;
+    pending_ = std::move(other.pending_);
+    pending_fds_ = std::move(other.pending_fds_);
     other.fd_ = -1;
   }
   return *this;
@@ -29,6 +31,9 @@ Channel& Channel::operator=(Channel&& other) noexcept {
 void Channel::Close() {
   if (fd_ >= 0) close(fd_);
   fd_ = -1;
+  for (int fd : pending_fds_) close(fd);
+  pending_fds_.clear();
+  pending_.clear();
 }
 
 Status Channel::Send(const nlohmann::json& body, const std::vector<int>& fds) {
@@ -67,25 +72,50 @@ Status Channel::Send(const nlohmann::json& body, const std::vector<int>& fds) {
   return Status::Ok();
 }
 
-Status Channel::ReadExact(char* dst, size_t n, std::chrono::steady_clock::time_point deadline,
-                          std::vector<int>* fds) {
-  size_t got = 0;
-  while (got < n) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) return Error(ErrorKind::kTimeout, "no message before the deadline");
+Result<bool> Channel::TakeFrame(Message* out) {
+  if (pending_.size() < sizeof(uint32_t)) return false;
+  uint32_t len = 0;
+  std::memcpy(&len, pending_.data(), sizeof(len));
+  if (len > kMaxFrame) return Error(ErrorKind::kIo, "oversized frame on channel (" + std::to_string(len) + " bytes)");
+  if (pending_.size() < sizeof(len) + len) return false;
+  try {
+    out->body = nlohmann::json::parse(pending_.begin() + sizeof(len), pending_.begin() + sizeof(len) + len);
+  } catch (const std::exception& e) {
+    return Error(ErrorKind::kIo, std::string("malformed message: ") + e.what());
+  }
+  pending_.erase(0, sizeof(len) + len);
+  // Descriptors travel with the first byte of their frame, so those received
+  // so far belong to this frame.
+  out->fds = std::move(pending_fds_);
+  pending_fds_.clear();
+  return true;
+}
+
+Result<Message> Channel::Receive(std::chrono::milliseconds timeout) {
+  if (fd_ < 0) return Error(ErrorKind::kIo, "channel closed");
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  char buf[1 << 16];
+  while (true) {
+    Message m;
+    KF_ASSIGN_OR_RETURN(bool whole, TakeFrame(&m));
+    if (whole) return m;
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() < 0) return Error(ErrorKind::kTimeout, "no message before the deadline");
     pollfd p{fd_, POLLIN, 0};
     int r = poll(&p, 1, static_cast<int>(std::min<long long>(left.count(), 1000)));
     if (r < 0 && errno != EINTR) return Error(ErrorKind::kIo, std::string("poll: ") + std::strerror(errno));
-    if (r <= 0) continue;
-    iovec iov{dst + got, n - got};
+    if (r <= 0) {
+      if (std::chrono::steady_clock::now() >= deadline) return Error(ErrorKind::kTimeout, "no message before the deadline");
+      continue;
+    }
+    iovec iov{buf, sizeof(buf)};
     msghdr msg{};
     msg.msg_iov = &iov;
     msg.msg_iovlen = 1;
     alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFds)];
     msg.msg_control = control;
     msg.msg_controllen = sizeof(control);
-    ssize_t k = recvmsg(fd_, &msg, MSG_CMSG_CLOEXEC);
+    ssize_t k = recvmsg(fd_, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
     if (k < 0) {
       if (errno == EINTR || errno == EAGAIN) continue;
       return Error(ErrorKind::kIo, std::string("recv: ") + std::strerror(errno));
@@ -95,35 +125,11 @@ Status Channel::ReadExact(char* dst, size_t n, std::chrono::steady_clock::time_p
       if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
         size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
         const int* in = reinterpret_cast<const int*>(CMSG_DATA(c));
-        for (size_t i = 0; i < count; ++i) {
-          if (fds) {
-            fds->push_back(in[i]);
-          } else {
-            close(in[i]);
-          }
-        }
+        for (size_t i = 0; i < count; ++i) pending_fds_.push_back(in[i]);
       }
     }
-    got += static_cast<size_t>(k);
+    pending_.append(buf, static_cast<size_t>(k));
   }
-  return Status::Ok();
-}
-
-Result<Message> Channel::Receive(std::chrono::milliseconds timeout) {
-  if (fd_ < 0) return Error(ErrorKind::kIo, "channel closed");
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  Message m;
-  uint32_t len = 0;
-  KF_RETURN_IF_ERROR(ReadExact(reinterpret_cast<char*>(&len), sizeof(len), deadline, &m.fds));
-  if (len > kMaxFrame) return Error(ErrorKind::kIo, "oversized frame on channel");
-  std::string text(len, '\0');
-  KF_RETURN_IF_ERROR(ReadExact(text.data(), len, deadline, &m.fds));
-  try {
-    m.body = nlohmann::json::parse(text);
-  } catch (const std::exception& e) {
-    return Error(ErrorKind::kIo, std::string("malformed message: ") + e.what());
-  }
-  return m;
 }
 
 Result<std::pair<int, int>> MakeSocketPair() {

@@ -83,7 +83,7 @@ class RealEvaluator final : public Evaluator {
     copts.timeout = std::chrono::milliseconds(static_cast<int64_t>(options.compile_timeout_s * 1000));
     Compiler compiler(copts);
     std::vector<CompileJob> jobs = {
-        {source, name, arch, LibrariesFor(source, task.policy, false), {}},
+        {source, name, arch, LibrariesFor(source, task.policy, options.trusted), {}},
         {*reference, task.key + "/reference.cu", arch, LibrariesFor(*reference, task.policy, true), {}}};
     auto compiled = compiler.CompileAll(jobs);
     doc["compile"] = compiled[0].ToJson();
@@ -97,7 +97,7 @@ class RealEvaluator final : public Evaluator {
     }
     auto violations = CheckKernelPolicy(compiled[0].shared_object, source, task.policy);
     if (!violations.ok()) return violations.status();
-    if (!violations->empty()) {
+    if (!violations->empty() && !options.trusted) {
       doc["policy"] = {{"violations", *violations}};
       return finish(ErrorKind::kPolicyViolation, "policy violation: " + violations->front());
     }
@@ -159,7 +159,8 @@ class RealEvaluator final : public Evaluator {
       if (st.kind() == ErrorKind::kHarness) LogWarn("evaluator", "{}", st.message());
       return finish(st.kind(), StatusName(st.kind()) + ": " + st.message());
     }
-    std::string msg = "passed: " + std::to_string(s.trials_passed) + " trials per check size";
+    std::string msg = "passed: " + std::to_string(s.trials_passed) + " trials over " +
+                      std::to_string(task.check_sizes.size()) + " check sizes";
     if (!s.timing.empty()) {
       double logsum = 0;
       for (const auto& t : s.timing) logsum += std::log(std::max(t["speedup"].get<double>(), 1e-9));

@@ -50,7 +50,7 @@ std::string RenderEvalReport(const nlohmann::json& d) {
         out += fmt::format("  rank {} modified input {}\n", ch.value("rank", -1), ch.value("input", "?"));
       }
     }
-    out += fmt::format("checks    {} passed trials per check size\n", c.value("passed_trials", 0));
+    out += fmt::format("checks    {} trials passed\n", c.value("passed_trials", 0));
   }
   if (d.contains("error")) {
     out += fmt::format("error     rank {} during {}: {}\n", d["error"].value("rank", -1), d["error"].value("phase", "?"),

@@ -16,9 +16,15 @@ namespace {
 
 using std::chrono::milliseconds;
 
+// How a rank whose channel closed ended. The process may still be exiting,
+// so wait a little for its status.
 std::string DescribeExit(pid_t pid) {
   int status = 0;
-  pid_t r = waitpid(pid, &status, WNOHANG);
+  pid_t r = 0;
+  for (int i = 0; i < 200 && r == 0; ++i) {
+    r = waitpid(pid, &status, WNOHANG);
+    if (r == 0) std::this_thread::sleep_for(milliseconds(5));
+  }
   if (r == pid) {
     if (WIFSIGNALED(status)) return "crashed (signal " + std::to_string(WTERMSIG(status)) + ", " + strsignal(WTERMSIG(status)) + ")";
     if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
@@ -170,7 +176,9 @@ Result<std::vector<Message>> WorkerGroup::Each(const std::vector<nlohmann::json>
         done[r] = true;
         --remaining;
         if (!first_error) {
-          first_error = GroupFailure{phase, {}, r, "rank " + std::to_string(r) + " " + DescribeExit(pids_[r]) + " during " + phase,
+          std::string why = m.status().message() == "peer closed the channel" ? DescribeExit(pids_[r])
+                                                                             : "sent a bad reply (" + m.status().message() + ")";
+          first_error = GroupFailure{phase, {}, r, "rank " + std::to_string(r) + " " + why + " during " + phase,
                                      ErrorKind::kRuntimeError, deadline_s};
         }
         control_.RaiseAbort();

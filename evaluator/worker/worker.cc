@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 
 #include "cuda_check.h"
 
@@ -54,10 +55,18 @@ int Worker::Run() {
     (void)channel_.Send({{"ok", false}, {"kind", "harness_error"}, {"error", s.message()}});
     return 3;
   }
+  trace_ = std::getenv("KFORGE_WORKER_TRACE") != nullptr;
   while (true) {
     auto msg = channel_.Receive(kForever);
-    if (!msg.ok()) return 0;  // coordinator went away
+    if (!msg.ok()) {
+      // The coordinator went away (or sent garbage): nothing left to serve.
+      if (msg.status().kind() != ErrorKind::kIo || msg.status().message() != "peer closed the channel") {
+        std::fprintf(stderr, "kforge-worker rank %d: %s\n", args_.rank, msg.status().ToString().c_str());
+      }
+      return 0;
+    }
     std::string op = msg->body.value("op", "");
+    if (trace_) std::fprintf(stderr, "kforge-worker rank %d: %s\n", args_.rank, op.c_str());
     if (op == "exit") {
       (void)channel_.Send({{"ok", true}});
       return 0;
@@ -83,11 +92,16 @@ int Worker::Run() {
     }
     Status sent = channel_.Send(body, fds);
     for (int fd : fds) close(fd);
-    if (!sent.ok()) return 4;
+    if (!sent.ok()) {
+      std::fprintf(stderr, "kforge-worker rank %d: cannot reply: %s\n", args_.rank, sent.message().c_str());
+      return 4;
+    }
     // A CUDA error inside a kernel leaves the context unusable: stop here so
     // the coordinator starts a fresh rank group.
     if (!reply.ok() && reply.status().kind() == ErrorKind::kRuntimeError &&
         cudaPeekAtLastError() != cudaSuccess) {
+      std::fprintf(stderr, "kforge-worker rank %d: CUDA context unusable after: %s\n", args_.rank,
+                   reply.status().message().c_str());
       return 5;
     }
   }

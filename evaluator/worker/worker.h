@@ -90,6 +90,7 @@ class Worker {
   void ReleaseMemory();
 
   WorkerArgs args_;
+  bool trace_ = false;  // KFORGE_WORKER_TRACE: one stderr line per message
   eval::Channel channel_;
   eval::ControlBlock control_;
   cudaStream_t stream_ = nullptr;

@@ -51,6 +51,26 @@ TEST(ChannelTest, ReceiveTimesOutAndDetectsClosedPeer) {
   EXPECT_EQ(m.status().kind(), ErrorKind::kIo);
 }
 
+TEST(ChannelTest, APartialFrameSurvivesATimeout) {
+  auto pair = MakeSocketPair();
+  ASSERT_TRUE(pair.ok());
+  Channel b(pair->second);
+  std::string body = nlohmann::json{{"op", "late"}, {"n", 42}}.dump();
+  uint32_t len = static_cast<uint32_t>(body.size());
+  std::string frame(reinterpret_cast<const char*>(&len), sizeof(len));
+  frame += body;
+  size_t half = frame.size() / 2;
+  ASSERT_EQ(write(pair->first, frame.data(), half), static_cast<ssize_t>(half));
+  auto m = b.Receive(std::chrono::milliseconds(20));
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().kind(), ErrorKind::kTimeout);
+  ASSERT_EQ(write(pair->first, frame.data() + half, frame.size() - half), static_cast<ssize_t>(frame.size() - half));
+  m = b.Receive(std::chrono::seconds(1));
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(m->body["n"], 42);
+  close(pair->first);
+}
+
 TEST(ControlBlockTest, BarrierHoldsEveryProcessUntilAllArrive) {
   constexpr int kWorld = 4, kRounds = 200;
   auto block = ControlBlock::Create(kWorld);

@@ -58,6 +58,7 @@ TEST_F(GpuEvalTest, EveryReferenceMatchesItsOracleAtW2AndW4) {
     for (int w : {2, 4}) {
       EvalOptions o;
       o.timing = false;
+      o.trusted = true;
       auto doc = Eval(t, t.reference, w, o);
       EXPECT_EQ(doc.value("status", ""), "passed") << t.key << " W=" << w << "\n" << RenderEvalReport(doc);
     }
@@ -106,6 +107,7 @@ TEST_F(GpuEvalTest, DeadlockingKernelIsKilledWithinItsDeadline) {
   // The evaluator recovers: the next evaluation starts a fresh, healthy group.
   EvalOptions quick;
   quick.timing = false;
+  quick.trusted = true;
   auto next = Eval(Find("allreduce"), Find("allreduce").reference, 2, quick);
   EXPECT_EQ(next.value("status", ""), "passed") << RenderEvalReport(next);
 }
@@ -119,6 +121,7 @@ TEST_F(GpuEvalTest, CrashNamesTheRank) {
 TEST_F(GpuEvalTest, BaselineAgainstItselfTimesStably) {
   const Task& t = Find("allreduce");
   EvalOptions o;
+  o.trusted = true;
   o.bench_sizes = {t.bench_sizes.front().label};
   auto doc = Eval(t, t.reference, 2, o);
   ASSERT_EQ(doc.value("status", ""), "passed") << RenderEvalReport(doc);

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <chrono>
+#include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -24,7 +25,10 @@ class Channel {
   Channel() = default;
   explicit Channel(int fd) : fd_(fd) {}
   ~Channel();
-  Channel(Channel&& other) noexcept : fd_(other.fd_) { other.fd_ = -1; }
+  Channel(Channel&& other) noexcept
+      : fd_(other.fd_), pending_(std::move(other.pending_)), pending_fds_(std::move(other.pending_fds_)) {
+    other.fd_ = -1;
+  }
   Channel& operator=(Channel&& other) noexcept;
   Channel(const Channel&) = delete;
   Channel& operator=(const Channel&) = delete;
@@ -34,14 +38,17 @@ class Channel {
   void Close();
 
   Status Send(const nlohmann::json& body, const std::vector<int>& fds = {});
-  // Waits up to `timeout` for a whole message. kTimeout if none arrived;
-  // kIo if the peer closed the socket (e.g. it crashed).
+  // Waits up to `timeout` for a whole message. kTimeout if none arrived (a
+  // partly received message is kept for the next call); kIo if the peer
+  // closed the socket (e.g. it crashed) or sent a malformed frame.
   Result<Message> Receive(std::chrono::milliseconds timeout);
 
  private:
-  Status ReadExact(char* dst, size_t n, std::chrono::steady_clock::time_point deadline,
-                   std::vector<int>* fds);
+  // Moves one complete frame out of pending_, if there is one.
+  Result<bool> TakeFrame(Message* out);
   int fd_ = -1;
+  std::string pending_;           // bytes received but not yet returned
+  std::vector<int> pending_fds_;  // descriptors received with them
 };
 
 // A connected pair (socketpair(AF_UNIX, SOCK_STREAM)); [0] for the parent.

@@ -33,6 +33,7 @@ struct EvalOptions {
   double timing_deadline_s = 300;
   double compile_timeout_s = 180;
   bool compile_only = false;         // stop after compile + policy (no GPU needed)
+  bool trusted = false;              // a task's own reference: exempt from the task's policy
 };
 
 class Evaluator {
