@@ -53,7 +53,7 @@ for dir in tasks/[0-9]*_*/; do
     for w in $worlds; do
       name="${key}__$(basename "$kernel" .cu)__w$w"
       trusted=(); [[ "$(basename "$kernel")" == reference.cu ]] && trusted=(--trusted)
-      "$KFORGE" eval --task "$key" --kernel "$kernel" --world "$w" --trials 3 "${trusted[@]}" \
+      "$KFORGE" eval --task "$key" --kernel "$kernel" --world "$w" --trials "${TRIALS:-3}" "${trusted[@]}" \
         ${BENCH_SIZE:+--bench-size "$BENCH_SIZE"} --json "$OUT/$name.json" > "$OUT/$name.txt" 2>&1
       rows+=("$OUT/$name.json")
     done

@@ -11,6 +11,22 @@
 #include "kforge/core/fs.h"
 
 namespace kforge::agent {
+
+namespace {
+
+// Versions come as text in named profiles ("2.28.3") and as the libraries'
+// integers in a probed card (NCCL 22803 = 2.28.3, CUDA 13000 = 13.0).
+std::string VersionText(const nlohmann::json& card, const char* key, bool nccl) {
+  auto it = card.find(key);
+  if (it == card.end()) return "?";
+  if (it->is_string()) return it->get<std::string>();
+  if (!it->is_number_integer()) return "?";
+  int64_t v = it->get<int64_t>();
+  if (nccl) return fmt::format("{}.{}.{}", v / 10000, v / 100 % 100, v % 100);
+  return fmt::format("{}.{}", v / 1000, v % 1000 / 10);
+}
+
+}  // namespace
 namespace {
 
 namespace fs = std::filesystem;
@@ -233,9 +249,9 @@ std::string RenderHardwareCard(const json& card) {
                          l.value("links", int64_t{0}), Num(l, "gbps"));
     }
   }
-  out += fmt::format("- NCCL {}, CUDA driver {}, CUDA runtime {}\n", card.value("nccl_version", std::string("?")),
-                     card.value("cuda_driver_version", std::string("?")),
-                     card.value("cuda_runtime_version", std::string("?")));
+  out += fmt::format("- NCCL {}, CUDA driver {}, CUDA runtime {}\n", VersionText(card, "nccl_version", true),
+                     VersionText(card, "cuda_driver_version", false),
+                     VersionText(card, "cuda_runtime_version", false));
   if (card.value("emulated", false)) {
     out += "- EMULATED: ranks share GPUs, so timings do not reflect NVLink; correctness is what counts here\n";
   }

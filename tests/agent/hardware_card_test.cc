@@ -36,6 +36,17 @@ TEST(HardwareCard, RendersTheNumbers) {
   EXPECT_DOUBLE_EQ(LinkPeakGbps(*card), 450);
 }
 
+TEST(HardwareCard, ProbedIntegerVersionsAreSpelledOut) {
+  auto card = FindHardwareProfile("h200_8", testing::PromptsDir());
+  ASSERT_TRUE(card.ok());
+  // kforge-worker --probe reports the libraries' integers, not text.
+  (*card)["nccl_version"] = 22803;
+  (*card)["cuda_driver_version"] = 13000;
+  (*card)["cuda_runtime_version"] = 12080;
+  std::string md = RenderHardwareCard(*card);
+  EXPECT_NE(md.find("NCCL 2.28.3, CUDA driver 13.0, CUDA runtime 12.8"), std::string::npos) << md;
+}
+
 TEST(HardwareCard, TrimKeepsTheFirstGpus) {
   auto card = FindHardwareProfile("b200_8", testing::PromptsDir());
   ASSERT_TRUE(card.ok());
