@@ -27,4 +27,8 @@ echo "== kforge run examples/demo/demo.toml =="
 "$KF" run examples/demo/demo.toml --out "$OUT"
 echo
 echo "== the record, turn by turn (kforge show) =="
-"$KF" show "$OUT/demo" 2>/dev/null | head -n 60 || echo "(kforge show is not available in this build)"
+if show_out=$("$KF" show "$OUT/demo" 2>&1); then
+  printf '%s\n' "$show_out" | head -n 60
+else
+  echo "(kforge show failed: $show_out)"
+fi

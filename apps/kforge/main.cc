@@ -30,6 +30,12 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
+  } catch (const std::exception& e) {
+    // Errors are values inside kforge; an exception reaching here is a bug.
+    // Say so plainly instead of aborting (the run store stays consistent: every
+    // step is committed before the next begins).
+    std::fprintf(stderr, "kforge: internal error: %s\n", e.what());
+    return 70;
   }
   return exit_code;
 }
