@@ -50,9 +50,12 @@ class ThreadExecutor final : public Executor {
     return out;
   }
 
+  // Started and not yet handed back by Wait(): a job that finished but was not
+  // collected still counts, or the runner would see an idle executor with
+  // queued work and give up.
   size_t in_flight() const override {
     std::lock_guard<std::mutex> lock(mu_);
-    return threads_.size() - done_.size();
+    return threads_.size();
   }
 
  private:

@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
+#include <thread>
+
 namespace kforge::agent {
 namespace {
 
@@ -109,6 +113,24 @@ TEST(ThreadExecutor, RunsWorkOnThreadsAndReportsCompletion) {
   std::sort(done.begin(), done.end());
   EXPECT_EQ(done, (std::vector<uint64_t>{1, 2, 3}));
   EXPECT_EQ(ran.load(), 3);
+  EXPECT_EQ(ex->in_flight(), 0u);
+}
+
+// Regression: a job that has finished but not yet been collected by Wait() is
+// still in flight; otherwise the runner sees an idle executor while work is
+// queued and stops the run ("no pool can run them").
+TEST(ThreadExecutor, FinishedButUncollectedJobsStayInFlight) {
+  auto ex = MakeThreadExecutor();
+  std::atomic<bool> ran{false};
+  ex->Start(7, Pool::kCompile, [&] {
+    ran = true;
+    return 0.0;
+  });
+  while (!ran) std::this_thread::yield();
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the thread has returned by now
+  EXPECT_EQ(ex->in_flight(), 1u);
+  auto done = ex->Wait(std::nullopt);
+  ASSERT_EQ(done, std::vector<uint64_t>{7});
   EXPECT_EQ(ex->in_flight(), 0u);
 }
 
