@@ -8,29 +8,12 @@
 #include <cstdlib>
 
 #include "cuda_check.h"
+#include "hex.h"
 
 namespace kforge::worker {
 namespace {
 
 constexpr auto kForever = std::chrono::hours(24 * 365);
-
-std::string ToHex(const std::string& bytes) {
-  static const char* d = "0123456789abcdef";
-  std::string out;
-  for (unsigned char c : bytes) {
-    out += d[c >> 4];
-    out += d[c & 15];
-  }
-  return out;
-}
-
-std::string FromHex(const std::string& hex) {
-  std::string out;
-  for (size_t i = 0; i + 1 < hex.size(); i += 2) {
-    out += static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16));
-  }
-  return out;
-}
 
 }  // namespace
 
@@ -122,7 +105,7 @@ Status Worker::Hello() {
                           {"cc", std::to_string(gpu_.cc_major) + std::to_string(gpu_.cc_minor)}};
   if (!args_.emulated && args_.rank == 0) {
     KF_ASSIGN_OR_RETURN(std::string id, NcclUniqueId());
-    hello["nccl_id"] = ToHex(id);
+    hello["nccl_id"] = ToHex(id.data(), id.size());
   }
   return channel_.Send(hello);
 }
@@ -145,7 +128,9 @@ Result<nlohmann::json> Worker::Dispatch(const eval::Message& msg) {
 }
 
 Result<nlohmann::json> Worker::HandleNcclInit(const nlohmann::json& m) {
-  KF_ASSIGN_OR_RETURN(backend_, MakeNcclBackend(args_.rank, args_.world, FromHex(m.at("id"))));
+  std::string id(128, '\0');
+  KF_RETURN_IF_ERROR(FromHex(m.at("id").get<std::string>(), id.data(), id.size()));
+  KF_ASSIGN_OR_RETURN(backend_, MakeNcclBackend(args_.rank, args_.world, id));
   return nlohmann::json{{"backend", "nccl"}, {"nccl_version", NcclVersion()}};
 }
 

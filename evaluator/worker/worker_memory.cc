@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "cuda_check.h"
+#include "hex.h"
 #include "worker.h"
 
 namespace kforge::worker {
@@ -15,25 +16,6 @@ namespace {
 constexpr size_t kAlign = 256;
 
 size_t AlignUp(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
-
-std::string HandleToHex(const cudaIpcMemHandle_t& h) {
-  static const char* d = "0123456789abcdef";
-  std::string out;
-  const auto* p = reinterpret_cast<const unsigned char*>(&h);
-  for (size_t i = 0; i < sizeof(h); ++i) {
-    out += d[p[i] >> 4];
-    out += d[p[i] & 15];
-  }
-  return out;
-}
-
-Result<cudaIpcMemHandle_t> HandleFromHex(const std::string& hex) {
-  cudaIpcMemHandle_t h;
-  if (hex.size() != 2 * sizeof(h)) return Error(ErrorKind::kHarness, "malformed IPC handle");
-  auto* p = reinterpret_cast<unsigned char*>(&h);
-  for (size_t i = 0; i < sizeof(h); ++i) p[i] = static_cast<unsigned char>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
-  return h;
-}
 
 }  // namespace
 
@@ -91,7 +73,7 @@ Result<nlohmann::json> Worker::HandleAlloc(const nlohmann::json& m) {
   KF_CUDA(cudaMemset(base_, 0, layout_.total));
   cudaIpcMemHandle_t handle;
   KF_CUDA(cudaIpcGetMemHandle(&handle, base_));
-  return nlohmann::json{{"handle", HandleToHex(handle)}, {"bytes", layout_.total}};
+  return nlohmann::json{{"handle", ToHex(&handle, sizeof(handle))}, {"bytes", layout_.total}};
 }
 
 Result<nlohmann::json> Worker::HandlePeers(const nlohmann::json& m) {
@@ -103,7 +85,8 @@ Result<nlohmann::json> Worker::HandlePeers(const nlohmann::json& m) {
       peer_base_[r] = base_;
       continue;
     }
-    KF_ASSIGN_OR_RETURN(cudaIpcMemHandle_t h, HandleFromHex(handles[r]));
+    cudaIpcMemHandle_t h;
+    KF_RETURN_IF_ERROR(FromHex(handles[r].get<std::string>(), &h, sizeof(h)));
     void* p = nullptr;
     KF_CUDA(cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess));
     peer_base_[r] = p;
