@@ -3,10 +3,10 @@
 // module's own.
 #include "kforge/agent/adapters.h"
 
+#include <fmt/format.h>
+
 #include <map>
 #include <mutex>
-
-#include <fmt/format.h>
 
 #include "kforge/core/fs.h"
 #include "kforge/evaluator/evaluate.h"
@@ -92,11 +92,14 @@ class RunStoreAdapter final : public StorePort {
 
   Result<RunRow> CreateOrGetRun(const std::string& name, const nlohmann::json& config,
                                 const nlohmann::json& hardware) override {
-    KF_ASSIGN_OR_RETURN(results::RunInfo info,
-                        store_->CreateOrGetRun(name, config, "0.1.0", TaskSuiteHash(config), hardware));
+    KF_ASSIGN_OR_RETURN(
+        results::RunInfo info,
+        store_->CreateOrGetRun(name, config, "0.1.0", TaskSuiteHash(config), hardware));
     return RunRow{info.id, info.started_at, info.config};
   }
-  Status FinishRun(int64_t run_id, const std::string& state) override { return store_->FinishRun(run_id, state); }
+  Status FinishRun(int64_t run_id, const std::string& state) override {
+    return store_->FinishRun(run_id, state);
+  }
   Result<int64_t> UpsertSession(int64_t run_id, const SessionKeyRow& k) override {
     results::SessionKey key;
     key.model = k.model;
@@ -113,7 +116,8 @@ class RunStoreAdapter final : public StorePort {
     std::vector<SessionRow> out;
     for (const auto& r : rows) {
       out.push_back({r.id,
-                     {r.key.model, r.key.task, r.key.strategy, r.key.sample, r.key.world, r.key.dtype, r.key.category},
+                     {r.key.model, r.key.task, r.key.strategy, r.key.sample, r.key.world,
+                      r.key.dtype, r.key.category},
                      r.state,
                      r.stop_reason});
     }
@@ -171,7 +175,8 @@ class RunStoreAdapter final : public StorePort {
     }
     return out;
   }
-  Result<int64_t> RecordEvaluation(int64_t session_id, int64_t turn_id, const nlohmann::json& doc) override {
+  Result<int64_t> RecordEvaluation(int64_t session_id, int64_t turn_id,
+                                   const nlohmann::json& doc) override {
     return store_->RecordEvaluation(session_id, turn_id, doc);
   }
   Result<std::vector<EvaluationRow>> ListEvaluations(int64_t session_id) override {
@@ -186,7 +191,8 @@ class RunStoreAdapter final : public StorePort {
   Status SetBestEvaluation(int64_t session_id, int64_t eval_id) override {
     return store_->SetBestEvaluation(session_id, eval_id);
   }
-  Status AppendEvent(int64_t run_id, const std::string& kind, const nlohmann::json& detail) override {
+  Status AppendEvent(int64_t run_id, const std::string& kind,
+                     const nlohmann::json& detail) override {
     return store_->AppendEvent(run_id, kind, detail);
   }
 
@@ -203,7 +209,8 @@ class RunStoreAdapter final : public StorePort {
 
 std::unique_ptr<LlmPort> MakeProviderLlm() { return std::make_unique<ProviderLlm>(); }
 
-std::unique_ptr<EvalPort> MakeEvaluatorPort(const std::vector<eval::Task>* tasks, std::vector<int> gpus) {
+std::unique_ptr<EvalPort> MakeEvaluatorPort(const std::vector<eval::Task>* tasks,
+                                            std::vector<int> gpus) {
   return std::make_unique<EvaluatorPort>(tasks, std::move(gpus));
 }
 

@@ -10,15 +10,17 @@ void BudgetBook::Touch(const std::string& model, const std::string& task, double
   }
 }
 
-void BudgetBook::Charge(const std::string& model, const std::string& task, double usd, int64_t tokens) {
+void BudgetBook::Charge(const std::string& model, const std::string& task, double usd,
+                        int64_t tokens) {
   for (Spend* s : {&run_, &models_[model], &tasks_[model + " / " + task]}) {
     s->usd += usd;
     s->tokens += tokens;
   }
 }
 
-std::optional<std::string> BudgetBook::Check(const char* scope, const std::string& name, const BudgetLimits& limits,
-                                             const Spend& spend, double now_s) {
+std::optional<std::string> BudgetBook::Check(const char* scope, const std::string& name,
+                                             const BudgetLimits& limits, const Spend& spend,
+                                             double now_s) {
   std::string who = name.empty() ? std::string(scope) : fmt::format("{} {}", scope, name);
   if (limits.usd && spend.usd >= *limits.usd) {
     return fmt::format("budget: {} spent ${:.4f} of ${:.4f}", who, spend.usd, *limits.usd);
@@ -27,8 +29,8 @@ std::optional<std::string> BudgetBook::Check(const char* scope, const std::strin
     return fmt::format("budget: {} used {} of {} tokens", who, spend.tokens, *limits.tokens);
   }
   if (limits.wall_s && spend.started_s && now_s - *spend.started_s >= *limits.wall_s) {
-    return fmt::format("budget: {} ran {:.0f} s of {:.0f} s wall clock", who, now_s - *spend.started_s,
-                       *limits.wall_s);
+    return fmt::format("budget: {} ran {:.0f} s of {:.0f} s wall clock", who,
+                       now_s - *spend.started_s, *limits.wall_s);
   }
   return std::nullopt;
 }
@@ -38,9 +40,13 @@ std::optional<std::string> BudgetBook::Exhausted(const std::string& model, const
   if (auto r = Check("run", "", limits_.run, run_, now_s)) return r;
   Spend none;
   auto m = models_.find(model);
-  if (auto r = Check("model", model, limits_.per_model, m == models_.end() ? none : m->second, now_s)) return r;
+  if (auto r =
+          Check("model", model, limits_.per_model, m == models_.end() ? none : m->second, now_s))
+    return r;
   auto t = tasks_.find(model + " / " + task);
-  if (auto r = Check("task", model + " / " + task, limits_.per_task, t == tasks_.end() ? none : t->second, now_s)) return r;
+  if (auto r = Check("task", model + " / " + task, limits_.per_task,
+                     t == tasks_.end() ? none : t->second, now_s))
+    return r;
   return std::nullopt;
 }
 

@@ -21,11 +21,11 @@ class ThreadExecutor final : public Executor {
   void Start(uint64_t id, Pool, std::function<double()> work) override {
     std::lock_guard<std::mutex> lock(mu_);
     threads_.emplace(id, std::thread([this, id, work = std::move(work)] {
-      work();
-      std::lock_guard<std::mutex> l(mu_);
-      done_.push_back(id);
-      cv_.notify_all();
-    }));
+                       work();
+                       std::lock_guard<std::mutex> l(mu_);
+                       done_.push_back(id);
+                       cv_.notify_all();
+                     }));
   }
 
   std::vector<uint64_t> Wait(std::optional<Clock::TimePoint> until) override {
@@ -67,11 +67,13 @@ class ThreadExecutor final : public Executor {
 
 class SimExecutor final : public Executor {
  public:
-  SimExecutor(FakeClock& clock, std::function<double(Pool)> extra) : clock_(clock), extra_(std::move(extra)) {}
+  SimExecutor(FakeClock& clock, std::function<double(Pool)> extra)
+      : clock_(clock), extra_(std::move(extra)) {}
 
   void Start(uint64_t id, Pool pool, std::function<double()> work) override {
     double seconds = work() + (extra_ ? extra_(pool) : 0.0);
-    auto end = clock_.Now() + std::chrono::duration_cast<Clock::Duration>(std::chrono::duration<double>(seconds));
+    auto end = clock_.Now() +
+               std::chrono::duration_cast<Clock::Duration>(std::chrono::duration<double>(seconds));
     events_.push({end, seq_++, id});
   }
 
@@ -109,7 +111,8 @@ class SimExecutor final : public Executor {
 
 std::unique_ptr<Executor> MakeThreadExecutor() { return std::make_unique<ThreadExecutor>(); }
 
-std::unique_ptr<Executor> MakeSimExecutor(FakeClock& clock, std::function<double(Pool)> extra_seconds) {
+std::unique_ptr<Executor> MakeSimExecutor(FakeClock& clock,
+                                          std::function<double(Pool)> extra_seconds) {
   return std::make_unique<SimExecutor>(clock, std::move(extra_seconds));
 }
 

@@ -1,9 +1,9 @@
 #include "kforge/agent/extract.h"
 
+#include <fmt/format.h>
+
 #include <regex>
 #include <vector>
-
-#include <fmt/format.h>
 
 namespace kforge::agent {
 namespace {
@@ -56,8 +56,8 @@ std::vector<Block> FindBlocks(std::string_view text) {
 }
 
 bool IsCodeLanguage(const std::string& lang) {
-  return lang.empty() || lang == "cuda" || lang == "cu" || lang == "cpp" || lang == "c++" || lang == "cxx" ||
-         lang == "cc" || lang == "c" || lang == "cuh";
+  return lang.empty() || lang == "cuda" || lang == "cu" || lang == "cpp" || lang == "c++" ||
+         lang == "cxx" || lang == "cc" || lang == "c" || lang == "cuh";
 }
 
 bool DefinesKfRun(const std::string& body) {
@@ -84,15 +84,19 @@ Extraction ExtractKernel(std::string_view reply) {
   if (defining.empty()) {
     if (truncated_candidate) {
       x.problem =
-          "Your reply was cut off inside the code block that defines kf_run (the closing ``` never came), so there "
-          "is no complete kernel to compile. Send the whole kernel again, more concisely if needed.";
+          "Your reply was cut off inside the code block that defines kf_run (the closing ``` never "
+          "came), so there "
+          "is no complete kernel to compile. Send the whole kernel again, more concisely if "
+          "needed.";
     } else if (blocks.empty()) {
       x.problem =
-          "Your reply contains no fenced code block. Put the complete kernel in one ```cuda block that defines "
+          "Your reply contains no fenced code block. Put the complete kernel in one ```cuda block "
+          "that defines "
           "kf_setup, kf_run and kf_teardown.";
     } else {
       x.problem = fmt::format(
-          "None of the {} code block(s) in your reply defines kf_run. Put the complete kernel in one ```cuda "
+          "None of the {} code block(s) in your reply defines kf_run. Put the complete kernel in "
+          "one ```cuda "
           "block that defines kf_setup, kf_run and kf_teardown.",
           blocks.size());
     }
@@ -101,7 +105,8 @@ Extraction ExtractKernel(std::string_view reply) {
   for (const Block* b : defining) {
     if (b->body != defining.front()->body) {
       x.problem = fmt::format(
-          "Your reply contains {} different code blocks that each define kf_run, so it is unclear which one to "
+          "Your reply contains {} different code blocks that each define kf_run, so it is unclear "
+          "which one to "
           "evaluate. Send exactly one complete kernel in a single ```cuda block.",
           defining.size());
       return x;

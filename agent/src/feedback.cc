@@ -1,12 +1,12 @@
 #include "kforge/agent/feedback.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <set>
 #include <sstream>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "kforge/agent/template.h"
 
@@ -60,18 +60,23 @@ json CompileView(const FeedbackInput& in) {
   std::set<std::pair<int, std::string>> seen;
   size_t total = 0;
   for (const auto& d : compile.value("diagnostics", json::array())) {
-    if (!d.is_object() || GetStr(d, "severity") == "warning" || GetStr(d, "severity") == "note") continue;
+    if (!d.is_object() || GetStr(d, "severity") == "warning" || GetStr(d, "severity") == "note")
+      continue;
     int line = static_cast<int>(GetNum(d, "line", 0));
     std::string message = GetStr(d, "message");
     if (!seen.insert({line, message}).second) continue;
     ++total;
     if (errors.size() >= kMaxDiagnostics) continue;
-    json e = {{"line", line}, {"column", static_cast<int>(GetNum(d, "column", 0))}, {"message", message},
+    json e = {{"line", line},
+              {"column", static_cast<int>(GetNum(d, "column", 0))},
+              {"message", message},
               {"file", GetStr(d, "file")}};
     std::string file = GetStr(d, "file");
-    bool ours = file.empty() || file == in.kernel_name ||
-                std::filesystem::path(file).filename() == std::filesystem::path(in.kernel_name).filename();
-    if (ours && line >= 1 && static_cast<size_t>(line) <= src.size()) e["source_line"] = src[line - 1];
+    bool ours =
+        file.empty() || file == in.kernel_name ||
+        std::filesystem::path(file).filename() == std::filesystem::path(in.kernel_name).filename();
+    if (ours && line >= 1 && static_cast<size_t>(line) <= src.size())
+      e["source_line"] = src[line - 1];
     errors.push_back(e);
   }
   view["errors"] = errors;
@@ -208,18 +213,20 @@ json FeedbackView(const FeedbackInput& in) {
   }
   view["mismatch"] = MismatchView(e);
   view["timing"] = TimingView(e, in.link_peak_gbps);
-  if (e.contains("speedup") && e["speedup"].is_number()) view["speedup"] = Num(e["speedup"].get<double>());
+  if (e.contains("speedup") && e["speedup"].is_number())
+    view["speedup"] = Num(e["speedup"].get<double>());
   return view;
 }
 
 Result<std::string> ComposeFeedback(const Strategy& strategy, const FeedbackInput& in) {
   auto it = strategy.feedback_templates.find(in.outcome);
   if (it == strategy.feedback_templates.end()) {
-    return Error(ErrorKind::kInternal,
-                 fmt::format("strategy {} has no feedback template for {}", strategy.name, OutcomeName(in.outcome)));
+    return Error(ErrorKind::kInternal, fmt::format("strategy {} has no feedback template for {}",
+                                                   strategy.name, OutcomeName(in.outcome)));
   }
-  return RenderTemplate(it->second, FeedbackView(in),
-                        fmt::format("{} feedback.{}", strategy.path.string(), OutcomeName(in.outcome)));
+  return RenderTemplate(
+      it->second, FeedbackView(in),
+      fmt::format("{} feedback.{}", strategy.path.string(), OutcomeName(in.outcome)));
 }
 
 }  // namespace kforge::agent

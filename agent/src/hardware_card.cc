@@ -1,12 +1,11 @@
 #include "kforge/agent/hardware_card.h"
 
+#include <fmt/format.h>
 #include <toml++/toml.h>
 
 #include <algorithm>
 #include <map>
 #include <set>
-
-#include <fmt/format.h>
 
 #include "kforge/core/fs.h"
 
@@ -32,15 +31,17 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-Status FieldError(const fs::path& origin, const toml::node* node, std::string_view field, std::string_view what) {
+Status FieldError(const fs::path& origin, const toml::node* node, std::string_view field,
+                  std::string_view what) {
   int line = node ? static_cast<int>(node->source().begin.line) : 0;
-  return Error(ErrorKind::kInvalidInput, fmt::format("{}:{}: {}: {}", origin.string(), line, field, what));
+  return Error(ErrorKind::kInvalidInput,
+               fmt::format("{}:{}: {}: {}", origin.string(), line, field, what));
 }
 
 // Integer GPU facts a profile must give, in the probe's field names.
-constexpr const char* kGpuIntFields[] = {"cc_major",      "cc_minor",   "sm_count", "smem_per_block_optin",
-                                         "smem_per_sm",   "regs_per_sm", "l2_bytes", "hbm_bytes",
-                                         "sm_clock_mhz",  "mem_clock_mhz"};
+constexpr const char* kGpuIntFields[] = {
+    "cc_major",    "cc_minor", "sm_count",  "smem_per_block_optin", "smem_per_sm",
+    "regs_per_sm", "l2_bytes", "hbm_bytes", "sm_clock_mhz",         "mem_clock_mhz"};
 
 std::string Bytes(double b) {
   if (b >= 1024.0 * 1024 * 1024) return fmt::format("{:.0f} GiB", b / (1024.0 * 1024 * 1024));
@@ -60,13 +61,16 @@ Result<json> ParseHardwareProfile(std::string_view toml_text, const fs::path& or
   try {
     root = toml::parse(toml_text, origin.string());
   } catch (const toml::parse_error& e) {
-    return Error(ErrorKind::kInvalidInput, fmt::format("{}:{}: {}", origin.string(), e.source().begin.line,
-                                                       std::string(e.description())));
+    return Error(ErrorKind::kInvalidInput,
+                 fmt::format("{}:{}: {}", origin.string(), e.source().begin.line,
+                             std::string(e.description())));
   }
-  static const std::set<std::string> kTop = {"name",          "description", "world", "nccl_version",
-                                             "cuda_driver_version", "cuda_runtime_version", "gpu", "nvlink"};
+  static const std::set<std::string> kTop = {
+      "name", "description", "world", "nccl_version", "cuda_driver_version", "cuda_runtime_version",
+      "gpu",  "nvlink"};
   for (const auto& [k, node] : root) {
-    if (!kTop.count(std::string(k.str()))) return FieldError(origin, &node, k.str(), "unknown field");
+    if (!kTop.count(std::string(k.str())))
+      return FieldError(origin, &node, k.str(), "unknown field");
   }
   json card = json::object();
   card["profile"] = root["name"].value_or(origin.stem().string());
@@ -88,14 +92,19 @@ Result<json> ParseHardwareProfile(std::string_view toml_text, const fs::path& or
   g["name"] = *name;
   for (const char* key : kGpuIntFields) {
     auto v = (*gpu)[key].value<int64_t>();
-    if (!v || *v < 0) return FieldError(origin, gpu->get(key), fmt::format("gpu.{}", key), "expected a non-negative integer");
+    if (!v || *v < 0)
+      return FieldError(origin, gpu->get(key), fmt::format("gpu.{}", key),
+                        "expected a non-negative integer");
     g[key] = *v;
   }
   auto bw = (*gpu)["hbm_bandwidth_gbps"].value<double>();
-  if (!bw || *bw <= 0) return FieldError(origin, gpu->get("hbm_bandwidth_gbps"), "gpu.hbm_bandwidth_gbps", "expected a positive number");
+  if (!bw || *bw <= 0)
+    return FieldError(origin, gpu->get("hbm_bandwidth_gbps"), "gpu.hbm_bandwidth_gbps",
+                      "expected a positive number");
   g["hbm_bandwidth_gbps"] = *bw;
   for (const auto& [k, node] : *gpu) {
-    if (!g.contains(std::string(k.str()))) return FieldError(origin, &node, fmt::format("gpu.{}", k.str()), "unknown field");
+    if (!g.contains(std::string(k.str())))
+      return FieldError(origin, &node, fmt::format("gpu.{}", k.str()), "unknown field");
   }
   int64_t links = 0;
   double gbps = 0;
@@ -104,10 +113,13 @@ Result<json> ParseHardwareProfile(std::string_view toml_text, const fs::path& or
     if (!t) return FieldError(origin, n, "nvlink", "expected a table");
     auto l = (*t)["links"].value<int64_t>();
     auto b = (*t)["gbps"].value<double>();
-    if (!l || *l < 1) return FieldError(origin, t->get("links"), "nvlink.links", "expected a positive integer");
-    if (!b || *b <= 0) return FieldError(origin, t->get("gbps"), "nvlink.gbps", "expected a positive number");
+    if (!l || *l < 1)
+      return FieldError(origin, t->get("links"), "nvlink.links", "expected a positive integer");
+    if (!b || *b <= 0)
+      return FieldError(origin, t->get("gbps"), "nvlink.gbps", "expected a positive number");
     for (const auto& [k, node] : *t) {
-      if (k.str() != "links" && k.str() != "gbps") return FieldError(origin, &node, fmt::format("nvlink.{}", k.str()), "unknown field");
+      if (k.str() != "links" && k.str() != "gbps")
+        return FieldError(origin, &node, fmt::format("nvlink.{}", k.str()), "unknown field");
     }
     links = *l;
     gbps = *b;
@@ -123,7 +135,8 @@ Result<json> ParseHardwareProfile(std::string_view toml_text, const fs::path& or
     json row = json::array();
     for (int j = 0; j < w; ++j) {
       row.push_back(links > 0 || i == j);
-      if (i != j && links > 0) nvlink.push_back({{"from", i}, {"to", j}, {"links", links}, {"gbps", gbps}});
+      if (i != j && links > 0)
+        nvlink.push_back({{"from", i}, {"to", j}, {"links", links}, {"gbps", gbps}});
     }
     p2p.push_back(row);
   }
@@ -148,9 +161,11 @@ Result<json> FindHardwareProfile(const std::string& name_or_path, const fs::path
   std::error_code ec;
   if (!fs::exists(path, ec)) {
     std::string known;
-    for (const auto& n : ListHardwareProfiles(prompts_dir)) known += (known.empty() ? "" : ", ") + n;
-    return Error(ErrorKind::kNotFound, fmt::format("no hardware profile '{}' in {} (known: {})", name_or_path,
-                                                   path.parent_path().string(), known));
+    for (const auto& n : ListHardwareProfiles(prompts_dir))
+      known += (known.empty() ? "" : ", ") + n;
+    return Error(ErrorKind::kNotFound,
+                 fmt::format("no hardware profile '{}' in {} (known: {})", name_or_path,
+                             path.parent_path().string(), known));
   }
   return LoadHardwareProfile(path);
 }
@@ -174,7 +189,8 @@ json TrimHardware(const json& card, int world) {
   const json in_p2p = card.value("p2p", json::array());
   for (int i = 0; i < world && static_cast<size_t>(i) < in_p2p.size(); ++i) {
     const json& row = in_p2p[i];
-    p2p.push_back(json(std::vector<json>(row.begin(), row.begin() + std::min<size_t>(world, row.size()))));
+    p2p.push_back(
+        json(std::vector<json>(row.begin(), row.begin() + std::min<size_t>(world, row.size()))));
   }
   out["p2p"] = p2p;
   json nvlink = json::array();
@@ -202,27 +218,37 @@ std::string RenderHardwareCard(const json& card) {
   for (const auto& [name, count] : by_name) {
     const json* g = nullptr;
     for (const auto& x : gpus) {
-      if (x.value("name", std::string("unknown GPU")) == name) { g = &x; break; }
+      if (x.value("name", std::string("unknown GPU")) == name) {
+        g = &x;
+        break;
+      }
     }
     int ccM = static_cast<int>(Num(*g, "cc_major")), ccm = static_cast<int>(Num(*g, "cc_minor"));
-    out += fmt::format("- {} x {} (compute capability {}.{}, nvcc arch sm_{}{}{}), {} SMs\n", count, name, ccM, ccm,
-                       ccM, ccm, ccM >= 9 ? "a" : "", static_cast<int>(Num(*g, "sm_count")));
-    out += fmt::format("- per SM: {} shared memory ({} per block with the opt-in attribute), {} 32-bit registers\n",
-                       Bytes(Num(*g, "smem_per_sm")), Bytes(Num(*g, "smem_per_block_optin")),
-                       static_cast<int64_t>(Num(*g, "regs_per_sm")));
-    out += fmt::format("- L2 cache {}; HBM {} at {:.0f} GB/s\n", Bytes(Num(*g, "l2_bytes")), Bytes(Num(*g, "hbm_bytes")),
-                       Num(*g, "hbm_bandwidth_gbps"));
-    out += fmt::format("- clocks: SM {:.0f} MHz, memory {:.0f} MHz\n", Num(*g, "sm_clock_mhz"), Num(*g, "mem_clock_mhz"));
+    out += fmt::format("- {} x {} (compute capability {}.{}, nvcc arch sm_{}{}{}), {} SMs\n", count,
+                       name, ccM, ccm, ccM, ccm, ccM >= 9 ? "a" : "",
+                       static_cast<int>(Num(*g, "sm_count")));
+    out += fmt::format(
+        "- per SM: {} shared memory ({} per block with the opt-in attribute), {} 32-bit "
+        "registers\n",
+        Bytes(Num(*g, "smem_per_sm")), Bytes(Num(*g, "smem_per_block_optin")),
+        static_cast<int64_t>(Num(*g, "regs_per_sm")));
+    out += fmt::format("- L2 cache {}; HBM {} at {:.0f} GB/s\n", Bytes(Num(*g, "l2_bytes")),
+                       Bytes(Num(*g, "hbm_bytes")), Num(*g, "hbm_bandwidth_gbps"));
+    out += fmt::format("- clocks: SM {:.0f} MHz, memory {:.0f} MHz\n", Num(*g, "sm_clock_mhz"),
+                       Num(*g, "mem_clock_mhz"));
   }
   const json p2p = card.value("p2p", json::array());
   size_t n = gpus.size();
   bool all_p2p = n > 0;
   for (size_t i = 0; i < p2p.size(); ++i) {
-    for (size_t j = 0; j < p2p[i].size(); ++j) all_p2p = all_p2p && p2p[i][j].is_boolean() && p2p[i][j].get<bool>();
+    for (size_t j = 0; j < p2p[i].size(); ++j)
+      all_p2p = all_p2p && p2p[i][j].is_boolean() && p2p[i][j].get<bool>();
   }
   if (n > 1) {
-    out += all_p2p ? "- peer access (P2P): every GPU can load from and store to every other GPU's memory\n"
-                   : "- peer access (P2P): NOT available between every pair; see the matrix below\n";
+    out +=
+        all_p2p
+            ? "- peer access (P2P): every GPU can load from and store to every other GPU's memory\n"
+            : "- peer access (P2P): NOT available between every pair; see the matrix below\n";
     if (!all_p2p) {
       for (size_t i = 0; i < p2p.size(); ++i) {
         std::string row;
@@ -235,25 +261,29 @@ std::string RenderHardwareCard(const json& card) {
   std::set<std::pair<int64_t, double>> kinds;
   for (const auto& l : nvlink) kinds.insert({l.value("links", int64_t{0}), Num(l, "gbps")});
   int64_t probed_links = 0;  // the probe reports active links per GPU, not per peer
-  for (const auto& g : gpus) probed_links = std::max<int64_t>(probed_links, g.value("nvlink_active_links", int64_t{0}));
+  for (const auto& g : gpus)
+    probed_links = std::max<int64_t>(probed_links, g.value("nvlink_active_links", int64_t{0}));
   if (nvlink.empty() && n > 1 && probed_links > 0) {
     out += fmt::format("- NVLink: {} active links per GPU\n", probed_links);
   } else if (nvlink.empty() && n > 1) {
     out += "- NVLink: none reported (peer traffic goes over PCIe)\n";
   } else if (kinds.size() == 1 && nvlink.size() == n * (n - 1)) {
-    out += fmt::format("- NVLink: every GPU pair, {} links, {:.0f} GB/s per direction per GPU\n", kinds.begin()->first,
-                       kinds.begin()->second);
+    out += fmt::format("- NVLink: every GPU pair, {} links, {:.0f} GB/s per direction per GPU\n",
+                       kinds.begin()->first, kinds.begin()->second);
   } else {
     for (const auto& l : nvlink) {
-      out += fmt::format("  - NVLink GPU {} -> GPU {}: {} links, {:.0f} GB/s\n", l.value("from", 0), l.value("to", 0),
-                         l.value("links", int64_t{0}), Num(l, "gbps"));
+      out += fmt::format("  - NVLink GPU {} -> GPU {}: {} links, {:.0f} GB/s\n", l.value("from", 0),
+                         l.value("to", 0), l.value("links", int64_t{0}), Num(l, "gbps"));
     }
   }
-  out += fmt::format("- NCCL {}, CUDA driver {}, CUDA runtime {}\n", VersionText(card, "nccl_version", true),
+  out += fmt::format("- NCCL {}, CUDA driver {}, CUDA runtime {}\n",
+                     VersionText(card, "nccl_version", true),
                      VersionText(card, "cuda_driver_version", false),
                      VersionText(card, "cuda_runtime_version", false));
   if (card.value("emulated", false)) {
-    out += "- EMULATED: ranks share GPUs, so timings do not reflect NVLink; correctness is what counts here\n";
+    out +=
+        "- EMULATED: ranks share GPUs, so timings do not reflect NVLink; correctness is what "
+        "counts here\n";
   }
   return out;
 }

@@ -6,16 +6,26 @@ namespace kforge::agent {
 
 std::string_view OutcomeName(Outcome outcome) {
   switch (outcome) {
-    case Outcome::kNoKernel: return "no_kernel";
-    case Outcome::kCompileError: return "compile_error";
-    case Outcome::kPolicyViolation: return "policy_violation";
-    case Outcome::kRuntimeError: return "runtime_error";
-    case Outcome::kHang: return "hang";
-    case Outcome::kMismatch: return "mismatch";
-    case Outcome::kSlow: return "slow";
-    case Outcome::kFast: return "fast";
-    case Outcome::kCompiled: return "compiled";
-    case Outcome::kHarnessError: return "harness_error";
+    case Outcome::kNoKernel:
+      return "no_kernel";
+    case Outcome::kCompileError:
+      return "compile_error";
+    case Outcome::kPolicyViolation:
+      return "policy_violation";
+    case Outcome::kRuntimeError:
+      return "runtime_error";
+    case Outcome::kHang:
+      return "hang";
+    case Outcome::kMismatch:
+      return "mismatch";
+    case Outcome::kSlow:
+      return "slow";
+    case Outcome::kFast:
+      return "fast";
+    case Outcome::kCompiled:
+      return "compiled";
+    case Outcome::kHarnessError:
+      return "harness_error";
   }
   return "unknown";
 }
@@ -48,15 +58,23 @@ Outcome ClassifyEvaluation(const nlohmann::json& doc, bool compile_only) {
 double ProgressScore(Outcome outcome, double speedup) {
   switch (outcome) {
     case Outcome::kFast:
-    case Outcome::kSlow: return 10.0 + speedup;
-    case Outcome::kMismatch: return 5;
+    case Outcome::kSlow:
+      return 10.0 + speedup;
+    case Outcome::kMismatch:
+      return 5;
     case Outcome::kRuntimeError:
-    case Outcome::kHang: return 4;
-    case Outcome::kCompiled: return 3.5;
-    case Outcome::kPolicyViolation: return 3;
-    case Outcome::kCompileError: return 2;
-    case Outcome::kNoKernel: return 1;
-    case Outcome::kHarnessError: return 0;
+    case Outcome::kHang:
+      return 4;
+    case Outcome::kCompiled:
+      return 3.5;
+    case Outcome::kPolicyViolation:
+      return 3;
+    case Outcome::kCompileError:
+      return 2;
+    case Outcome::kNoKernel:
+      return 1;
+    case Outcome::kHarnessError:
+      return 0;
   }
   return 0;
 }

@@ -1,8 +1,8 @@
 #include "kforge/agent/progress.h"
 
-#include <chrono>
-
 #include <fmt/format.h>
+
+#include <chrono>
 
 #include "kforge/core/log.h"
 
@@ -13,13 +13,14 @@ constexpr size_t kRunningShown = 8;
 }  // namespace
 
 std::string RenderStatsTable(const RunStats& s) {
-  std::string out = fmt::format("{:<40} {:>8} {:>8} {:>8} {:>8} {:>6} {:>10} {:>10}\n", "model", "tasks", "ended",
-                                s.compile_only ? "compiled" : "correct", "faster", "turns", "tokens", "spend");
+  std::string out =
+      fmt::format("{:<40} {:>8} {:>8} {:>8} {:>8} {:>6} {:>10} {:>10}\n", "model", "tasks", "ended",
+                  s.compile_only ? "compiled" : "correct", "faster", "turns", "tokens", "spend");
   ModelStats total;
   for (const auto& [model, m] : s.models) {
-    out += fmt::format("{:<40} {:>8} {:>8} {:>8} {:>8} {:>6} {:>10} {:>10}\n", model, m.sessions, m.ended,
-                       s.compile_only ? m.compiled : m.correct, m.faster, m.turns, m.tokens,
-                       fmt::format("${:.4f}", m.usd));
+    out += fmt::format("{:<40} {:>8} {:>8} {:>8} {:>8} {:>6} {:>10} {:>10}\n", model, m.sessions,
+                       m.ended, s.compile_only ? m.compiled : m.correct, m.faster, m.turns,
+                       m.tokens, fmt::format("${:.4f}", m.usd));
     total.sessions += m.sessions;
     total.ended += m.ended;
     total.correct += m.correct;
@@ -30,14 +31,15 @@ std::string RenderStatsTable(const RunStats& s) {
     total.usd += m.usd;
   }
   if (s.models.size() > 1) {
-    out += fmt::format("{:<40} {:>8} {:>8} {:>8} {:>8} {:>6} {:>10} {:>10}\n", "all", total.sessions, total.ended,
-                       s.compile_only ? total.compiled : total.correct, total.faster, total.turns, total.tokens,
-                       fmt::format("${:.4f}", total.usd));
+    out += fmt::format("{:<40} {:>8} {:>8} {:>8} {:>8} {:>6} {:>10} {:>10}\n", "all",
+                       total.sessions, total.ended, s.compile_only ? total.compiled : total.correct,
+                       total.faster, total.turns, total.tokens, fmt::format("${:.4f}", total.usd));
   }
   return out;
 }
 
-ProgressView::ProgressView(std::FILE* out, bool live, const Clock& clock) : out_(out), live_(live), clock_(clock) {}
+ProgressView::ProgressView(std::FILE* out, bool live, const Clock& clock)
+    : out_(out), live_(live), clock_(clock) {}
 
 void ProgressView::Event(const std::string& line) {
   if (!live_) {
@@ -64,10 +66,14 @@ void ProgressView::Draw(const RunStats& s) {
   double gpu_pct = (s.elapsed_s > 0 && !s.gpu_busy_s.empty())
                        ? 100.0 * busy / (s.elapsed_s * static_cast<double>(s.gpu_busy_s.size()))
                        : 0.0;
-  text += fmt::format("elapsed {:.0f} s | queued: {} model calls, {} compiles, {} GPU evaluations | GPU busy {:.0f}%\n",
-                      s.elapsed_s, s.queued_llm, s.queued_compile, s.queued_gpu, gpu_pct);
-  for (size_t i = 0; i < s.running.size() && i < kRunningShown; ++i) text += "  now: " + s.running[i] + "\n";
-  if (s.running.size() > kRunningShown) text += fmt::format("  ... and {} more\n", s.running.size() - kRunningShown);
+  text += fmt::format(
+      "elapsed {:.0f} s | queued: {} model calls, {} compiles, {} GPU evaluations | GPU busy "
+      "{:.0f}%\n",
+      s.elapsed_s, s.queued_llm, s.queued_compile, s.queued_gpu, gpu_pct);
+  for (size_t i = 0; i < s.running.size() && i < kRunningShown; ++i)
+    text += "  now: " + s.running[i] + "\n";
+  if (s.running.size() > kRunningShown)
+    text += fmt::format("  ... and {} more\n", s.running.size() - kRunningShown);
   for (const auto& e : recent_) text += "  " + e + "\n";
   // Move up over the previous drawing and clear it.
   std::string erase;

@@ -33,7 +33,8 @@ Status RunEngine::Restore(SessionSlot& slot) {
         Extraction x = ExtractKernel(t.reply);
         problem = x.problem;
         if (t.finish_reason == "length") {
-          problem = "Your reply hit the output-token limit before a complete kernel arrived. " + problem;
+          problem =
+              "Your reply hit the output-token limit before a complete kernel arrived. " + problem;
         }
       }
       s.OnReply(c, t.reply, t.kernel, problem, t.id);
@@ -54,7 +55,9 @@ Status RunEngine::Restore(SessionSlot& slot) {
           KF_ASSIGN_OR_RETURN(fb, Feedback(s, c, o, doc));
           KF_RETURN_IF_ERROR(deps_.store->SetTurnFeedback(t.id, fb));
         }
-        double speedup = doc.contains("speedup") && doc["speedup"].is_number() ? doc["speedup"].get<double>() : 0.0;
+        double speedup = doc.contains("speedup") && doc["speedup"].is_number()
+                             ? doc["speedup"].get<double>()
+                             : 0.0;
         s.OnFinished(c, o, speedup, fb, ev->second->id);
       }
       // Otherwise the kernel still needs compiling and evaluating: it stays

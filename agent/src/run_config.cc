@@ -1,12 +1,11 @@
 #include "kforge/agent/run_config.h"
 
+#include <fmt/format.h>
+#include <fnmatch.h>
 #include <toml++/toml.h>
 
 #include <ctime>
-#include <fnmatch.h>
 #include <set>
-
-#include <fmt/format.h>
 
 #include "kforge/core/fs.h"
 
@@ -16,12 +15,15 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-Status FieldError(const fs::path& origin, const toml::node* node, std::string_view field, std::string_view what) {
+Status FieldError(const fs::path& origin, const toml::node* node, std::string_view field,
+                  std::string_view what) {
   int line = node ? static_cast<int>(node->source().begin.line) : 0;
-  return Error(ErrorKind::kInvalidInput, fmt::format("{}:{}: {}: {}", origin.string(), line, field, what));
+  return Error(ErrorKind::kInvalidInput,
+               fmt::format("{}:{}: {}: {}", origin.string(), line, field, what));
 }
 
-Result<std::vector<std::string>> Strings(const fs::path& origin, const toml::table& t, const char* key) {
+Result<std::vector<std::string>> Strings(const fs::path& origin, const toml::table& t,
+                                         const char* key) {
   std::vector<std::string> out;
   const toml::node* n = t.get(key);
   if (!n) return out;
@@ -36,7 +38,8 @@ Result<std::vector<std::string>> Strings(const fs::path& origin, const toml::tab
   return out;
 }
 
-Status ReadLimits(const fs::path& origin, const toml::node* n, const std::string& field, BudgetLimits* out) {
+Status ReadLimits(const fs::path& origin, const toml::node* n, const std::string& field,
+                  BudgetLimits* out) {
   if (!n) return Status::Ok();
   const toml::table* t = n->as_table();
   if (!t) return FieldError(origin, n, field, "expected a table");
@@ -44,11 +47,13 @@ Status ReadLimits(const fs::path& origin, const toml::node* n, const std::string
     std::string key(k.str());
     if (key == "usd" || key == "wall_s") {
       auto d = v.value<double>();
-      if (!d || *d < 0) return FieldError(origin, &v, field + "." + key, "expected a non-negative number");
+      if (!d || *d < 0)
+        return FieldError(origin, &v, field + "." + key, "expected a non-negative number");
       (key == "usd" ? out->usd : out->wall_s) = *d;
     } else if (key == "tokens") {
       auto i = v.value<int64_t>();
-      if (!i || *i < 0) return FieldError(origin, &v, field + "." + key, "expected a non-negative integer");
+      if (!i || *i < 0)
+        return FieldError(origin, &v, field + "." + key, "expected a non-negative integer");
       out->tokens = *i;
     } else {
       return FieldError(origin, &v, field + "." + key, "unknown field (usd, tokens, wall_s)");
@@ -80,22 +85,26 @@ Result<RunConfig> ParseRunFile(std::string_view text, const fs::path& origin) {
   try {
     root = toml::parse(text, origin.string());
   } catch (const toml::parse_error& e) {
-    return Error(ErrorKind::kInvalidInput, fmt::format("{}:{}: {}", origin.string(), e.source().begin.line,
-                                                       std::string(e.description())));
+    return Error(ErrorKind::kInvalidInput,
+                 fmt::format("{}:{}: {}", origin.string(), e.source().begin.line,
+                             std::string(e.description())));
   }
   static const std::set<std::string> kKnown = {
-      "name",   "models",  "tasks", "strategy",     "turns",           "samples",      "repeats",
-      "world",  "dtype",   "gpus",  "hardware",     "compile_only",    "deadline",     "llm_concurrency",
-      "compile_jobs", "out", "budget"};
+      "name",     "models",          "tasks",        "strategy", "turns",    "samples",
+      "repeats",  "world",           "dtype",        "gpus",     "hardware", "compile_only",
+      "deadline", "llm_concurrency", "compile_jobs", "out",      "budget"};
   for (const auto& [k, v] : root) {
-    if (!kKnown.count(std::string(k.str()))) return FieldError(origin, &v, k.str(), "unknown field");
+    if (!kKnown.count(std::string(k.str())))
+      return FieldError(origin, &v, k.str(), "unknown field");
   }
   RunConfig c;
   c.name = root["name"].value_or(origin.stem().string());
   KF_ASSIGN_OR_RETURN(c.models, Strings(origin, root, "models"));
   KF_ASSIGN_OR_RETURN(c.tasks, Strings(origin, root, "tasks"));
-  if (c.models.empty()) return FieldError(origin, root.get("models"), "models", "at least one model is required");
-  if (c.tasks.empty()) return FieldError(origin, root.get("tasks"), "tasks", "at least one task selector is required");
+  if (c.models.empty())
+    return FieldError(origin, root.get("models"), "models", "at least one model is required");
+  if (c.tasks.empty())
+    return FieldError(origin, root.get("tasks"), "tasks", "at least one task selector is required");
   auto str = [&](const char* key, std::string* out) -> Status {
     if (const toml::node* n = root.get(key)) {
       auto v = n->value<std::string>();
@@ -107,7 +116,8 @@ Result<RunConfig> ParseRunFile(std::string_view text, const fs::path& origin) {
   auto integer = [&](const char* key, int min, int* out) -> Status {
     if (const toml::node* n = root.get(key)) {
       auto v = n->value<int64_t>();
-      if (!v || *v < min) return FieldError(origin, n, key, fmt::format("expected an integer >= {}", min));
+      if (!v || *v < min)
+        return FieldError(origin, n, key, fmt::format("expected an integer >= {}", min));
       *out = static_cast<int>(*v);
     }
     return Status::Ok();
@@ -156,7 +166,8 @@ Result<RunConfig> ParseRunFile(std::string_view text, const fs::path& origin) {
       } else if (key == "per_task") {
         KF_RETURN_IF_ERROR(ReadLimits(origin, &v, "budget.per_task", &c.budgets.per_task));
       } else if (key != "usd" && key != "tokens" && key != "wall_s") {
-        return FieldError(origin, &v, "budget." + key, "unknown field (usd, tokens, wall_s, per_model, per_task)");
+        return FieldError(origin, &v, "budget." + key,
+                          "unknown field (usd, tokens, wall_s, per_model, per_task)");
       }
     }
     for (const char* key : {"usd", "tokens", "wall_s"}) {
@@ -165,7 +176,9 @@ Result<RunConfig> ParseRunFile(std::string_view text, const fs::path& origin) {
       toml::table one;
       one.insert(key, *v);
       Status st = ReadLimits(origin, &one, "budget", &c.budgets.run);
-      if (!st.ok()) return FieldError(origin, v, std::string("budget.") + key, "expected a non-negative number");
+      if (!st.ok())
+        return FieldError(origin, v, std::string("budget.") + key,
+                          "expected a non-negative number");
     }
   }
   return c;
@@ -177,11 +190,19 @@ Result<RunConfig> LoadRunFile(const fs::path& path) {
 }
 
 json RunConfigToJson(const RunConfig& c) {
-  json j = {{"name", c.name},         {"models", c.models},   {"tasks", c.tasks},
-            {"strategy", c.strategy}, {"repeats", c.repeats}, {"world", c.world},
-            {"dtype", c.dtype},       {"gpus", c.gpus},       {"hardware", c.hardware},
-            {"compile_only", c.compile_only}, {"llm_concurrency", c.llm_concurrency},
-            {"compile_jobs", c.compile_jobs}, {"out", c.out}};
+  json j = {{"name", c.name},
+            {"models", c.models},
+            {"tasks", c.tasks},
+            {"strategy", c.strategy},
+            {"repeats", c.repeats},
+            {"world", c.world},
+            {"dtype", c.dtype},
+            {"gpus", c.gpus},
+            {"hardware", c.hardware},
+            {"compile_only", c.compile_only},
+            {"llm_concurrency", c.llm_concurrency},
+            {"compile_jobs", c.compile_jobs},
+            {"out", c.out}};
   if (c.turns) j["turns"] = *c.turns;
   if (c.samples) j["samples"] = *c.samples;
   if (c.deadline_unix) j["deadline_unix"] = *c.deadline_unix;
@@ -225,7 +246,8 @@ Result<double> ParseDeadline(const std::string& text, double now_unix) {
   if (!text.empty() && text[0] == '+') {
     char unit = text.back();
     double scale = unit == 'h' ? 3600 : unit == 'm' ? 60 : unit == 's' ? 1 : 0;
-    if (scale == 0) return Error(ErrorKind::kInvalidInput, fmt::format("'{}': use +Nh, +Nm or +Ns", text));
+    if (scale == 0)
+      return Error(ErrorKind::kInvalidInput, fmt::format("'{}': use +Nh, +Nm or +Ns", text));
     try {
       return now_unix + std::stod(text.substr(1, text.size() - 2)) * scale;
     } catch (const std::exception&) {
@@ -233,7 +255,8 @@ Result<double> ParseDeadline(const std::string& text, double now_unix) {
     }
   }
   std::tm tm{};
-  if (strptime(text.c_str(), "%Y-%m-%dT%H:%M:%S", &tm) || strptime(text.c_str(), "%Y-%m-%dT%H:%M", &tm)) {
+  if (strptime(text.c_str(), "%Y-%m-%dT%H:%M:%S", &tm) ||
+      strptime(text.c_str(), "%Y-%m-%dT%H:%M", &tm)) {
     tm.tm_isdst = -1;
     return static_cast<double>(std::mktime(&tm));
   }
@@ -243,8 +266,9 @@ Result<double> ParseDeadline(const std::string& text, double now_unix) {
     if (used == text.size()) return v;
   } catch (const std::exception&) {
   }
-  return Error(ErrorKind::kInvalidInput,
-               fmt::format("'{}': expected YYYY-MM-DDTHH:MM[:SS], +Nh/+Nm/+Ns or unix seconds", text));
+  return Error(
+      ErrorKind::kInvalidInput,
+      fmt::format("'{}': expected YYYY-MM-DDTHH:MM[:SS], +Nh/+Nm/+Ns or unix seconds", text));
 }
 
 Result<std::vector<std::string>> SelectTasks(const std::vector<std::string>& selectors,
@@ -260,7 +284,8 @@ Result<std::vector<std::string>> SelectTasks(const std::vector<std::string>& sel
       } else if (sel == "all" || sel == "*") {
         match = true;
       } else if (sel.find_first_of("*?[") != std::string::npos) {
-        match = fnmatch(sel.c_str(), t.key.c_str(), 0) == 0 || fnmatch(sel.c_str(), t.name.c_str(), 0) == 0;
+        match = fnmatch(sel.c_str(), t.key.c_str(), 0) == 0 ||
+                fnmatch(sel.c_str(), t.name.c_str(), 0) == 0;
       } else {
         match = sel == t.key || sel == t.name || sel == std::to_string(t.id) || sel == t.category;
       }
@@ -269,7 +294,9 @@ Result<std::vector<std::string>> SelectTasks(const std::vector<std::string>& sel
         any = true;
       }
     }
-    if (!any) return Error(ErrorKind::kInvalidInput, fmt::format("task selector '{}' matches no task", sel));
+    if (!any)
+      return Error(ErrorKind::kInvalidInput,
+                   fmt::format("task selector '{}' matches no task", sel));
   }
   std::vector<std::string> out;
   for (const auto& t : suite) {

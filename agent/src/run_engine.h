@@ -33,8 +33,8 @@ struct SessionSlot {
   std::string stored_state;
   bool committed_end = false;
   bool marked_running = false;
-  std::map<int, int> attempts;                   // candidate -> failed model calls
-  std::map<int, Clock::TimePoint> retry_at;      // candidate -> not before
+  std::map<int, int> attempts;               // candidate -> failed model calls
+  std::map<int, Clock::TimePoint> retry_at;  // candidate -> not before
 };
 
 class RunEngine {
@@ -53,7 +53,8 @@ class RunEngine {
   Status OnGpuDoc(SessionSlot& slot, int cand, Result<nlohmann::json>& doc);
   Status FinishWithEval(SessionSlot& slot, int cand, const nlohmann::json& doc, Outcome outcome);
   Status Settle(SessionSlot& slot);
-  Result<std::string> Feedback(const Session& s, int cand, Outcome outcome, const nlohmann::json& doc);
+  Result<std::string> Feedback(const Session& s, int cand, Outcome outcome,
+                               const nlohmann::json& doc);
   void StopModel(const std::string& model, const std::string& reason);
   RunStats Stats() const;
   RunSummary Summarize() const;

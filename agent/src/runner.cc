@@ -1,10 +1,10 @@
 #include "kforge/agent/runner.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-
-#include <fmt/format.h>
 
 #include "kforge/agent/extract.h"
 #include "run_engine.h"
@@ -16,14 +16,16 @@ namespace {
 using nlohmann::json;
 
 bool Transient(ErrorKind k) {
-  return k == ErrorKind::kRateLimited || k == ErrorKind::kOverloaded || k == ErrorKind::kServerError ||
-         k == ErrorKind::kTimeout || k == ErrorKind::kTransport;
+  return k == ErrorKind::kRateLimited || k == ErrorKind::kOverloaded ||
+         k == ErrorKind::kServerError || k == ErrorKind::kTimeout || k == ErrorKind::kTransport;
 }
 
 // Failures that no other call of the same model can get past.
 bool ModelWide(ErrorKind k) { return k == ErrorKind::kAuth || k == ErrorKind::kQuota; }
 
-std::string KernelName(const Session& s, int cand) { return fmt::format("{}_turn{}.cu", s.spec().task, cand); }
+std::string KernelName(const Session& s, int cand) {
+  return fmt::format("{}_turn{}.cu", s.spec().task, cand);
+}
 
 }  // namespace
 
@@ -31,7 +33,8 @@ RunEngine::RunEngine(const RunSpec& spec, const RunDeps& deps)
     : spec_(spec), deps_(deps), scheduler_(spec.pools, *deps.clock), budget_(spec.budgets) {}
 
 Status RunEngine::Prepare() {
-  KF_ASSIGN_OR_RETURN(RunRow run, deps_.store->CreateOrGetRun(spec_.name, spec_.config, spec_.hardware));
+  KF_ASSIGN_OR_RETURN(RunRow run,
+                      deps_.store->CreateOrGetRun(spec_.name, spec_.config, spec_.hardware));
   run_id_ = run.id;
   started_unix_ = run.started_at > 0 ? run.started_at : NowUnix();
   started_ = deps_.clock->Now();
@@ -39,14 +42,22 @@ Status RunEngine::Prepare() {
   for (const auto& model : spec_.models) {
     for (const auto& task : spec_.tasks) {
       for (int r = 0; r < spec_.repeats; ++r) {
-        SessionKeyRow key{model, task.key, spec_.strategy->name, r, spec_.world, spec_.dtype, task.category};
+        SessionKeyRow key{model,       task.key,    spec_.strategy->name, r,
+                          spec_.world, spec_.dtype, task.category};
         KF_ASSIGN_OR_RETURN(int64_t id, deps_.store->UpsertSession(run_id_, key));
         SessionSlot slot;
         slot.id = id;
         for (const auto& row : stored) {
           if (row.id == id) slot.stored_state = row.state;
         }
-        SessionSpec ss{id, model, task.key, r, spec_.world, spec_.dtype, spec_.strategy, task.prompt,
+        SessionSpec ss{id,
+                       model,
+                       task.key,
+                       r,
+                       spec_.world,
+                       spec_.dtype,
+                       spec_.strategy,
+                       task.prompt,
                        spec_.compile_only};
         slot.session = std::make_unique<Session>(std::move(ss));
         KF_RETURN_IF_ERROR(Restore(slot));
@@ -54,8 +65,9 @@ Status RunEngine::Prepare() {
       }
     }
   }
-  return deps_.store->AppendEvent(run_id_, "run_started",
-                                  {{"sessions", sessions_.size()}, {"compile_only", spec_.compile_only}});
+  return deps_.store->AppendEvent(
+      run_id_, "run_started",
+      {{"sessions", sessions_.size()}, {"compile_only", spec_.compile_only}});
 }
 
 Status RunEngine::EnqueueWanted() {
@@ -67,10 +79,13 @@ Status RunEngine::EnqueueWanted() {
       auto retry = slot.retry_at.find(c);
       if (retry != slot.retry_at.end() && retry->second > now) continue;
       std::optional<std::string> why = budget_.Exhausted(s.spec().model, s.spec().task, NowUnix());
-      if (!why && spec_.deadline_unix && NowUnix() >= *spec_.deadline_unix) why = "deadline reached";
+      if (!why && spec_.deadline_unix && NowUnix() >= *spec_.deadline_unix)
+        why = "deadline reached";
       if (why) {
         s.RequestStop(*why);
-        if (deps_.progress) deps_.progress->Event(fmt::format("{} {}: stopping: {}", s.spec().model, s.spec().task, *why));
+        if (deps_.progress)
+          deps_.progress->Event(
+              fmt::format("{} {}: stopping: {}", s.spec().model, s.spec().task, *why));
         break;
       }
       if (!slot.marked_running) {
@@ -129,8 +144,8 @@ Status RunEngine::StartDispatched() {
       });
       continue;
     }
-    EvalJob ej{s.spec().task, cand.kernel, KernelName(s, job->candidate), s.spec().world, s.spec().dtype,
-               d.pool == Pool::kCompile};
+    EvalJob ej{s.spec().task,  cand.kernel,    KernelName(s, job->candidate),
+               s.spec().world, s.spec().dtype, d.pool == Pool::kCompile};
     EvalPort* port = d.pool == Pool::kCompile ? deps_.compilers.at(d.slot % deps_.compilers.size())
                                               : deps_.gpu_sets.at(d.slot);
     deps_.executor->Start(d.id, d.pool, [port, job, ej] {
@@ -151,9 +166,15 @@ Status RunEngine::HandleDone(uint64_t id) {
   jobs_.erase(id);
   SessionSlot& slot = sessions_[job->session];
   switch (job->pool) {
-    case Pool::kLlm: KF_RETURN_IF_ERROR(OnAnswer(slot, job->candidate, *job->answer)); break;
-    case Pool::kCompile: KF_RETURN_IF_ERROR(OnCompileDoc(slot, job->candidate, *job->doc)); break;
-    case Pool::kGpu: KF_RETURN_IF_ERROR(OnGpuDoc(slot, job->candidate, *job->doc)); break;
+    case Pool::kLlm:
+      KF_RETURN_IF_ERROR(OnAnswer(slot, job->candidate, *job->answer));
+      break;
+    case Pool::kCompile:
+      KF_RETURN_IF_ERROR(OnCompileDoc(slot, job->candidate, *job->doc));
+      break;
+    case Pool::kGpu:
+      KF_RETURN_IF_ERROR(OnGpuDoc(slot, job->candidate, *job->doc));
+      break;
   }
   return Settle(slot);
 }
@@ -164,9 +185,11 @@ Status RunEngine::OnAnswer(SessionSlot& slot, int cand, Result<LlmAnswer>& answe
   if (!answer.ok()) {
     const Status& st = answer.status();
     s.Unstart(cand);
-    KF_RETURN_IF_ERROR(deps_.store->AppendEvent(
-        run_id_, "llm_error",
-        {{"session", slot.id}, {"turn", cand}, {"kind", ErrorKindName(st.kind())}, {"message", st.message()}}));
+    KF_RETURN_IF_ERROR(deps_.store->AppendEvent(run_id_, "llm_error",
+                                                {{"session", slot.id},
+                                                 {"turn", cand},
+                                                 {"kind", ErrorKindName(st.kind())},
+                                                 {"message", st.message()}}));
     if (st.kind() == ErrorKind::kTruncated || st.kind() == ErrorKind::kContentFilter) {
       // A turn was spent: record it with the reason as its feedback.
       LlmAnswer empty;
@@ -179,18 +202,21 @@ Status RunEngine::OnAnswer(SessionSlot& slot, int cand, Result<LlmAnswer>& answe
       StopModel(model, fmt::format("provider: {}", st.ToString()));
     } else if (Transient(st.kind()) && ++slot.attempts[cand] < spec_.max_llm_attempts) {
       double wait = spec_.retry_backoff_s * std::pow(2.0, slot.attempts[cand] - 1);
-      slot.retry_at[cand] = deps_.clock->Now() +
-                            std::chrono::duration_cast<Clock::Duration>(std::chrono::duration<double>(wait));
+      slot.retry_at[cand] = deps_.clock->Now() + std::chrono::duration_cast<Clock::Duration>(
+                                                     std::chrono::duration<double>(wait));
     } else {
       s.RequestStop(fmt::format("provider: {}", st.ToString()));
     }
-    if (deps_.progress) deps_.progress->Event(fmt::format("{} {} turn {}: model call failed: {}", model, s.spec().task, cand, st.ToString()));
+    if (deps_.progress)
+      deps_.progress->Event(fmt::format("{} {} turn {}: model call failed: {}", model,
+                                        s.spec().task, cand, st.ToString()));
     return Status::Ok();
   }
   const LlmAnswer& a = answer.value();
   Extraction x = ExtractKernel(a.text);
   if (!x.ok && a.finish_reason == "length") {
-    x.problem = "Your reply hit the output-token limit before a complete kernel arrived. " + x.problem;
+    x.problem =
+        "Your reply hit the output-token limit before a complete kernel arrived. " + x.problem;
   }
   TurnRow turn;
   turn.session_id = slot.id;
@@ -215,7 +241,9 @@ Status RunEngine::OnAnswer(SessionSlot& slot, int cand, Result<LlmAnswer>& answe
     KF_ASSIGN_OR_RETURN(std::string fb, Feedback(s, cand, Outcome::kNoKernel, json::object()));
     KF_RETURN_IF_ERROR(deps_.store->SetTurnFeedback(turn_id, fb));
     s.OnFinished(cand, Outcome::kNoKernel, 0, fb, 0);
-    if (deps_.progress) deps_.progress->Event(fmt::format("{} {} turn {}: no kernel in the reply", model, s.spec().task, cand));
+    if (deps_.progress)
+      deps_.progress->Event(
+          fmt::format("{} {} turn {}: no kernel in the reply", model, s.spec().task, cand));
   }
   return Status::Ok();
 }
@@ -225,8 +253,9 @@ Status RunEngine::OnCompileDoc(SessionSlot& slot, int cand, Result<json>& doc) {
   if (!doc.ok()) {
     s.Unstart(cand);
     s.RequestStop(fmt::format("harness: {}", doc.status().ToString()));
-    return deps_.store->AppendEvent(run_id_, "harness_error",
-                                    {{"session", slot.id}, {"turn", cand}, {"message", doc.status().ToString()}});
+    return deps_.store->AppendEvent(
+        run_id_, "harness_error",
+        {{"session", slot.id}, {"turn", cand}, {"message", doc.status().ToString()}});
   }
   Outcome o = ClassifyEvaluation(doc.value(), true);
   if (o != Outcome::kCompiled) return FinishWithEval(slot, cand, doc.value(), o);
@@ -235,11 +264,16 @@ Status RunEngine::OnCompileDoc(SessionSlot& slot, int cand, Result<json>& doc) {
     return Status::Ok();
   }
   KF_ASSIGN_OR_RETURN(std::string fb, Feedback(s, cand, Outcome::kCompiled, doc.value()));
-  KF_RETURN_IF_ERROR(deps_.store->AppendEvent(
-      run_id_, "compiled", {{"session", slot.id}, {"turn", cand}, {"compile", doc.value().value("compile", json::object())}}));
+  KF_RETURN_IF_ERROR(
+      deps_.store->AppendEvent(run_id_, "compiled",
+                               {{"session", slot.id},
+                                {"turn", cand},
+                                {"compile", doc.value().value("compile", json::object())}}));
   KF_RETURN_IF_ERROR(deps_.store->SetTurnFeedback(s.candidate(cand).turn_id, fb));
   s.OnFinished(cand, Outcome::kCompiled, 0, fb, 0);
-  if (deps_.progress) deps_.progress->Event(fmt::format("{} {} turn {}: compiled; evaluation needs a GPU", s.spec().model, s.spec().task, cand));
+  if (deps_.progress)
+    deps_.progress->Event(fmt::format("{} {} turn {}: compiled; evaluation needs a GPU",
+                                      s.spec().model, s.spec().task, cand));
   return Status::Ok();
 }
 
@@ -248,8 +282,9 @@ Status RunEngine::OnGpuDoc(SessionSlot& slot, int cand, Result<json>& doc) {
   if (!doc.ok()) {
     s.Unstart(cand);
     s.RequestStop(fmt::format("harness: {}", doc.status().ToString()));
-    return deps_.store->AppendEvent(run_id_, "harness_error",
-                                    {{"session", slot.id}, {"turn", cand}, {"message", doc.status().ToString()}});
+    return deps_.store->AppendEvent(
+        run_id_, "harness_error",
+        {{"session", slot.id}, {"turn", cand}, {"message", doc.status().ToString()}});
   }
   return FinishWithEval(slot, cand, doc.value(), ClassifyEvaluation(doc.value(), false));
 }
@@ -261,13 +296,16 @@ Status RunEngine::FinishWithEval(SessionSlot& slot, int cand, const json& doc, O
   KF_ASSIGN_OR_RETURN(std::string fb, Feedback(s, cand, outcome, doc));
   KF_RETURN_IF_ERROR(deps_.store->SetTurnFeedback(turn_id, fb));
   std::optional<int> before = s.BestCorrect();
-  double speedup = doc.contains("speedup") && doc["speedup"].is_number() ? doc["speedup"].get<double>() : 0.0;
+  double speedup =
+      doc.contains("speedup") && doc["speedup"].is_number() ? doc["speedup"].get<double>() : 0.0;
   s.OnFinished(cand, outcome, speedup, fb, eval_id);
   std::optional<int> after = s.BestCorrect();
-  if (after && after != before) KF_RETURN_IF_ERROR(deps_.store->SetBestEvaluation(slot.id, s.candidate(*after).eval_id));
+  if (after && after != before)
+    KF_RETURN_IF_ERROR(deps_.store->SetBestEvaluation(slot.id, s.candidate(*after).eval_id));
   if (deps_.progress) {
-    deps_.progress->Event(fmt::format("{} {} turn {}: {}{}", s.spec().model, s.spec().task, cand, OutcomeName(outcome),
-                                      IsCorrect(outcome) ? fmt::format(" ({:.2f}x)", speedup) : ""));
+    deps_.progress->Event(fmt::format(
+        "{} {} turn {}: {}{}", s.spec().model, s.spec().task, cand, OutcomeName(outcome),
+        IsCorrect(outcome) ? fmt::format(" ({:.2f}x)", speedup) : ""));
   }
   return Status::Ok();
 }
@@ -277,16 +315,19 @@ Status RunEngine::Settle(SessionSlot& slot) {
   Session& s = *slot.session;
   s.AdvanceRound();
   if (s.Ended() && !slot.committed_end) {
-    if (slot.stored_state != "done") KF_RETURN_IF_ERROR(deps_.store->SetSessionState(slot.id, s.EndState(), s.stop_reason()));
+    if (slot.stored_state != "done")
+      KF_RETURN_IF_ERROR(deps_.store->SetSessionState(slot.id, s.EndState(), s.stop_reason()));
     slot.committed_end = true;
     if (deps_.progress && slot.stored_state != "done") {
-      deps_.progress->Event(fmt::format("{} {}: {} ({})", s.spec().model, s.spec().task, s.EndState(), s.stop_reason()));
+      deps_.progress->Event(fmt::format("{} {}: {} ({})", s.spec().model, s.spec().task,
+                                        s.EndState(), s.stop_reason()));
     }
   }
   return Status::Ok();
 }
 
-Result<std::string> RunEngine::Feedback(const Session& s, int cand, Outcome outcome, const json& doc) {
+Result<std::string> RunEngine::Feedback(const Session& s, int cand, Outcome outcome,
+                                        const json& doc) {
   const Candidate& c = s.candidate(cand);
   FeedbackInput in;
   in.outcome = outcome;
@@ -330,7 +371,8 @@ Result<RunSummary> RunEngine::Run() {
     if (deps_.executor->in_flight() == 0 && !retry) {
       if (jobs_.empty()) break;
       // Queued jobs with no dispatch possible: cannot happen with non-zero pools.
-      return Error(ErrorKind::kInvalidInput, "jobs are queued but no pool can run them (a pool has no slots)");
+      return Error(ErrorKind::kInvalidInput,
+                   "jobs are queued but no pool can run them (a pool has no slots)");
     }
     for (uint64_t id : deps_.executor->Wait(retry)) KF_RETURN_IF_ERROR(HandleDone(id));
   }
@@ -370,8 +412,11 @@ RunStats RunEngine::Stats() const {
   for (const auto& [id, job] : jobs_) {
     if (!dispatched_.count(id)) continue;
     const Session& s = *sessions_[job->session].session;
-    const char* what = job->pool == Pool::kLlm ? "model  " : job->pool == Pool::kCompile ? "compile" : "GPU    ";
-    st.running.push_back(fmt::format("{} {} {} turn {}", what, s.spec().model, s.spec().task, job->candidate));
+    const char* what = job->pool == Pool::kLlm       ? "model  "
+                       : job->pool == Pool::kCompile ? "compile"
+                                                     : "GPU    ";
+    st.running.push_back(
+        fmt::format("{} {} {} turn {}", what, s.spec().model, s.spec().task, job->candidate));
   }
   st.queued_llm = static_cast<int>(scheduler_.queued(Pool::kLlm));
   st.queued_compile = static_cast<int>(scheduler_.queued(Pool::kCompile));
@@ -410,32 +455,38 @@ RunSummary RunEngine::Summarize() const {
 
 Result<RunSummary> ExecuteRun(const RunSpec& spec, const RunDeps& deps) {
   if (!spec.strategy || !deps.llm || !deps.store || !deps.clock || !deps.executor) {
-    return Error(ErrorKind::kInvalidInput, "ExecuteRun: strategy, llm, store, clock and executor are required");
+    return Error(ErrorKind::kInvalidInput,
+                 "ExecuteRun: strategy, llm, store, clock and executor are required");
   }
   if (!spec.compile_only && static_cast<int>(deps.gpu_sets.size()) != spec.pools.gpu_sets) {
     return Error(ErrorKind::kInvalidInput, "ExecuteRun: one evaluator per GPU set is required");
   }
-  if (deps.compilers.empty()) return Error(ErrorKind::kInvalidInput, "ExecuteRun: at least one compiler is required");
+  if (deps.compilers.empty())
+    return Error(ErrorKind::kInvalidInput, "ExecuteRun: at least one compiler is required");
   internal::RunEngine engine(spec, deps);
   return engine.Run();
 }
 
 std::string RenderRunSummary(const RunSummary& s) {
   std::string out = "\n" + RenderStatsTable(s.stats) + "\n";
-  out += fmt::format("{:<40} {:<16} {:<8} {:<14} {:>8} {:>6}  {}\n", "model", "task", "state", "best", "speedup", "turns",
-                     "stop reason");
+  out += fmt::format("{:<40} {:<16} {:<8} {:<14} {:>8} {:>6}  {}\n", "model", "task", "state",
+                     "best", "speedup", "turns", "stop reason");
   for (const auto& r : s.sessions) {
     out += fmt::format("{:<40} {:<16} {:<8} {:<14} {:>8} {:>6}  {}\n", r.model, r.task, r.state,
                        r.best_outcome.empty() ? "-" : r.best_outcome,
-                       r.best_speedup > 0 ? fmt::format("{:.2f}x", r.best_speedup) : "-", r.turns, r.stop_reason);
+                       r.best_speedup > 0 ? fmt::format("{:.2f}x", r.best_speedup) : "-", r.turns,
+                       r.stop_reason);
   }
   out += fmt::format("\nwall {:.1f} s", s.wall_s);
-  if (!s.compile_only && !s.stats.gpu_busy_s.empty()) out += fmt::format(", GPU busy {:.0f}% of wall time", 100 * s.gpu_busy_fraction);
+  if (!s.compile_only && !s.stats.gpu_busy_s.empty())
+    out += fmt::format(", GPU busy {:.0f}% of wall time", 100 * s.gpu_busy_fraction);
   out += "\n";
   if (s.compile_only) {
     out +=
-        "NOTE: no GPU was used. Kernels were compiled and policy-checked only; correctness and speed were NOT "
-        "measured. Evaluation needs a GPU: resume this run on a GPU machine (kforge run --resume NAME).\n";
+        "NOTE: no GPU was used. Kernels were compiled and policy-checked only; correctness and "
+        "speed were NOT "
+        "measured. Evaluation needs a GPU: resume this run on a GPU machine (kforge run --resume "
+        "NAME).\n";
   }
   return out;
 }

@@ -20,9 +20,15 @@ int Scheduler::ModelCap(const std::string& model) const {
 
 void Scheduler::Enqueue(const ReadyJob& job) {
   switch (job.pool) {
-    case Pool::kLlm: llm_q_[job.lane].push_back(job); break;
-    case Pool::kCompile: compile_q_.push_back(job); break;
-    case Pool::kGpu: gpu_q_.push_back(job); break;
+    case Pool::kLlm:
+      llm_q_[job.lane].push_back(job);
+      break;
+    case Pool::kCompile:
+      compile_q_.push_back(job);
+      break;
+    case Pool::kGpu:
+      gpu_q_.push_back(job);
+      break;
   }
 }
 
@@ -84,7 +90,9 @@ void Scheduler::Release(uint64_t id) {
       running_model_.erase(m);
       break;
     }
-    case Pool::kCompile: compile_busy_[d.slot] = false; break;
+    case Pool::kCompile:
+      compile_busy_[d.slot] = false;
+      break;
     case Pool::kGpu: {
       auto& started = gpu_started_[d.slot];
       gpu_busy_s_[d.slot] += std::chrono::duration<double>(clock_.Now() - *started).count();
@@ -101,16 +109,20 @@ size_t Scheduler::queued(Pool pool) const {
       for (const auto& [m, q] : llm_q_) n += q.size();
       return n;
     }
-    case Pool::kCompile: return compile_q_.size();
-    case Pool::kGpu: return gpu_q_.size();
+    case Pool::kCompile:
+      return compile_q_.size();
+    case Pool::kGpu:
+      return gpu_q_.size();
   }
   return 0;
 }
 
 int Scheduler::busy(Pool pool) const {
   switch (pool) {
-    case Pool::kLlm: return llm_busy_total_;
-    case Pool::kCompile: return static_cast<int>(std::count(compile_busy_.begin(), compile_busy_.end(), true));
+    case Pool::kLlm:
+      return llm_busy_total_;
+    case Pool::kCompile:
+      return static_cast<int>(std::count(compile_busy_.begin(), compile_busy_.end(), true));
     case Pool::kGpu:
       return static_cast<int>(std::count_if(gpu_started_.begin(), gpu_started_.end(),
                                             [](const auto& s) { return s.has_value(); }));
@@ -125,7 +137,8 @@ bool Scheduler::GpuIdleWhileReady() const {
 std::vector<double> Scheduler::GpuBusySeconds() const {
   std::vector<double> out = gpu_busy_s_;
   for (size_t i = 0; i < gpu_started_.size(); ++i) {
-    if (gpu_started_[i]) out[i] += std::chrono::duration<double>(clock_.Now() - *gpu_started_[i]).count();
+    if (gpu_started_[i])
+      out[i] += std::chrono::duration<double>(clock_.Now() - *gpu_started_[i]).count();
   }
   return out;
 }

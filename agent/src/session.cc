@@ -1,9 +1,9 @@
 #include "kforge/agent/session.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cassert>
-
-#include <fmt/format.h>
 
 namespace kforge::agent {
 
@@ -45,7 +45,8 @@ void Session::PlanRound(int round) {
 
 std::vector<int> Session::InPhase(Phase phase) const {
   std::vector<int> out;
-  if (stop_requested() && (phase == Phase::kWantReply || phase == Phase::kWantCompile || phase == Phase::kWantGpu)) {
+  if (stop_requested() &&
+      (phase == Phase::kWantReply || phase == Phase::kWantCompile || phase == Phase::kWantGpu)) {
     return out;
   }
   for (const auto& c : candidates_) {
@@ -57,26 +58,41 @@ std::vector<int> Session::InPhase(Phase phase) const {
 void Session::Start(int index) {
   Candidate& c = candidates_.at(index);
   switch (c.phase) {
-    case Phase::kWantReply: c.phase = Phase::kReplying; break;
-    case Phase::kWantCompile: c.phase = Phase::kCompiling; break;
-    case Phase::kWantGpu: c.phase = Phase::kEvaluating; break;
-    default: assert(false && "Start on a candidate that wants nothing");
+    case Phase::kWantReply:
+      c.phase = Phase::kReplying;
+      break;
+    case Phase::kWantCompile:
+      c.phase = Phase::kCompiling;
+      break;
+    case Phase::kWantGpu:
+      c.phase = Phase::kEvaluating;
+      break;
+    default:
+      assert(false && "Start on a candidate that wants nothing");
   }
 }
 
 void Session::Unstart(int index) {
   Candidate& c = candidates_.at(index);
   switch (c.phase) {
-    case Phase::kReplying: c.phase = Phase::kWantReply; break;
-    case Phase::kCompiling: c.phase = Phase::kWantCompile; break;
-    case Phase::kEvaluating: c.phase = Phase::kWantGpu; break;
-    default: break;
+    case Phase::kReplying:
+      c.phase = Phase::kWantReply;
+      break;
+    case Phase::kCompiling:
+      c.phase = Phase::kWantCompile;
+      break;
+    case Phase::kEvaluating:
+      c.phase = Phase::kWantGpu;
+      break;
+    default:
+      break;
   }
 }
 
 bool Session::AnyInFlight() const {
   return std::any_of(candidates_.begin(), candidates_.end(), [](const Candidate& c) {
-    return c.phase == Phase::kReplying || c.phase == Phase::kCompiling || c.phase == Phase::kEvaluating;
+    return c.phase == Phase::kReplying || c.phase == Phase::kCompiling ||
+           c.phase == Phase::kEvaluating;
   });
 }
 
@@ -119,7 +135,8 @@ void Session::OnReply(int index, const std::string& reply, const std::string& ke
 
 void Session::OnCompiled(int index) { candidates_.at(index).phase = Phase::kWantGpu; }
 
-void Session::OnFinished(int index, Outcome outcome, double speedup, const std::string& feedback, int64_t eval_id) {
+void Session::OnFinished(int index, Outcome outcome, double speedup, const std::string& feedback,
+                         int64_t eval_id) {
   Candidate& c = candidates_.at(index);
   c.phase = Phase::kFinished;
   c.outcome = outcome;
@@ -152,8 +169,8 @@ bool Session::AdvanceRound() {
   if (compiled_only) {
     RequestStop("evaluation needs a GPU");
   } else if (best && s.stop.speedup > 0 && candidates_[*best].speedup >= s.stop.speedup) {
-    RequestStop(fmt::format("reached the target speedup ({:.2f}x >= {:.2f}x)", candidates_[*best].speedup,
-                            s.stop.speedup),
+    RequestStop(fmt::format("reached the target speedup ({:.2f}x >= {:.2f}x)",
+                            candidates_[*best].speedup, s.stop.speedup),
                 true);
   } else if (best && s.stop.on_correct) {
     RequestStop("correct kernel found", true);

@@ -1,8 +1,8 @@
 #include "kforge/agent/template.h"
 
-#include <kainjow/mustache.hpp>
-
 #include <fmt/format.h>
+
+#include <kainjow/mustache.hpp>
 
 namespace kforge::agent {
 namespace {
@@ -27,12 +27,16 @@ mstch::data ToData(const nlohmann::json& v) {
       for (const auto& item : v) d.push_back(ToData(item));
       return d;
     }
-    case nlohmann::json::value_t::boolean: return mstch::data{v.get<bool>()};
-    case nlohmann::json::value_t::string: return mstch::data{v.get<std::string>()};
+    case nlohmann::json::value_t::boolean:
+      return mstch::data{v.get<bool>()};
+    case nlohmann::json::value_t::string:
+      return mstch::data{v.get<std::string>()};
     case nlohmann::json::value_t::number_integer:
     case nlohmann::json::value_t::number_unsigned:
-    case nlohmann::json::value_t::number_float: return mstch::data{NumberText(v)};
-    default: return mstch::data{false};
+    case nlohmann::json::value_t::number_float:
+      return mstch::data{NumberText(v)};
+    default:
+      return mstch::data{false};
   }
 }
 
@@ -41,20 +45,24 @@ mstch::data ToData(const nlohmann::json& v) {
 Status CheckTemplate(std::string_view text, std::string_view origin) {
   mstch::mustache tmpl{std::string(text)};
   if (!tmpl.is_valid()) {
-    return Error(ErrorKind::kInvalidInput, fmt::format("{}: bad template: {}", origin, tmpl.error_message()));
+    return Error(ErrorKind::kInvalidInput,
+                 fmt::format("{}: bad template: {}", origin, tmpl.error_message()));
   }
   return Status::Ok();
 }
 
-Result<std::string> RenderTemplate(std::string_view text, const nlohmann::json& view, std::string_view origin) {
+Result<std::string> RenderTemplate(std::string_view text, const nlohmann::json& view,
+                                   std::string_view origin) {
   mstch::mustache tmpl{std::string(text)};
   if (!tmpl.is_valid()) {
-    return Error(ErrorKind::kInvalidInput, fmt::format("{}: bad template: {}", origin, tmpl.error_message()));
+    return Error(ErrorKind::kInvalidInput,
+                 fmt::format("{}: bad template: {}", origin, tmpl.error_message()));
   }
   tmpl.set_custom_escape([](const std::string& s) { return s; });
   std::string out = tmpl.render(ToData(view));
   if (!tmpl.is_valid()) {
-    return Error(ErrorKind::kInvalidInput, fmt::format("{}: render failed: {}", origin, tmpl.error_message()));
+    return Error(ErrorKind::kInvalidInput,
+                 fmt::format("{}: render failed: {}", origin, tmpl.error_message()));
   }
   return out;
 }

@@ -1,12 +1,11 @@
 // `kforge run` (many models x tasks under one strategy, resumable) and
 // `kforge prompt` (print exactly what a session would send first).
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <ctime>
 #include <thread>
-
-#include <fmt/format.h>
 
 #include "command.h"
 #include "kforge/agent/adapters.h"
@@ -33,7 +32,8 @@ int Fail(const char* cmd, const std::string& message) {
 
 // The card for the prompt: a named profile, else the probe, else none.
 std::string HardwareMarkdown(const std::string& profile, const std::vector<int>& gpus, int world,
-                             const fs::path& prompts_dir, std::string* why_none, nlohmann::json* card_out) {
+                             const fs::path& prompts_dir, std::string* why_none,
+                             nlohmann::json* card_out) {
   Result<nlohmann::json> card = profile.empty() ? agent::ProbeHardwareCard(gpus)
                                                 : agent::FindHardwareProfile(profile, prompts_dir);
   if (!card.ok()) {
@@ -65,7 +65,9 @@ int RunPrompt(const PromptArgs& a) {
   std::string hw = HardwareMarkdown(a.hardware, {}, a.world, prompts, &why, nullptr);
   if (hw.empty()) {
     if (!a.hardware.empty()) return Fail("prompt", why);
-    std::fprintf(stderr, "kforge prompt: no hardware card (%s); pass --hardware h100_8|h200_8|b200_8\n", why.c_str());
+    std::fprintf(stderr,
+                 "kforge prompt: no hardware card (%s); pass --hardware h100_8|h200_8|b200_8\n",
+                 why.c_str());
   }
   auto in = agent::TaskPromptInputs(*task, a.world, a.dtype, *strategy, hw);
   if (!in.ok()) return Fail("prompt", in.status().message());
@@ -80,7 +82,8 @@ void AddPrompt(CLI::App& app, int& exit_code) {
   CLI::App* cmd = app.add_subcommand("prompt", "print the first prompt a session would send");
   cmd->add_option("--task", a->task, "task key, number or name")->required();
   cmd->add_option("--strategy", a->strategy, "strategy name or file (prompts/strategies)");
-  cmd->add_option("--hardware", a->hardware, "hardware profile (prompts/hardware) instead of probing the GPUs");
+  cmd->add_option("--hardware", a->hardware,
+                  "hardware profile (prompts/hardware) instead of probing the GPUs");
   cmd->add_option("--world", a->world, "world size W")->check(CLI::Range(1, 64));
   cmd->add_option("--dtype", a->dtype, "the task's T (default: its first dtype)");
   cmd->add_option("--tasks-dir", a->tasks_dir, "where tasks live");
@@ -90,7 +93,8 @@ void AddPrompt(CLI::App& app, int& exit_code) {
 // ---- kforge run ----
 
 struct RunArgs {
-  std::string run_file, resume, name, models, tasks, strategy, dtype, hardware, deadline, out = "runs", tasks_dir;
+  std::string run_file, resume, name, models, tasks, strategy, dtype, hardware, deadline,
+      out = "runs", tasks_dir;
   int turns = 0, samples = 0, repeats = 0, world = 0, llm_concurrency = 0, compile_jobs = 0;
   std::vector<int> gpus;
   double budget_usd = -1, model_budget_usd = -1, task_budget_usd = -1, budget_wall_s = -1;
@@ -155,10 +159,13 @@ Result<RunConfig> ConfigFromArgs(const RunArgs& a) {
   if (a.model_budget_tokens >= 0) c.budgets.per_model.tokens = a.model_budget_tokens;
   if (a.task_budget_usd >= 0) c.budgets.per_task.usd = a.task_budget_usd;
   if (!a.deadline.empty()) {
-    KF_ASSIGN_OR_RETURN(c.deadline_unix, agent::ParseDeadline(a.deadline, static_cast<double>(std::time(nullptr))));
+    KF_ASSIGN_OR_RETURN(c.deadline_unix,
+                        agent::ParseDeadline(a.deadline, static_cast<double>(std::time(nullptr))));
   }
-  if (c.models.empty()) return Error(ErrorKind::kInvalidInput, "--models (or a run file) is required");
-  if (c.tasks.empty()) return Error(ErrorKind::kInvalidInput, "--tasks (or a run file) is required");
+  if (c.models.empty())
+    return Error(ErrorKind::kInvalidInput, "--models (or a run file) is required");
+  if (c.tasks.empty())
+    return Error(ErrorKind::kInvalidInput, "--tasks (or a run file) is required");
   if (c.name.empty()) {
     char buf[32];
     std::time_t now = std::time(nullptr);
@@ -200,10 +207,11 @@ int RunRun(const RunArgs& a) {
     }
   }
   if (compile_only) {
-    std::fprintf(stderr,
-                 "kforge run: no GPU evaluation (%s). Kernels will be compiled and policy-checked only; "
-                 "evaluation needs a GPU.\n",
-                 no_gpu_reason.c_str());
+    std::fprintf(
+        stderr,
+        "kforge run: no GPU evaluation (%s). Kernels will be compiled and policy-checked only; "
+        "evaluation needs a GPU.\n",
+        no_gpu_reason.c_str());
   }
   std::string why;
   nlohmann::json card = probed;
@@ -258,7 +266,8 @@ int RunRun(const RunArgs& a) {
       deps.gpu_sets.push_back(owned.back().get());
     }
   }
-  int compile_jobs = cfg.compile_jobs > 0 ? cfg.compile_jobs : std::max(1u, std::thread::hardware_concurrency());
+  int compile_jobs =
+      cfg.compile_jobs > 0 ? cfg.compile_jobs : std::max(1u, std::thread::hardware_concurrency());
   for (int i = 0; i < compile_jobs; ++i) {
     owned.push_back(agent::MakeEvaluatorPort(&*tasks, {}));
     deps.compilers.push_back(owned.back().get());
@@ -279,13 +288,14 @@ int RunRun(const RunArgs& a) {
   deps.clock = &RealClock();
   deps.executor = executor.get();
   deps.progress = &progress;
-  std::fprintf(stderr, "kforge run %s: %zu model(s) x %zu task(s) x %d, strategy %s, W=%d, store %s\n",
-               cfg.name.c_str(), cfg.models.size(), spec.tasks.size(), cfg.repeats, strategy.name.c_str(), cfg.world,
-               run_dir.string().c_str());
+  std::fprintf(stderr,
+               "kforge run %s: %zu model(s) x %zu task(s) x %d, strategy %s, W=%d, store %s\n",
+               cfg.name.c_str(), cfg.models.size(), spec.tasks.size(), cfg.repeats,
+               strategy.name.c_str(), cfg.world, run_dir.string().c_str());
   auto summary = agent::ExecuteRun(spec, deps);
   if (!summary.ok()) {
-    return Fail("run", fmt::format("{} (the run is resumable: kforge run --resume {})", summary.status().ToString(),
-                                   cfg.name));
+    return Fail("run", fmt::format("{} (the run is resumable: kforge run --resume {})",
+                                   summary.status().ToString(), cfg.name));
   }
   std::printf("%s", agent::RenderRunSummary(*summary).c_str());
   std::printf("store: %s\n", run_dir.string().c_str());
@@ -295,19 +305,25 @@ int RunRun(const RunArgs& a) {
 void AddRun(CLI::App& app, int& exit_code) {
   auto a = std::make_shared<RunArgs>();
   CLI::App* cmd = app.add_subcommand("run", "run models x tasks under a strategy (resumable)");
-  cmd->add_option("run_file", a->run_file, "a run file (TOML); flags override it")->check(CLI::ExistingFile);
+  cmd->add_option("run_file", a->run_file, "a run file (TOML); flags override it")
+      ->check(CLI::ExistingFile);
   cmd->add_option("--resume", a->resume, "continue the run called NAME where it stopped");
   cmd->add_option("--name", a->name, "the run's name (default run-DATE-TIME)");
-  cmd->add_option("--models", a->models, "model specs, comma-separated (e.g. openai:gpt-5.5,anthropic:claude-opus-4-7)");
-  cmd->add_option("--tasks", a->tasks, "task selectors, comma-separated: keys, numbers, names, globs, categories");
+  cmd->add_option("--models", a->models,
+                  "model specs, comma-separated (e.g. openai:gpt-5.5,anthropic:claude-opus-4-7)");
+  cmd->add_option("--tasks", a->tasks,
+                  "task selectors, comma-separated: keys, numbers, names, globs, categories");
   cmd->add_option("--strategy", a->strategy, "strategy name or file (default refine)");
   cmd->add_option("--turns", a->turns, "override the strategy's turns")->check(CLI::Range(1, 1000));
-  cmd->add_option("--samples", a->samples, "override the strategy's samples per turn")->check(CLI::Range(1, 1000));
-  cmd->add_option("--repeats", a->repeats, "independent sessions per model and task")->check(CLI::Range(1, 1000));
+  cmd->add_option("--samples", a->samples, "override the strategy's samples per turn")
+      ->check(CLI::Range(1, 1000));
+  cmd->add_option("--repeats", a->repeats, "independent sessions per model and task")
+      ->check(CLI::Range(1, 1000));
   cmd->add_option("--world", a->world, "world size W (default 2)")->check(CLI::Range(1, 64));
   cmd->add_option("--dtype", a->dtype, "the tasks' T (default: each task's first)");
   cmd->add_option("--gpus", a->gpus, "GPUs to use, e.g. 0,1,2,3")->delimiter(',');
-  cmd->add_option("--hardware", a->hardware, "hardware profile for the prompt instead of the probe");
+  cmd->add_option("--hardware", a->hardware,
+                  "hardware profile for the prompt instead of the probe");
   cmd->add_flag("--compile-only", a->compile_only, "compile and policy-check only (no GPU)");
   cmd->add_option("--budget-usd", a->budget_usd, "dollars for the whole run");
   cmd->add_option("--budget-tokens", a->budget_tokens, "tokens for the whole run");
@@ -315,8 +331,10 @@ void AddRun(CLI::App& app, int& exit_code) {
   cmd->add_option("--model-budget-usd", a->model_budget_usd, "dollars per model");
   cmd->add_option("--model-budget-tokens", a->model_budget_tokens, "tokens per model");
   cmd->add_option("--task-budget-usd", a->task_budget_usd, "dollars per model and task");
-  cmd->add_option("--deadline", a->deadline, "no new model calls after: YYYY-MM-DDTHH:MM, +8h, +90m");
-  cmd->add_option("--llm-concurrency", a->llm_concurrency, "model calls in flight per model (default 4)");
+  cmd->add_option("--deadline", a->deadline,
+                  "no new model calls after: YYYY-MM-DDTHH:MM, +8h, +90m");
+  cmd->add_option("--llm-concurrency", a->llm_concurrency,
+                  "model calls in flight per model (default 4)");
   cmd->add_option("--compile-jobs", a->compile_jobs, "concurrent compiles (default: CPU cores)");
   cmd->add_option("--out", a->out, "where run directories go (default runs)");
   cmd->add_option("--tasks-dir", a->tasks_dir, "where tasks live");

@@ -3,7 +3,6 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
-
 #include <functional>
 #include <string>
 #include <vector>
@@ -26,6 +25,6 @@ const std::vector<CommandEntry>& Commands();
 
 #define KF_COMMAND_CONCAT_INNER_(a, b) a##b
 #define KF_COMMAND_CONCAT_(a, b) KF_COMMAND_CONCAT_INNER_(a, b)
-#define KF_COMMAND(name, registrar)                                      \
+#define KF_COMMAND(name, registrar)                                        \
   static const bool KF_COMMAND_CONCAT_(kf_command_registered_, __LINE__) = \
       ::kforge::cli::RegisterCommand(name, registrar)

@@ -29,7 +29,8 @@ struct EvalArgs {
 };
 
 int RunEval(const EvalArgs& a) {
-  std::filesystem::path dir = a.tasks_dir.empty() ? eval::DefaultTasksDir() : std::filesystem::path(a.tasks_dir);
+  std::filesystem::path dir =
+      a.tasks_dir.empty() ? eval::DefaultTasksDir() : std::filesystem::path(a.tasks_dir);
   auto tasks = eval::LoadTasks(dir);
   if (!tasks.ok()) {
     std::fprintf(stderr, "kforge eval: %s\n", tasks.status().message().c_str());
@@ -37,7 +38,8 @@ int RunEval(const EvalArgs& a) {
   }
   const eval::Task* task = eval::FindTask(*tasks, a.task);
   if (!task) {
-    std::fprintf(stderr, "kforge eval: no task '%s' in %s (see `kforge tasks list`)\n", a.task.c_str(), dir.c_str());
+    std::fprintf(stderr, "kforge eval: no task '%s' in %s (see `kforge tasks list`)\n",
+                 a.task.c_str(), dir.c_str());
     return 7;
   }
   auto source = ReadFile(a.kernel);
@@ -67,13 +69,15 @@ int RunEval(const EvalArgs& a) {
     auto card = eval::ProbeHardware(o.gpus);
     if (!card.ok()) {
       std::fprintf(stderr,
-                   "kforge eval: running a kernel needs a GPU (%s); compiling and checking the policy only.\n",
+                   "kforge eval: running a kernel needs a GPU (%s); compiling and checking the "
+                   "policy only.\n",
                    card.status().message().c_str());
       o.compile_only = true;
     }
   }
   auto evaluator = eval::MakeEvaluator();
-  auto doc = evaluator->Evaluate(*task, *source, std::filesystem::path(a.kernel).filename().string(), o);
+  auto doc =
+      evaluator->Evaluate(*task, *source, std::filesystem::path(a.kernel).filename().string(), o);
   if (!doc.ok()) {
     std::fprintf(stderr, "kforge eval: %s\n", doc.status().ToString().c_str());
     return 7;
@@ -92,14 +96,19 @@ void AddEval(CLI::App& app, int& exit_code) {
   auto args = std::make_shared<EvalArgs>();
   CLI::App* cmd = app.add_subcommand("eval", "evaluate a kernel against a task's baseline");
   cmd->add_option("--task", args->task, "task key, number or name")->required();
-  cmd->add_option("--kernel", args->kernel, "the kernel's .cu file")->required()->check(CLI::ExistingFile);
-  cmd->add_option("--world", args->world, "ranks (default: every visible GPU, at least the task's minimum)");
+  cmd->add_option("--kernel", args->kernel, "the kernel's .cu file")
+      ->required()
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--world", args->world,
+                  "ranks (default: every visible GPU, at least the task's minimum)");
   cmd->add_option("--gpus", args->gpus, "GPUs to use, e.g. 0,1,2,3")->delimiter(',');
   cmd->add_option("--dtype", args->dtype, "the task's T (default: its first dtype)");
-  cmd->add_option("--trials", args->trials, "correctness trials per check size")->check(CLI::Range(1, 1000));
+  cmd->add_option("--trials", args->trials, "correctness trials per check size")
+      ->check(CLI::Range(1, 1000));
   cmd->add_option("--bench-size", args->bench_sizes, "only these bench sizes (labels)");
   cmd->add_flag("--no-timing", args->no_timing, "correctness only");
-  cmd->add_flag("--trusted", args->trusted, "the kernel is the task's own reference: skip the policy check");
+  cmd->add_flag("--trusted", args->trusted,
+                "the kernel is the task's own reference: skip the policy check");
   cmd->add_flag("--compile-only", args->compile_only, "compile and check the policy; run nothing");
   cmd->add_option("--json", args->json_out, "write the result document here");
   cmd->add_option("--tasks-dir", args->tasks_dir, "where tasks live");

@@ -1,6 +1,5 @@
 // kforge: LLMs write multi-GPU CUDA kernels; kforge judges them.
 #include <CLI/CLI.hpp>
-
 #include <cstdio>
 
 #include "command.h"

@@ -45,7 +45,8 @@ int RunAsk(const AskFlags& f) {
   req.model = f.model;
   req.system = f.system;
   std::string prompt = f.prompt;
-  if (prompt == "-") prompt.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+  if (prompt == "-")
+    prompt.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
   req.messages = {{"user", prompt}};
   if (f.max_tokens > 0) req.max_output_tokens = f.max_tokens;
   if (f.thinking_budget > 0) req.thinking_budget_tokens = f.thinking_budget;
@@ -62,16 +63,20 @@ int RunAsk(const AskFlags& f) {
     return 1;
   }
   const auto& u = resp->usage;
-  std::string cost = resp->from_cache ? "$0 (cached)" : resp->cost_known ? fmt::format("${:.6f}", resp->cost_usd)
-                                                                         : "unknown (no price in the registry)";
+  std::string cost = resp->from_cache   ? "$0 (cached)"
+                     : resp->cost_known ? fmt::format("${:.6f}", resp->cost_usd)
+                                        : "unknown (no price in the registry)";
   std::fprintf(stderr,
-               "--\nmodel %s | finish %s | input %lld (cached %lld) | output %lld (reasoning %lld) | cost %s | "
+               "--\nmodel %s | finish %s | input %lld (cached %lld) | output %lld (reasoning %lld) "
+               "| cost %s | "
                "%.2f s | attempts %d | request %s\n",
                resp->model.c_str(), std::string(providers::FinishReasonName(resp->finish)).c_str(),
-               static_cast<long long>(u.input_tokens), static_cast<long long>(u.cached_input_tokens),
-               static_cast<long long>(u.output_tokens), static_cast<long long>(u.reasoning_tokens), cost.c_str(),
-               resp->latency_s, resp->attempts, resp->request_id.c_str());
-  if (!resp->reasoning.empty()) std::fprintf(stderr, "(reasoning text: %zu characters)\n", resp->reasoning.size());
+               static_cast<long long>(u.input_tokens),
+               static_cast<long long>(u.cached_input_tokens),
+               static_cast<long long>(u.output_tokens), static_cast<long long>(u.reasoning_tokens),
+               cost.c_str(), resp->latency_s, resp->attempts, resp->request_id.c_str());
+  if (!resp->reasoning.empty())
+    std::fprintf(stderr, "(reasoning text: %zu characters)\n", resp->reasoning.size());
   return 0;
 }
 
@@ -83,35 +88,44 @@ int RunModels(const std::vector<std::string>& registries) {
     return 2;
   }
   static const char* const kStyles[] = {"-", "effort", "budget", "adaptive"};
-  std::string out = fmt::format("{:<38} {:<16} {:>9} {:>8} {:<9} {:<28} {:>8} {:>8} {:>8}\n", "spec", "wire",
-                                "context", "max out", "reasoning", "rejects", "$in/M", "$cache/M", "$out/M");
+  std::string out =
+      fmt::format("{:<38} {:<16} {:>9} {:>8} {:<9} {:<28} {:>8} {:>8} {:>8}\n", "spec", "wire",
+                  "context", "max out", "reasoning", "rejects", "$in/M", "$cache/M", "$out/M");
   for (const auto& [spec, m] : reg->models()) {
     const auto* p = reg->FindProvider(m.provider);
     auto wire = m.wire ? *m.wire : (p ? p->wire : providers::WireFormat::kOpenAiChat);
     std::string rejects;
     for (const auto& r : m.rejects) rejects += (rejects.empty() ? "" : ",") + r;
-    out += fmt::format("{:<38} {:<16} {:>9} {:>8} {:<9} {:<28} {:>8} {:>8} {:>8}\n", spec,
-                       providers::WireFormatName(wire), m.context_tokens ? std::to_string(m.context_tokens) : "?",
-                       m.max_output_tokens ? std::to_string(m.max_output_tokens) : "?",
-                       kStyles[static_cast<int>(m.reasoning)], rejects.empty() ? "-" : rejects,
-                       Price(m.input_per_mtok), Price(m.cached_input_per_mtok), Price(m.output_per_mtok));
+    out += fmt::format(
+        "{:<38} {:<16} {:>9} {:>8} {:<9} {:<28} {:>8} {:>8} {:>8}\n", spec,
+        providers::WireFormatName(wire), m.context_tokens ? std::to_string(m.context_tokens) : "?",
+        m.max_output_tokens ? std::to_string(m.max_output_tokens) : "?",
+        kStyles[static_cast<int>(m.reasoning)], rejects.empty() ? "-" : rejects,
+        Price(m.input_per_mtok), Price(m.cached_input_per_mtok), Price(m.output_per_mtok));
   }
-  out += "\nAny provider:model works even when unlisted (no price, no capability filtering); "
-         "compat:http://host:port/v1#model reaches an OpenAI-compatible server.\n";
+  out +=
+      "\nAny provider:model works even when unlisted (no price, no capability filtering); "
+      "compat:http://host:port/v1#model reaches an OpenAI-compatible server.\n";
   std::fputs(out.c_str(), stdout);
   return 0;
 }
 
 void AddAsk(CLI::App& app, int& exit_code) {
   auto flags = std::make_shared<AskFlags>();
-  CLI::App* cmd = app.add_subcommand("ask", "Send one prompt to a model; stream the answer, then usage and cost");
-  cmd->add_option("--model,-m", flags->model, "Model spec, e.g. anthropic:claude-opus-4-7")->required();
+  CLI::App* cmd = app.add_subcommand(
+      "ask", "Send one prompt to a model; stream the answer, then usage and cost");
+  cmd->add_option("--model,-m", flags->model, "Model spec, e.g. anthropic:claude-opus-4-7")
+      ->required();
   cmd->add_option("--system,-s", flags->system, "System prompt");
-  cmd->add_option("--max-tokens", flags->max_tokens, "Output token cap (includes reasoning tokens)");
-  cmd->add_option("--temperature", flags->temperature, "Sampling temperature (left out for models that reject it)");
+  cmd->add_option("--max-tokens", flags->max_tokens,
+                  "Output token cap (includes reasoning tokens)");
+  cmd->add_option("--temperature", flags->temperature,
+                  "Sampling temperature (left out for models that reject it)");
   cmd->add_option("--effort", flags->effort, "Reasoning effort: minimal|low|medium|high|xhigh|max");
-  cmd->add_option("--thinking-budget", flags->thinking_budget, "Thinking budget in tokens (budget-style models)");
-  cmd->add_option("--base-url", flags->base_url, "Override the provider's base URL (gateways, proxies)");
+  cmd->add_option("--thinking-budget", flags->thinking_budget,
+                  "Thinking budget in tokens (budget-style models)");
+  cmd->add_option("--base-url", flags->base_url,
+                  "Override the provider's base URL (gateways, proxies)");
   cmd->add_option("--registry", flags->registries, "Extra model registry file(s)");
   cmd->add_option("--record", flags->record, "Append the exchange to this replay cassette");
   cmd->add_flag("--no-cache", flags->no_cache, "Do not read or write the response cache");
@@ -122,7 +136,8 @@ void AddAsk(CLI::App& app, int& exit_code) {
 
 void AddModels(CLI::App& app, int& exit_code) {
   auto registries = std::make_shared<std::vector<std::string>>();
-  CLI::App* cmd = app.add_subcommand("models", "List the model registry: capabilities, limits and prices");
+  CLI::App* cmd =
+      app.add_subcommand("models", "List the model registry: capabilities, limits and prices");
   cmd->add_option("--registry", *registries, "Extra model registry file(s)");
   cmd->callback([registries, &exit_code] { exit_code = RunModels(*registries); });
 }

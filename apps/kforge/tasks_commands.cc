@@ -47,8 +47,8 @@ int List(const TasksArgs& a) {
   }
   std::printf("%-28s %-18s %-10s %-16s %s\n", "KEY", "CATEGORY", "WORLD", "DTYPES", "TITLE");
   for (const auto& t : *tasks) {
-    std::printf("%-28s %-18s %-10s %-16s %s\n", t.key.c_str(), t.category.c_str(), Join(t.world_sizes).c_str(),
-                Join(t.dtypes).c_str(), t.title.c_str());
+    std::printf("%-28s %-18s %-10s %-16s %s\n", t.key.c_str(), t.category.c_str(),
+                Join(t.world_sizes).c_str(), Join(t.dtypes).c_str(), t.title.c_str());
   }
   return 0;
 }
@@ -61,8 +61,8 @@ int Show(const TasksArgs& a) {
   }
   const eval::Task* t = eval::FindTask(*tasks, a.id);
   if (t == nullptr) {
-    std::fprintf(stderr, "kforge tasks show: no task '%s' in %s (see `kforge tasks list`)\n", a.id.c_str(),
-                 TasksDir(a).c_str());
+    std::fprintf(stderr, "kforge tasks show: no task '%s' in %s (see `kforge tasks list`)\n",
+                 a.id.c_str(), TasksDir(a).c_str());
     return 1;
   }
   const int world = a.world > 0 ? a.world : t->world_sizes.front();
@@ -110,11 +110,13 @@ int Validate(const TasksArgs& a) {
   for (const eval::Task* t : selected) {
     const auto start = std::chrono::steady_clock::now();
     Status s = eval::ValidateShapes(*t);
-    Result<eval::OracleCheckStats> stats = s.ok() ? eval::CheckOracle(*t, kSeed) : Result<eval::OracleCheckStats>(s);
-    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    Result<eval::OracleCheckStats> stats =
+        s.ok() ? eval::CheckOracle(*t, kSeed) : Result<eval::OracleCheckStats>(s);
+    const double secs =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (stats.ok()) {
-      std::printf("ok    %-28s %d problems, %lld oracle values finite (%.2f s)\n", t->key.c_str(), stats->problems,
-                  static_cast<long long>(stats->output_values), secs);
+      std::printf("ok    %-28s %d problems, %lld oracle values finite (%.2f s)\n", t->key.c_str(),
+                  stats->problems, static_cast<long long>(stats->output_values), secs);
     } else {
       ++failures;
       std::printf("FAIL  %-28s %s\n", t->key.c_str(), stats.status().message().c_str());
@@ -126,7 +128,8 @@ int Validate(const TasksArgs& a) {
 }
 
 void AddTasksDir(CLI::App* cmd, TasksArgs& a) {
-  cmd->add_option("--tasks-dir", a.tasks_dir, "tasks folder (default: $KFORGE_TASKS_DIR, ./tasks, the source tree's)");
+  cmd->add_option("--tasks-dir", a.tasks_dir,
+                  "tasks folder (default: $KFORGE_TASKS_DIR, ./tasks, the source tree's)");
 }
 
 KF_COMMAND("tasks", [](CLI::App& app, int& exit_code) {
@@ -134,7 +137,8 @@ KF_COMMAND("tasks", [](CLI::App& app, int& exit_code) {
   CLI::App* tasks = app.add_subcommand("tasks", "List, show and validate the benchmark's tasks");
   tasks->require_subcommand(1);
 
-  CLI::App* list = tasks->add_subcommand("list", "One line per task: key, category, world sizes, dtypes, title");
+  CLI::App* list =
+      tasks->add_subcommand("list", "One line per task: key, category, world sizes, dtypes, title");
   AddTasksDir(list, *args);
   list->callback([args, &exit_code] { exit_code = List(*args); });
 
@@ -145,8 +149,9 @@ KF_COMMAND("tasks", [](CLI::App& app, int& exit_code) {
   show->add_option("--dtype", args->dtype, "dtype T (default: the task's first)");
   show->callback([args, &exit_code] { exit_code = Show(*args); });
 
-  CLI::App* validate = tasks->add_subcommand(
-      "validate", "Parse every task, instantiate every size at every W and dtype, run each oracle at the check sizes");
+  CLI::App* validate = tasks->add_subcommand("validate",
+                                             "Parse every task, instantiate every size at every W "
+                                             "and dtype, run each oracle at the check sizes");
   AddTasksDir(validate, *args);
   validate->add_option("id", args->id, "only this task (key, number or name)");
   validate->callback([args, &exit_code] { exit_code = Validate(*args); });

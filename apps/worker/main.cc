@@ -1,11 +1,10 @@
 // kforge-worker: one rank of an evaluation. Started by the coordinator (fork +
 // exec, before any CUDA call), or with --probe to print the hardware card.
-#include <CLI/CLI.hpp>
-
 #include <execinfo.h>
 #include <signal.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <cstring>
 
@@ -19,7 +18,8 @@ int g_rank = -1;
 // on stderr (the coordinator reports the signal), then die by the signal.
 void OnFatalSignal(int sig) {
   char msg[96];
-  int n = std::snprintf(msg, sizeof(msg), "kforge-worker rank %d: fatal signal %d (%s)\n", g_rank, sig, strsignal(sig));
+  int n = std::snprintf(msg, sizeof(msg), "kforge-worker rank %d: fatal signal %d (%s)\n", g_rank,
+                        sig, strsignal(sig));
   if (n > 0) (void)!write(2, msg, static_cast<size_t>(n));
   void* frames[48];
   int depth = backtrace(frames, 48);
@@ -49,7 +49,8 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (args.channel_fd < 0 || args.control_fd < 0) {
-    std::fprintf(stderr, "kforge-worker: started without --channel-fd/--control-fd; it is run by kforge\n");
+    std::fprintf(stderr,
+                 "kforge-worker: started without --channel-fd/--control-fd; it is run by kforge\n");
     return 2;
   }
   g_rank = args.rank;

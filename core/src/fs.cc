@@ -69,7 +69,8 @@ fs::path DefaultCacheDir() {
 
 Result<fs::path> MakeTempDir(std::string_view prefix) {
   const char* tmp = std::getenv("TMPDIR");
-  std::string tmpl = std::string(tmp && *tmp ? tmp : "/tmp") + "/" + std::string(prefix) + "-XXXXXX";
+  std::string tmpl =
+      std::string(tmp && *tmp ? tmp : "/tmp") + "/" + std::string(prefix) + "-XXXXXX";
   std::vector<char> buf(tmpl.begin(), tmpl.end());
   buf.push_back('\0');
   if (!mkdtemp(buf.data())) return Error(ErrorKind::kIo, tmpl + ": " + std::strerror(errno));

@@ -4,29 +4,52 @@ namespace kforge {
 
 std::string_view ErrorKindName(ErrorKind kind) {
   switch (kind) {
-    case ErrorKind::kOk: return "ok";
-    case ErrorKind::kInvalidInput: return "invalid_input";
-    case ErrorKind::kNotFound: return "not_found";
-    case ErrorKind::kIo: return "io";
-    case ErrorKind::kTransport: return "transport";
-    case ErrorKind::kTimeout: return "timeout";
-    case ErrorKind::kRateLimited: return "rate_limited";
-    case ErrorKind::kOverloaded: return "overloaded";
-    case ErrorKind::kServerError: return "server_error";
-    case ErrorKind::kAuth: return "auth";
-    case ErrorKind::kQuota: return "quota";
-    case ErrorKind::kContextOverflow: return "context_overflow";
-    case ErrorKind::kTruncated: return "truncated";
-    case ErrorKind::kContentFilter: return "content_filter";
-    case ErrorKind::kCompileError: return "compile_error";
-    case ErrorKind::kPolicyViolation: return "policy_violation";
-    case ErrorKind::kRuntimeError: return "runtime_error";
-    case ErrorKind::kMismatch: return "mismatch";
-    case ErrorKind::kDeadlock: return "deadlock";
-    case ErrorKind::kHarness: return "harness";
-    case ErrorKind::kBudget: return "budget";
-    case ErrorKind::kCancelled: return "cancelled";
-    case ErrorKind::kInternal: return "internal";
+    case ErrorKind::kOk:
+      return "ok";
+    case ErrorKind::kInvalidInput:
+      return "invalid_input";
+    case ErrorKind::kNotFound:
+      return "not_found";
+    case ErrorKind::kIo:
+      return "io";
+    case ErrorKind::kTransport:
+      return "transport";
+    case ErrorKind::kTimeout:
+      return "timeout";
+    case ErrorKind::kRateLimited:
+      return "rate_limited";
+    case ErrorKind::kOverloaded:
+      return "overloaded";
+    case ErrorKind::kServerError:
+      return "server_error";
+    case ErrorKind::kAuth:
+      return "auth";
+    case ErrorKind::kQuota:
+      return "quota";
+    case ErrorKind::kContextOverflow:
+      return "context_overflow";
+    case ErrorKind::kTruncated:
+      return "truncated";
+    case ErrorKind::kContentFilter:
+      return "content_filter";
+    case ErrorKind::kCompileError:
+      return "compile_error";
+    case ErrorKind::kPolicyViolation:
+      return "policy_violation";
+    case ErrorKind::kRuntimeError:
+      return "runtime_error";
+    case ErrorKind::kMismatch:
+      return "mismatch";
+    case ErrorKind::kDeadlock:
+      return "deadlock";
+    case ErrorKind::kHarness:
+      return "harness";
+    case ErrorKind::kBudget:
+      return "budget";
+    case ErrorKind::kCancelled:
+      return "cancelled";
+    case ErrorKind::kInternal:
+      return "internal";
   }
   return "unknown";
 }

@@ -72,7 +72,8 @@ class PosixProcessRunner final : public ProcessRunner {
     int open_fds = 2;
     char buf[65536];
     while (open_fds > 0) {
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - SteadyTime::now());
+      auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - SteadyTime::now());
       if (left.count() <= 0) {
         result.timed_out = true;
         break;

@@ -76,10 +76,12 @@ Result<bool> Channel::TakeFrame(Message* out) {
   if (pending_.size() < sizeof(uint32_t)) return false;
   uint32_t len = 0;
   std::memcpy(&len, pending_.data(), sizeof(len));
-  if (len > kMaxFrame) return Error(ErrorKind::kIo, "oversized frame on channel (" + std::to_string(len) + " bytes)");
+  if (len > kMaxFrame)
+    return Error(ErrorKind::kIo, "oversized frame on channel (" + std::to_string(len) + " bytes)");
   if (pending_.size() < sizeof(len) + len) return false;
   try {
-    out->body = nlohmann::json::parse(pending_.begin() + sizeof(len), pending_.begin() + sizeof(len) + len);
+    out->body =
+        nlohmann::json::parse(pending_.begin() + sizeof(len), pending_.begin() + sizeof(len) + len);
   } catch (const std::exception& e) {
     return Error(ErrorKind::kIo, std::string("malformed message: ") + e.what());
   }
@@ -99,13 +101,16 @@ Result<Message> Channel::Receive(std::chrono::milliseconds timeout) {
     Message m;
     KF_ASSIGN_OR_RETURN(bool whole, TakeFrame(&m));
     if (whole) return m;
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
     if (left.count() < 0) return Error(ErrorKind::kTimeout, "no message before the deadline");
     pollfd p{fd_, POLLIN, 0};
     int r = poll(&p, 1, static_cast<int>(std::min<long long>(left.count(), 1000)));
-    if (r < 0 && errno != EINTR) return Error(ErrorKind::kIo, std::string("poll: ") + std::strerror(errno));
+    if (r < 0 && errno != EINTR)
+      return Error(ErrorKind::kIo, std::string("poll: ") + std::strerror(errno));
     if (r <= 0) {
-      if (std::chrono::steady_clock::now() >= deadline) return Error(ErrorKind::kTimeout, "no message before the deadline");
+      if (std::chrono::steady_clock::now() >= deadline)
+        return Error(ErrorKind::kTimeout, "no message before the deadline");
       continue;
     }
     iovec iov{buf, sizeof(buf)};

@@ -13,7 +13,8 @@ namespace kforge::eval {
 
 Result<ControlBlock> ControlBlock::Create(int world) {
   if (world < 1 || world > kMaxWorldSize) {
-    return Error(ErrorKind::kInvalidInput, "world size must be in 1.." + std::to_string(kMaxWorldSize));
+    return Error(ErrorKind::kInvalidInput,
+                 "world size must be in 1.." + std::to_string(kMaxWorldSize));
   }
   int fd = memfd_create("kforge-control", MFD_CLOEXEC);
   if (fd < 0) return Error(ErrorKind::kIo, std::string("memfd_create: ") + std::strerror(errno));

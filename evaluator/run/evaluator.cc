@@ -22,20 +22,31 @@ using nlohmann::json;
 
 std::string StatusName(ErrorKind k) {
   switch (k) {
-    case ErrorKind::kOk: return "passed";
-    case ErrorKind::kCompileError: return "compile_error";
-    case ErrorKind::kPolicyViolation: return "policy_violation";
-    case ErrorKind::kRuntimeError: return "runtime_error";
-    case ErrorKind::kMismatch: return "mismatch";
-    case ErrorKind::kDeadlock: case ErrorKind::kTimeout: return "timeout";
-    default: return "harness_error";
+    case ErrorKind::kOk:
+      return "passed";
+    case ErrorKind::kCompileError:
+      return "compile_error";
+    case ErrorKind::kPolicyViolation:
+      return "policy_violation";
+    case ErrorKind::kRuntimeError:
+      return "runtime_error";
+    case ErrorKind::kMismatch:
+      return "mismatch";
+    case ErrorKind::kDeadlock:
+    case ErrorKind::kTimeout:
+      return "timeout";
+    default:
+      return "harness_error";
   }
 }
 
-std::vector<std::string> LibrariesFor(const std::string& source, const Policy& policy, bool reference) {
+std::vector<std::string> LibrariesFor(const std::string& source, const Policy& policy,
+                                      bool reference) {
   std::vector<std::string> libs;
-  if ((reference || policy.nccl) && source.find("nccl") != std::string::npos) libs.push_back("nccl");
-  if ((reference || policy.cublas) && source.find("cublas") != std::string::npos) libs.push_back("cublas");
+  if ((reference || policy.nccl) && source.find("nccl") != std::string::npos)
+    libs.push_back("nccl");
+  if ((reference || policy.cublas) && source.find("cublas") != std::string::npos)
+    libs.push_back("cublas");
   return libs;
 }
 
@@ -46,14 +57,18 @@ class RealEvaluator final : public Evaluator {
   Result<json> Evaluate(const Task& task, const std::string& source, const std::string& name,
                         const EvalOptions& options) override {
     auto t0 = std::chrono::steady_clock::now();
-    json doc = {{"schema", "kforge.eval/1"}, {"task", task.key}, {"kernel", {{"path", name}, {"sha256", Sha256Hex(source)}}}};
+    json doc = {{"schema", "kforge.eval/1"},
+                {"task", task.key},
+                {"kernel", {{"path", name}, {"sha256", Sha256Hex(source)}}}};
     Dtype dtype = options.dtype.value_or(task.dtypes.front());
     if (std::find(task.dtypes.begin(), task.dtypes.end(), dtype) == task.dtypes.end()) {
-      return Error(ErrorKind::kInvalidInput, "task " + task.key + " has no dtype " + std::string(DtypeName(dtype)));
+      return Error(ErrorKind::kInvalidInput,
+                   "task " + task.key + " has no dtype " + std::string(DtypeName(dtype)));
     }
     doc["dtype"] = std::string(DtypeName(dtype));
     auto finish = [&](ErrorKind kind, const std::string& message) -> Result<json> {
-      doc["status"] = options.compile_only && kind == ErrorKind::kOk ? "compiled" : StatusName(kind);
+      doc["status"] =
+          options.compile_only && kind == ErrorKind::kOk ? "compiled" : StatusName(kind);
       doc["message"] = message;
       doc["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       return doc;
@@ -70,7 +85,8 @@ class RealEvaluator final : public Evaluator {
     if (arch.empty()) {
       arch = "sm_90a";
       if (!card.is_null()) {
-        int cc = card["gpus"][0]["cc_major"].get<int>() * 10 + card["gpus"][0]["cc_minor"].get<int>();
+        int cc =
+            card["gpus"][0]["cc_major"].get<int>() * 10 + card["gpus"][0]["cc_minor"].get<int>();
         arch = "sm_" + std::to_string(cc) + (cc >= 90 ? "a" : "");
       }
     }
@@ -80,11 +96,16 @@ class RealEvaluator final : public Evaluator {
     if (!reference.ok()) return reference.status();
     CompileOptions copts;
     copts.cache_dir = options.cache_dir;
-    copts.timeout = std::chrono::milliseconds(static_cast<int64_t>(options.compile_timeout_s * 1000));
+    copts.timeout =
+        std::chrono::milliseconds(static_cast<int64_t>(options.compile_timeout_s * 1000));
     Compiler compiler(copts);
     std::vector<CompileJob> jobs = {
         {source, name, arch, LibrariesFor(source, task.policy, options.trusted), {}},
-        {*reference, task.key + "/reference.cu", arch, LibrariesFor(*reference, task.policy, true), {}}};
+        {*reference,
+         task.key + "/reference.cu",
+         arch,
+         LibrariesFor(*reference, task.policy, true),
+         {}}};
     auto compiled = compiler.CompileAll(jobs);
     doc["compile"] = compiled[0].ToJson();
     if (!compiled[0].status.ok()) {
@@ -93,7 +114,8 @@ class RealEvaluator final : public Evaluator {
       return finish(ErrorKind::kCompileError, "compile failed: " + compiled[0].status.message());
     }
     if (!compiled[1].status.ok()) {
-      return Error(ErrorKind::kHarness, "the task's reference does not compile: " + compiled[1].status.message());
+      return Error(ErrorKind::kHarness,
+                   "the task's reference does not compile: " + compiled[1].status.message());
     }
     auto violations = CheckKernelPolicy(compiled[0].shared_object, source, task.policy);
     if (!violations.ok()) return violations.status();
@@ -101,7 +123,8 @@ class RealEvaluator final : public Evaluator {
       doc["policy"] = {{"violations", *violations}};
       return finish(ErrorKind::kPolicyViolation, "policy violation: " + violations->front());
     }
-    if (options.compile_only) return finish(ErrorKind::kOk, "compiled; not evaluated (compile-only)");
+    if (options.compile_only)
+      return finish(ErrorKind::kOk, "compiled; not evaluated (compile-only)");
 
     // Placement: W ranks over the chosen GPUs; more ranks than GPUs share them.
     std::vector<int> gpus = options.gpus;
@@ -111,11 +134,14 @@ class RealEvaluator final : public Evaluator {
     int world = options.world;
     if (world == 0) {
       world = static_cast<int>(gpus.size());
-      auto fit = std::find_if(task.world_sizes.begin(), task.world_sizes.end(), [&](int w) { return w >= world; });
+      auto fit = std::find_if(task.world_sizes.begin(), task.world_sizes.end(),
+                              [&](int w) { return w >= world; });
       world = fit != task.world_sizes.end() ? *fit : task.world_sizes.back();
     }
-    if (std::find(task.world_sizes.begin(), task.world_sizes.end(), world) == task.world_sizes.end()) {
-      return Error(ErrorKind::kInvalidInput, "task " + task.key + " does not support world size " + std::to_string(world));
+    if (std::find(task.world_sizes.begin(), task.world_sizes.end(), world) ==
+        task.world_sizes.end()) {
+      return Error(ErrorKind::kInvalidInput,
+                   "task " + task.key + " does not support world size " + std::to_string(world));
     }
     std::vector<int> devices;
     for (int r = 0; r < world; ++r) devices.push_back(gpus[r % gpus.size()]);
@@ -145,16 +171,19 @@ class RealEvaluator final : public Evaluator {
     if (st.ok()) {
       for (const auto& size : task.bench_sizes) {
         if (!options.bench_sizes.empty() &&
-            std::find(options.bench_sizes.begin(), options.bench_sizes.end(), size.label) == options.bench_sizes.end()) {
+            std::find(options.bench_sizes.begin(), options.bench_sizes.end(), size.label) ==
+                options.bench_sizes.end()) {
           continue;
         }
         st = RunBenchSize(s, size);
         if (!st.ok()) break;
       }
     }
-    doc["correctness"] = {{"trials", options.trials}, {"passed_trials", s.trials_passed}, {"checks", s.checks}};
+    doc["correctness"] = {
+        {"trials", options.trials}, {"passed_trials", s.trials_passed}, {"checks", s.checks}};
     doc["timing"] = s.timing;
-    if (!s.failure.is_null()) doc[st.kind() == ErrorKind::kDeadlock ? "timeout" : "error"] = s.failure;
+    if (!s.failure.is_null())
+      doc[st.kind() == ErrorKind::kDeadlock ? "timeout" : "error"] = s.failure;
     if (!st.ok()) {
       if (st.kind() == ErrorKind::kHarness) LogWarn("evaluator", "{}", st.message());
       return finish(st.kind(), StatusName(st.kind()) + ": " + st.message());
@@ -166,8 +195,8 @@ class RealEvaluator final : public Evaluator {
       for (const auto& t : s.timing) logsum += std::log(std::max(t["speedup"].get<double>(), 1e-9));
       double geo = std::exp(logsum / s.timing.size());
       doc["speedup"] = geo;
-      msg += "; speedup " + std::to_string(geo).substr(0, 5) + "x (geomean over " + std::to_string(s.timing.size()) +
-             " bench sizes)" + (emulated ? ", emulated" : "");
+      msg += "; speedup " + std::to_string(geo).substr(0, 5) + "x (geomean over " +
+             std::to_string(s.timing.size()) + " bench sizes)" + (emulated ? ", emulated" : "");
     }
     return finish(ErrorKind::kOk, msg);
   }
@@ -183,7 +212,8 @@ class RealEvaluator final : public Evaluator {
   // Reuses the live rank group when placement matches; otherwise starts one.
   // A group that failed is gone (killed); starting a fresh one is also the
   // health check of the GPU before the next evaluation.
-  Result<WorkerGroup*> Group(int world, const std::vector<int>& devices, bool emulated, const EvalOptions& o) {
+  Result<WorkerGroup*> Group(int world, const std::vector<int>& devices, bool emulated,
+                             const EvalOptions& o) {
     if (group_ && group_->alive() && group_->options().devices == devices) return group_.get();
     group_.reset();
     GroupOptions g;
@@ -196,13 +226,16 @@ class RealEvaluator final : public Evaluator {
       mps_tried_ = true;
       mps_ = MpsDaemon::StartIfAvailable();
       if (!mps_) {
-        LogWarn("evaluator", "ranks share a GPU without MPS: spin barriers between ranks will time-slice (slow)");
+        LogWarn(
+            "evaluator",
+            "ranks share a GPU without MPS: spin barriers between ranks will time-slice (slow)");
       }
     }
     if (emulated && mps_) g.env = mps_->Env();
     auto started = WorkerGroup::Start(g);
     if (!started.ok() && mps_) {
-      LogWarn("evaluator", "rank group under MPS failed ({}); retrying without MPS", started.status().message());
+      LogWarn("evaluator", "rank group under MPS failed ({}); retrying without MPS",
+              started.status().message());
       mps_.reset();
       g.env.clear();
       started = WorkerGroup::Start(g);
@@ -212,13 +245,16 @@ class RealEvaluator final : public Evaluator {
     return group_.get();
   }
 
-  Status Load(EvalSession& s, const std::filesystem::path& candidate, const std::filesystem::path& baseline) {
+  Status Load(EvalSession& s, const std::filesystem::path& candidate,
+              const std::filesystem::path& baseline) {
     for (auto [slot, path] : {std::pair{"baseline", baseline}, std::pair{"candidate", candidate}}) {
-      auto r = s.group->All({{"op", "load"}, {"slot", slot}, {"path", path.string()}}, s.options->setup_deadline_s, "load");
+      auto r = s.group->All({{"op", "load"}, {"slot", slot}, {"path", path.string()}},
+                            s.options->setup_deadline_s, "load");
       if (!r.ok()) {
         const GroupFailure& f = s.group->last_failure();
         s.failure = {{"phase", "load"}, {"rank", f.rank}, {"message", r.status().message()}};
-        if (std::string(slot) == "baseline") return Error(ErrorKind::kHarness, "loading the baseline: " + r.status().message());
+        if (std::string(slot) == "baseline")
+          return Error(ErrorKind::kHarness, "loading the baseline: " + r.status().message());
         return r.status();
       }
     }

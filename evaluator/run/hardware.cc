@@ -16,7 +16,8 @@ std::filesystem::path DefaultWorkerPath() {
   return "kforge-worker";
 }
 
-Result<nlohmann::json> ProbeHardware(const std::vector<int>& gpus, std::filesystem::path worker_path) {
+Result<nlohmann::json> ProbeHardware(const std::vector<int>& gpus,
+                                     std::filesystem::path worker_path) {
   if (worker_path.empty()) worker_path = DefaultWorkerPath();
   std::vector<std::string> argv = {worker_path.string(), "--probe"};
   if (!gpus.empty()) {
@@ -35,7 +36,8 @@ Result<nlohmann::json> ProbeHardware(const std::vector<int>& gpus, std::filesyst
   try {
     card = nlohmann::json::parse(r.out);
   } catch (const std::exception& e) {
-    return Error(ErrorKind::kHarness, std::string("kforge-worker --probe printed bad JSON: ") + e.what());
+    return Error(ErrorKind::kHarness,
+                 std::string("kforge-worker --probe printed bad JSON: ") + e.what());
   }
   if (card.value("device_count", 0) == 0 || card["gpus"].empty()) {
     return Error(ErrorKind::kNotFound, card.value("error", std::string("no CUDA device visible")));

@@ -12,8 +12,10 @@ nlohmann::json CheckAgainstOracle(const Problem& p, int rank, int output, const 
     ctx.input_specs.push_back(&p.inputs[i]);
     ctx.inputs.push_back(inputs[rank][i].data());
   }
-  for (int r = 0; r < p.world; ++r) ctx.expected_by_rank.push_back(expected.outputs[r][output].data);
-  CompareReport report = CompareOutput(p.outputs[output], got, expected.outputs[rank][output].data, ctx);
+  for (int r = 0; r < p.world; ++r)
+    ctx.expected_by_rank.push_back(expected.outputs[r][output].data);
+  CompareReport report =
+      CompareOutput(p.outputs[output], got, expected.outputs[rank][output].data, ctx);
   if (report.passed) return nullptr;
   return ToJson(report);
 }

@@ -21,18 +21,25 @@ Status Failed(EvalSession& s, const Status& st) {
   if (st.kind() == ErrorKind::kDeadlock) {
     s.failure = {{"phase", f.phase}, {"deadline_s", f.deadline_s}, {"hung_ranks", f.hung_ranks}};
   } else {
-    s.failure = {{"phase", f.phase.empty() ? "setup" : f.phase}, {"rank", f.rank}, {"message", st.message()}};
+    s.failure = {{"phase", f.phase.empty() ? "setup" : f.phase},
+                 {"rank", f.rank},
+                 {"message", st.message()}};
   }
   return st;
 }
 
 json AllocMessage(const EvalSession& s, const SizeSpec& size, bool check, int sets) {
-  return {{"op", "alloc"},  {"task_dir", s.task->dir.string()}, {"dtype", std::string(DtypeName(s.dtype))},
-          {"size", size.label}, {"check", check}, {"sets", sets}};
+  return {{"op", "alloc"},
+          {"task_dir", s.task->dir.string()},
+          {"dtype", std::string(DtypeName(s.dtype))},
+          {"size", size.label},
+          {"check", check},
+          {"sets", sets}};
 }
 
 // alloc + peers + setup of the given kernel slots.
-Status Prepare(EvalSession& s, const SizeSpec& size, bool check, int sets, const std::vector<std::string>& slots) {
+Status Prepare(EvalSession& s, const SizeSpec& size, bool check, int sets,
+               const std::vector<std::string>& slots) {
   double dl = s.options->setup_deadline_s;
   auto alloc = s.group->All(AllocMessage(s, size, check, sets), dl, "setup");
   if (!alloc.ok()) return Failed(s, alloc.status());
@@ -49,7 +56,8 @@ Status Prepare(EvalSession& s, const SizeSpec& size, bool check, int sets, const
 
 Status Release(EvalSession& s, const std::vector<std::string>& slots) {
   for (const auto& slot : slots) {
-    auto r = s.group->All({{"op", "teardown"}, {"slot", slot}}, s.options->setup_deadline_s, "teardown");
+    auto r =
+        s.group->All({{"op", "teardown"}, {"slot", slot}}, s.options->setup_deadline_s, "teardown");
     if (!r.ok()) return Failed(s, r.status());
   }
   auto r = s.group->All({{"op", "free"}}, s.options->setup_deadline_s, "teardown");
@@ -69,7 +77,9 @@ json InputsChanged(const std::vector<Message>& replies) {
 
 std::string ChangedMessage(const json& changed) {
   std::string m = "the kernel modified its inputs:";
-  for (const auto& c : changed) m += " " + c["input"].get<std::string>() + " on rank " + std::to_string(c["rank"].get<int>()) + ";";
+  for (const auto& c : changed)
+    m += " " + c["input"].get<std::string>() + " on rank " + std::to_string(c["rank"].get<int>()) +
+         ";";
   return m;
 }
 
@@ -78,7 +88,8 @@ Result<std::vector<std::vector<char>>> ReadOutputs(const Message& m) {
   if (m.fds.empty()) return Error(ErrorKind::kHarness, "worker sent no outputs");
   const json& layout = m.body.at("layout");
   size_t total = 0;
-  for (const auto& e : layout) total = std::max(total, e["offset"].get<size_t>() + e["nbytes"].get<size_t>());
+  for (const auto& e : layout)
+    total = std::max(total, e["offset"].get<size_t>() + e["nbytes"].get<size_t>());
   std::vector<std::vector<char>> out;
   void* p = mmap(nullptr, std::max<size_t>(total, 1), PROT_READ, MAP_SHARED, m.fds[0], 0);
   for (int fd : m.fds) close(fd);
@@ -98,10 +109,11 @@ Status RunCheckSize(EvalSession& s, const SizeSpec& size) {
   KF_RETURN_IF_ERROR(Prepare(s, size, true, 1, {"candidate"}));
   for (int trial = 0; trial < s.options->trials; ++trial) {
     uint64_t seed = s.NewSeed();
-    auto in = s.group->All({{"op", "inputs"}, {"seed", seed}}, s.options->check_deadline_s, "correctness");
+    auto in = s.group->All({{"op", "inputs"}, {"seed", seed}}, s.options->check_deadline_s,
+                           "correctness");
     if (!in.ok()) return Failed(s, in.status());
-    auto run = s.group->All({{"op", "run"}, {"slot", "candidate"}, {"mode", "memfd"}}, s.options->check_deadline_s,
-                            "correctness");
+    auto run = s.group->All({{"op", "run"}, {"slot", "candidate"}, {"mode", "memfd"}},
+                            s.options->check_deadline_s, "correctness");
     if (!run.ok()) return Failed(s, run.status());
 
     json check = {{"size", size.label}, {"kind", "check"}, {"trial", trial}};
@@ -134,8 +146,9 @@ Status RunCheckSize(EvalSession& s, const SizeSpec& size) {
     s.checks.push_back(check);
     if (!check["passed"].get<bool>()) {
       (void)Release(s, {"candidate"});
-      return Error(ErrorKind::kMismatch, changed.empty() ? "outputs differ from the oracle at size " + size.label
-                                                         : ChangedMessage(changed));
+      return Error(ErrorKind::kMismatch,
+                   changed.empty() ? "outputs differ from the oracle at size " + size.label
+                                   : ChangedMessage(changed));
     }
     ++s.trials_passed;
   }
@@ -149,7 +162,8 @@ Status RunBenchSize(EvalSession& s, const SizeSpec& size) {
   for (const auto& t : p.outputs) per_set += t.nbytes;
   // Rotate through enough copies that consecutive iterations never find their
   // data in L2 (at least 3x its size), capped to bound memory.
-  int sets = static_cast<int>(std::clamp<size_t>((3 * s.l2_bytes + per_set - 1) / std::max<size_t>(per_set, 1), 1, 64));
+  int sets = static_cast<int>(
+      std::clamp<size_t>((3 * s.l2_bytes + per_set - 1) / std::max<size_t>(per_set, 1), 1, 64));
   if (!s.options->timing) sets = 1;
   KF_RETURN_IF_ERROR(Prepare(s, size, false, sets, {"baseline", "candidate"}));
   const double dl = s.options->check_deadline_s;
@@ -157,46 +171,64 @@ Status RunBenchSize(EvalSession& s, const SizeSpec& size) {
   uint64_t seed = s.NewSeed();
   auto in = s.group->All({{"op", "inputs"}, {"seed", seed}}, dl, "correctness");
   if (!in.ok()) return Failed(s, in.status());
-  auto ref = s.group->All({{"op", "run"}, {"slot", "baseline"}, {"mode", "keep_ref"}}, dl, "baseline");
+  auto ref =
+      s.group->All({{"op", "run"}, {"slot", "baseline"}, {"mode", "keep_ref"}}, dl, "baseline");
   if (!ref.ok()) {
     Status st = Failed(s, ref.status());
     return Error(ErrorKind::kHarness, "the baseline failed: " + st.message());
   }
-  auto cand = s.group->All({{"op", "run"}, {"slot", "candidate"}, {"mode", "compare_ref"}}, dl, "correctness");
+  auto cand = s.group->All({{"op", "run"}, {"slot", "candidate"}, {"mode", "compare_ref"}}, dl,
+                           "correctness");
   if (!cand.ok()) return Failed(s, cand.status());
   json mismatches = json::array();
   for (const auto& m : *cand) {
     for (const auto& mm : m.body.value("mismatches", json::array())) mismatches.push_back(mm);
   }
   json changed = InputsChanged(*cand);
-  json check = {{"size", size.label}, {"kind", "bench"}, {"trial", 0}, {"passed", mismatches.empty() && changed.empty()},
+  json check = {{"size", size.label},
+                {"kind", "bench"},
+                {"trial", 0},
+                {"passed", mismatches.empty() && changed.empty()},
                 {"mismatches", mismatches}};
   if (!changed.empty()) check["inputs_changed"] = changed;
   s.checks.push_back(check);
   if (!check["passed"].get<bool>()) {
     (void)Release(s, {"baseline", "candidate"});
-    return Error(ErrorKind::kMismatch, changed.empty() ? "outputs differ from the baseline's at size " + size.label
-                                                       : ChangedMessage(changed));
+    return Error(ErrorKind::kMismatch,
+                 changed.empty() ? "outputs differ from the baseline's at size " + size.label
+                                 : ChangedMessage(changed));
   }
 
   if (s.options->timing) {
     // A short probe sizes the warm-up: at least 20 iterations and 300 ms.
-    auto probe = s.group->All({{"op", "time"}, {"slots", {"baseline", "candidate"}}, {"warmup_iters", 2},
-                               {"iters", 3}, {"block", 3}}, s.options->timing_deadline_s, "timing");
+    auto probe = s.group->All({{"op", "time"},
+                               {"slots", {"baseline", "candidate"}},
+                               {"warmup_iters", 2},
+                               {"iters", 3},
+                               {"block", 3}},
+                              s.options->timing_deadline_s, "timing");
     if (!probe.ok()) return Failed(s, probe.status());
     double per_iter_us = 0;
     for (const char* k : {"baseline", "candidate"}) {
       std::vector<std::vector<double>> by_rank;
-      for (const auto& m : *probe) by_rank.push_back(m.body["results"][k]["event_us"].get<std::vector<double>>());
-      per_iter_us += Quantile(MaxOverRanks(by_rank), 0.5) + 20.0;  // + harness overhead per iteration
+      for (const auto& m : *probe)
+        by_rank.push_back(m.body["results"][k]["event_us"].get<std::vector<double>>());
+      per_iter_us +=
+          Quantile(MaxOverRanks(by_rank), 0.5) + 20.0;  // + harness overhead per iteration
     }
     int warmup = static_cast<int>(std::clamp(300e3 / std::max(per_iter_us, 1.0), 20.0, 5000.0));
-    int iters = static_cast<int>(std::clamp(s.options->timing_deadline_s * 0.3e6 / std::max(per_iter_us, 1.0), 20.0, 200.0));
-    auto timed = s.group->All({{"op", "time"}, {"slots", {"baseline", "candidate"}}, {"warmup_iters", warmup},
-                               {"iters", iters}, {"block", 10}, {"poison_final_block", true}},
+    int iters = static_cast<int>(
+        std::clamp(s.options->timing_deadline_s * 0.3e6 / std::max(per_iter_us, 1.0), 20.0, 200.0));
+    auto timed = s.group->All({{"op", "time"},
+                               {"slots", {"baseline", "candidate"}},
+                               {"warmup_iters", warmup},
+                               {"iters", iters},
+                               {"block", 10},
+                               {"poison_final_block", true}},
                               s.options->timing_deadline_s, "timing");
     if (!timed.ok()) return Failed(s, timed.status());
-    json entry = {{"size", size.label}, {"bytes", p.perf_bytes}, {"sets", sets}, {"warmup_iters", warmup}};
+    json entry = {
+        {"size", size.label}, {"bytes", p.perf_bytes}, {"sets", sets}, {"warmup_iters", warmup}};
     TimingStats stats[2];
     json warnings = json::array();
     const char* names[2] = {"baseline", "candidate"};
@@ -211,15 +243,16 @@ Status RunBenchSize(EvalSession& s, const SizeSpec& size) {
       // The host clock spans kf_run to a device-wide sync: far more than the
       // stream's events means work was left outside ctx->stream.
       if (stats[k].host_median_us > 2 * stats[k].median_us + 100) {
-        warnings.push_back(std::string(names[k]) + ": host time " + std::to_string(stats[k].host_median_us) +
-                           " us far exceeds event time " + std::to_string(stats[k].median_us) +
-                           " us: work outside ctx->stream?");
+        warnings.push_back(std::string(names[k]) + ": host time " +
+                           std::to_string(stats[k].host_median_us) + " us far exceeds event time " +
+                           std::to_string(stats[k].median_us) + " us: work outside ctx->stream?");
       }
     }
     // Re-validate what the candidate's final timed calls wrote.
     std::vector<json> reval;
     for (const auto& m : *timed) {
-      reval.push_back({{"op", "revalidate"}, {"sets", m.body["results"]["candidate"]["final_sets"]}});
+      reval.push_back(
+          {{"op", "revalidate"}, {"sets", m.body["results"]["candidate"]["final_sets"]}});
     }
     auto rv = s.group->Each(reval, dl, "timing");
     if (!rv.ok()) return Failed(s, rv.status());
@@ -237,11 +270,16 @@ Status RunBenchSize(EvalSession& s, const SizeSpec& size) {
     entry["warnings"] = warnings;
     s.timing.push_back(entry);
     if (!entry["revalidated"].get<bool>()) {
-      s.checks.push_back({{"size", size.label}, {"kind", "timed"}, {"trial", 0}, {"passed", false},
-                          {"mismatches", rv_mismatches}, {"inputs_changed", rv_changed}});
+      s.checks.push_back({{"size", size.label},
+                          {"kind", "timed"},
+                          {"trial", 0},
+                          {"passed", false},
+                          {"mismatches", rv_mismatches},
+                          {"inputs_changed", rv_changed}});
       (void)Release(s, {"baseline", "candidate"});
-      return Error(ErrorKind::kMismatch, "outputs of timed calls at size " + size.label +
-                                             " differ from the baseline's (they pass only when run in isolation)");
+      return Error(ErrorKind::kMismatch,
+                   "outputs of timed calls at size " + size.label +
+                       " differ from the baseline's (they pass only when run in isolation)");
     }
   }
   return Release(s, {"baseline", "candidate"});

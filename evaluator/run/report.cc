@@ -16,12 +16,14 @@ int ExitCodeFor(const std::string& status) {
 
 std::string RenderEvalReport(const nlohmann::json& d) {
   std::string out;
-  out += fmt::format("task      {}  dtype {}  world {}{}\n", d.value("task", "?"), d.value("dtype", "?"),
-                     d.value("world", 0), d.value("emulated", false) ? "  (emulated: ranks share a GPU)" : "");
+  out += fmt::format("task      {}  dtype {}  world {}{}\n", d.value("task", "?"),
+                     d.value("dtype", "?"), d.value("world", 0),
+                     d.value("emulated", false) ? "  (emulated: ranks share a GPU)" : "");
   if (d.contains("kernel")) out += fmt::format("kernel    {}\n", d["kernel"].value("path", "?"));
   if (d.contains("compile")) {
     const auto& c = d["compile"];
-    out += fmt::format("compile   {:.2f} s{}\n", c.value("seconds", 0.0), c.value("cache_hit", false) ? " (cached)" : "");
+    out += fmt::format("compile   {:.2f} s{}\n", c.value("seconds", 0.0),
+                       c.value("cache_hit", false) ? " (cached)" : "");
     int shown = 0;
     for (const auto& diag : c.value("diagnostics", nlohmann::json::array())) {
       if (diag.value("severity", "") != "error" || shown++ >= 5) continue;
@@ -30,48 +32,57 @@ std::string RenderEvalReport(const nlohmann::json& d) {
     }
   }
   if (d.contains("policy")) {
-    for (const auto& v : d["policy"]["violations"]) out += "  policy: " + v.get<std::string>() + "\n";
+    for (const auto& v : d["policy"]["violations"])
+      out += "  policy: " + v.get<std::string>() + "\n";
   }
   if (d.contains("correctness")) {
     const auto& c = d["correctness"];
     for (const auto& chk : c.value("checks", nlohmann::json::array())) {
       if (chk.value("passed", false)) continue;
-      out += fmt::format("check     {} ({}) trial {}: FAILED\n", chk.value("size", "?"), chk.value("kind", "?"),
-                         chk.value("trial", 0));
+      out += fmt::format("check     {} ({}) trial {}: FAILED\n", chk.value("size", "?"),
+                         chk.value("kind", "?"), chk.value("trial", 0));
       int n = 0;
       for (const auto& m : chk.value("mismatches", nlohmann::json::array())) {
         if (n++ >= 8) break;
         out += fmt::format("  rank {} output {}: {} bad, max abs err {:.4g}", m.value("rank", -1),
-                           m.value("output", "?"), m.value("bad_count", 0), m.value("max_abs_err", 0.0));
-        for (const auto& h : m.value("hints", nlohmann::json::array())) out += "; " + h.get<std::string>();
+                           m.value("output", "?"), m.value("bad_count", 0),
+                           m.value("max_abs_err", 0.0));
+        for (const auto& h : m.value("hints", nlohmann::json::array()))
+          out += "; " + h.get<std::string>();
         out += "\n";
       }
       for (const auto& ch : chk.value("inputs_changed", nlohmann::json::array())) {
-        out += fmt::format("  rank {} modified input {}\n", ch.value("rank", -1), ch.value("input", "?"));
+        out += fmt::format("  rank {} modified input {}\n", ch.value("rank", -1),
+                           ch.value("input", "?"));
       }
     }
     out += fmt::format("checks    {} trials passed\n", c.value("passed_trials", 0));
   }
   if (d.contains("error")) {
-    out += fmt::format("error     rank {} during {}: {}\n", d["error"].value("rank", -1), d["error"].value("phase", "?"),
-                       d["error"].value("message", ""));
+    out += fmt::format("error     rank {} during {}: {}\n", d["error"].value("rank", -1),
+                       d["error"].value("phase", "?"), d["error"].value("message", ""));
   }
   if (d.contains("timeout")) {
     std::string ranks;
-    for (const auto& r : d["timeout"].value("hung_ranks", nlohmann::json::array())) ranks += " " + std::to_string(r.get<int>());
-    out += fmt::format("timeout   during {} (deadline {} s); hung ranks:{}\n", d["timeout"].value("phase", "?"),
-                       d["timeout"].value("deadline_s", 0.0), ranks);
+    for (const auto& r : d["timeout"].value("hung_ranks", nlohmann::json::array()))
+      ranks += " " + std::to_string(r.get<int>());
+    out +=
+        fmt::format("timeout   during {} (deadline {} s); hung ranks:{}\n",
+                    d["timeout"].value("phase", "?"), d["timeout"].value("deadline_s", 0.0), ranks);
   }
   const auto& timing = d.value("timing", nlohmann::json::array());
   if (!timing.empty()) {
-    out += fmt::format("\n{:>10} {:>12} {:>12} {:>8} {:>8} {:>10} {:>10} {:>6}\n", "size", "baseline_us", "candidate_us",
-                       "speedup", "cv", "busbw", "base_busbw", "iters");
+    out +=
+        fmt::format("\n{:>10} {:>12} {:>12} {:>8} {:>8} {:>10} {:>10} {:>6}\n", "size",
+                    "baseline_us", "candidate_us", "speedup", "cv", "busbw", "base_busbw", "iters");
     for (const auto& t : timing) {
-      out += fmt::format("{:>10} {:>12.2f} {:>12.2f} {:>8.3f} {:>8.4f} {:>10.1f} {:>10.1f} {:>6}\n", t.value("size", "?"),
-                         t["baseline"].value("median_us", 0.0), t["candidate"].value("median_us", 0.0),
-                         t.value("speedup", 0.0), t["candidate"].value("cv", 0.0), t.value("busbw_gbps", 0.0),
+      out += fmt::format("{:>10} {:>12.2f} {:>12.2f} {:>8.3f} {:>8.4f} {:>10.1f} {:>10.1f} {:>6}\n",
+                         t.value("size", "?"), t["baseline"].value("median_us", 0.0),
+                         t["candidate"].value("median_us", 0.0), t.value("speedup", 0.0),
+                         t["candidate"].value("cv", 0.0), t.value("busbw_gbps", 0.0),
                          t.value("baseline_busbw_gbps", 0.0), t["candidate"].value("iters", 0));
-      for (const auto& w : t.value("warnings", nlohmann::json::array())) out += "  warning: " + w.get<std::string>() + "\n";
+      for (const auto& w : t.value("warnings", nlohmann::json::array()))
+        out += "  warning: " + w.get<std::string>() + "\n";
     }
   }
   out += fmt::format("\nstatus    {}: {}\n", d.value("status", "?"), d.value("message", ""));

@@ -1,10 +1,9 @@
 // Internal to the evaluator: the state of one evaluation while its phases run.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <random>
 #include <string>
-
-#include <nlohmann/json.hpp>
 
 #include "kforge/evaluator/evaluate.h"
 #include "kforge/evaluator/inputs.h"

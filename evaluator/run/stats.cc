@@ -26,7 +26,8 @@ TimingStats Summarize(const std::vector<double>& event_us, const std::vector<dou
   for (double x : event_us) sum += x;
   s.mean_us = sum / event_us.size();
   for (double x : event_us) sq += (x - s.mean_us) * (x - s.mean_us);
-  s.cv = event_us.size() > 1 && s.mean_us > 0 ? std::sqrt(sq / (event_us.size() - 1)) / s.mean_us : 0;
+  s.cv =
+      event_us.size() > 1 && s.mean_us > 0 ? std::sqrt(sq / (event_us.size() - 1)) / s.mean_us : 0;
   s.host_median_us = Quantile(host_us, 0.5);
   return s;
 }
@@ -44,8 +45,9 @@ std::vector<double> MaxOverRanks(const std::vector<std::vector<double>>& by_rank
 }
 
 nlohmann::json TimingStats::ToJson() const {
-  return {{"median_us", median_us}, {"min_us", min_us}, {"p25_us", p25_us}, {"p75_us", p75_us},
-          {"mean_us", mean_us},     {"cv", cv},         {"iters", iters},   {"host_us", host_median_us}};
+  return {{"median_us", median_us}, {"min_us", min_us},         {"p25_us", p25_us},
+          {"p75_us", p75_us},       {"mean_us", mean_us},       {"cv", cv},
+          {"iters", iters},         {"host_us", host_median_us}};
 }
 
 }  // namespace kforge::eval

@@ -26,7 +26,9 @@ std::string DescribeExit(pid_t pid) {
     if (r == 0) std::this_thread::sleep_for(milliseconds(5));
   }
   if (r == pid) {
-    if (WIFSIGNALED(status)) return "crashed (signal " + std::to_string(WTERMSIG(status)) + ", " + strsignal(WTERMSIG(status)) + ")";
+    if (WIFSIGNALED(status))
+      return "crashed (signal " + std::to_string(WTERMSIG(status)) + ", " +
+             strsignal(WTERMSIG(status)) + ")";
     if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
   }
   return "closed its channel";
@@ -41,7 +43,8 @@ Result<std::unique_ptr<WorkerGroup>> WorkerGroup::Start(const GroupOptions& opti
     return Error(ErrorKind::kInvalidInput, "one device per rank is required");
   }
   if (access(options.worker_path.c_str(), X_OK) != 0) {
-    return Error(ErrorKind::kNotFound, "kforge-worker not found at " + options.worker_path.string());
+    return Error(ErrorKind::kNotFound,
+                 "kforge-worker not found at " + options.worker_path.string());
   }
   KF_ASSIGN_OR_RETURN(g->control_, ControlBlock::Create(options.world));
   for (int r = 0; r < options.world; ++r) {
@@ -62,9 +65,17 @@ Result<std::unique_ptr<WorkerGroup>> WorkerGroup::Start(const GroupOptions& opti
       for (const auto& [k, v] : options.env) setenv(k.c_str(), v.c_str(), 1);
       // NVLink multicast stays off on shared machines (it can take GPUs out of service).
       setenv("NCCL_NVLS_ENABLE", "0", 1);
-      std::vector<std::string> args = {options.worker_path.string(), "--channel-fd", "3", "--control-fd", "4",
-                                       "--rank", std::to_string(r), "--world", std::to_string(options.world),
-                                       "--device", std::to_string(options.devices[r])};
+      std::vector<std::string> args = {options.worker_path.string(),
+                                       "--channel-fd",
+                                       "3",
+                                       "--control-fd",
+                                       "4",
+                                       "--rank",
+                                       std::to_string(r),
+                                       "--world",
+                                       std::to_string(options.world),
+                                       "--device",
+                                       std::to_string(options.devices[r])};
       if (options.emulated) args.push_back("--emulated");
       std::vector<char*> argv;
       for (auto& a : args) argv.push_back(a.data());
@@ -82,11 +93,13 @@ Result<std::unique_ptr<WorkerGroup>> WorkerGroup::Start(const GroupOptions& opti
   auto deadline = std::chrono::steady_clock::now() +
                   milliseconds(static_cast<int64_t>(options.start_deadline_s * 1000));
   for (int r = 0; r < options.world; ++r) {
-    auto left = std::chrono::duration_cast<milliseconds>(deadline - std::chrono::steady_clock::now());
+    auto left =
+        std::chrono::duration_cast<milliseconds>(deadline - std::chrono::steady_clock::now());
     auto m = g->channels_[r].Receive(std::max(left, milliseconds(1)));
     if (!m.ok() || m->body.value("op", "") != "hello") {
       std::string why = !m.ok() ? m.status().message() : m->body.value("error", "bad hello");
-      if (!m.ok() && m.status().kind() == ErrorKind::kIo) why = "rank " + std::to_string(r) + " " + DescribeExit(g->pids_[r]);
+      if (!m.ok() && m.status().kind() == ErrorKind::kIo)
+        why = "rank " + std::to_string(r) + " " + DescribeExit(g->pids_[r]);
       g->Kill();
       return Error(ErrorKind::kHarness, "starting rank " + std::to_string(r) + " on device " +
                                             std::to_string(options.devices[r]) + " failed: " + why);
@@ -139,28 +152,35 @@ Status WorkerGroup::Fail(GroupFailure f) {
   if (!failure_.hung_ranks.empty()) {
     msg = "ranks";
     for (int r : failure_.hung_ranks) msg += " " + std::to_string(r);
-    msg += " did not finish " + failure_.phase + " within " + std::to_string(static_cast<int>(failure_.deadline_s)) + " s";
+    msg += " did not finish " + failure_.phase + " within " +
+           std::to_string(static_cast<int>(failure_.deadline_s)) + " s";
   }
   return Error(failure_.kind, msg);
 }
 
 Result<std::vector<Message>> WorkerGroup::All(const nlohmann::json& msg, double deadline_s,
-                                               const std::string& phase) {
+                                              const std::string& phase) {
   return Each(std::vector<nlohmann::json>(options_.world, msg), deadline_s, phase);
 }
 
-Result<std::vector<Message>> WorkerGroup::Each(const std::vector<nlohmann::json>& msgs, double deadline_s,
-                                                const std::string& phase) {
+Result<std::vector<Message>> WorkerGroup::Each(const std::vector<nlohmann::json>& msgs,
+                                               double deadline_s, const std::string& phase) {
   if (!alive_) return Error(ErrorKind::kHarness, "rank group is not running");
   for (int r = 0; r < options_.world; ++r) {
     if (Status s = channels_[r].Send(msgs[r]); !s.ok()) {
-      return Fail({phase, {}, r, "rank " + std::to_string(r) + " " + DescribeExit(pids_[r]), ErrorKind::kRuntimeError, deadline_s});
+      return Fail({phase,
+                   {},
+                   r,
+                   "rank " + std::to_string(r) + " " + DescribeExit(pids_[r]),
+                   ErrorKind::kRuntimeError,
+                   deadline_s});
     }
   }
   std::vector<Message> replies(options_.world);
   std::vector<bool> done(options_.world, false);
   int remaining = options_.world;
-  auto deadline = std::chrono::steady_clock::now() + milliseconds(static_cast<int64_t>(deadline_s * 1000));
+  auto deadline =
+      std::chrono::steady_clock::now() + milliseconds(static_cast<int64_t>(deadline_s * 1000));
   std::optional<GroupFailure> first_error;
   // Once one rank has failed, the others get a short grace period to report
   // (they may be stuck in a barrier waiting for it; the abort flag frees them).
@@ -176,10 +196,15 @@ Result<std::vector<Message>> WorkerGroup::Each(const std::vector<nlohmann::json>
         done[r] = true;
         --remaining;
         if (!first_error) {
-          std::string why = m.status().message() == "peer closed the channel" ? DescribeExit(pids_[r])
-                                                                             : "sent a bad reply (" + m.status().message() + ")";
-          first_error = GroupFailure{phase, {}, r, "rank " + std::to_string(r) + " " + why + " during " + phase,
-                                     ErrorKind::kRuntimeError, deadline_s};
+          std::string why = m.status().message() == "peer closed the channel"
+                                ? DescribeExit(pids_[r])
+                                : "sent a bad reply (" + m.status().message() + ")";
+          first_error = GroupFailure{phase,
+                                     {},
+                                     r,
+                                     "rank " + std::to_string(r) + " " + why + " during " + phase,
+                                     ErrorKind::kRuntimeError,
+                                     deadline_s};
         }
         control_.RaiseAbort();
         deadline = std::min(deadline, std::chrono::steady_clock::now() + std::chrono::seconds(2));
@@ -194,7 +219,8 @@ Result<std::vector<Message>> WorkerGroup::Each(const std::vector<nlohmann::json>
         bool cancelled = kind == "cancelled";
         if (!first_error && !cancelled) {
           ErrorKind k = kind == "runtime_error" ? ErrorKind::kRuntimeError : ErrorKind::kHarness;
-          first_error = GroupFailure{phase, {}, r, replies[r].body.value("error", "unknown error"), k, deadline_s};
+          first_error = GroupFailure{
+              phase, {}, r, replies[r].body.value("error", "unknown error"), k, deadline_s};
         }
         control_.RaiseAbort();
         deadline = std::min(deadline, std::chrono::steady_clock::now() + std::chrono::seconds(2));

@@ -18,7 +18,8 @@ bool IsPoison(const void* data, size_t elem_size, int64_t i) {
 }
 
 bool Close(double got, double exp, const Tolerance& tol) {
-  return std::isfinite(got) && std::isfinite(exp) && std::fabs(got - exp) <= tol.atol + tol.rtol * std::fabs(exp);
+  return std::isfinite(got) && std::isfinite(exp) &&
+         std::fabs(got - exp) <= tol.atol + tol.rtol * std::fabs(exp);
 }
 
 std::vector<int64_t> Unravel(int64_t flat, const std::vector<int64_t>& shape) {
@@ -51,9 +52,11 @@ std::vector<std::string> Hints(const ConcreteTensor& out, const std::vector<doub
     return hints;  // nothing else can be said about bytes nobody wrote
   }
   if (poisoned_bad > 0) {
-    hints.push_back(fmt::format("partially written ({} of {} elements still poisoned)", poisoned_bad, n));
+    hints.push_back(
+        fmt::format("partially written ({} of {} elements still poisoned)", poisoned_bad, n));
   }
-  const bool expected_all_zero = std::all_of(expected.begin(), expected.end(), [](double v) { return v == 0; });
+  const bool expected_all_zero =
+      std::all_of(expected.begin(), expected.end(), [](double v) { return v == 0; });
   if (!expected_all_zero && std::all_of(got.begin(), got.end(), [](double v) { return v == 0; })) {
     hints.push_back("all zeros");
     return hints;  // zeros also "equal" scaled zeros; stop at the plain fact
@@ -86,12 +89,14 @@ std::vector<std::string> Hints(const ConcreteTensor& out, const std::vector<doub
   return hints;
 }
 
-nlohmann::json Number(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
+nlohmann::json Number(double v) {
+  return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr);
+}
 
 }  // namespace
 
-CompareReport CompareOutput(const ConcreteTensor& out, const void* raw, std::span<const double> expected,
-                            const CompareContext& ctx) {
+CompareReport CompareOutput(const ConcreteTensor& out, const void* raw,
+                            std::span<const double> expected, const CompareContext& ctx) {
   CompareReport rep;
   rep.rank = ctx.rank;
   rep.output = out.name;
@@ -101,7 +106,8 @@ CompareReport CompareOutput(const ConcreteTensor& out, const void* raw, std::spa
     // A harness bug, but never a silent pass.
     rep.passed = false;
     rep.bad_count = out.numel;
-    rep.hints.push_back(fmt::format("harness: {} expected values for {} elements", expected.size(), n));
+    rep.hints.push_back(
+        fmt::format("harness: {} expected values for {} elements", expected.size(), n));
     return rep;
   }
   std::vector<double> got(n);
@@ -132,7 +138,8 @@ CompareReport CompareOutput(const ConcreteTensor& out, const void* raw, std::spa
 nlohmann::json ToJson(const CompareReport& r) {
   nlohmann::json first_bad = nlohmann::json::array();
   for (const BadElement& b : r.first_bad) {
-    first_bad.push_back({{"index", b.index}, {"got", Number(b.got)}, {"expected", Number(b.expected)}});
+    first_bad.push_back(
+        {{"index", b.index}, {"got", Number(b.got)}, {"expected", Number(b.expected)}});
   }
   return {{"rank", r.rank},
           {"output", r.output},

@@ -20,13 +20,15 @@ struct SmallFloat {
   int exp_bits;
   int mant_bits;
   bool has_inf;
-  bool saturate;       // overflow goes to the largest finite value instead of inf
-  uint32_t nan_bits;   // the NaN we write (sign clear)
+  bool saturate;      // overflow goes to the largest finite value instead of inf
+  uint32_t nan_bits;  // the NaN we write (sign clear)
   int Bias() const { return (1 << (exp_bits - 1)) - 1; }
   uint32_t SignBit() const { return 1u << (exp_bits + mant_bits); }
   uint32_t InfBits() const { return ((1u << exp_bits) - 1) << mant_bits; }
   // Bit pattern (sign clear) of the largest finite value.
-  uint32_t MaxFiniteBits() const { return has_inf ? InfBits() - 1 : InfBits() | ((1u << mant_bits) - 2); }
+  uint32_t MaxFiniteBits() const {
+    return has_inf ? InfBits() - 1 : InfBits() | ((1u << mant_bits) - 2);
+  }
 };
 
 constexpr SmallFloat kF16{5, 10, true, false, 0x7E00};
@@ -42,7 +44,8 @@ double Decode(const SmallFloat& f, uint32_t bits) {
   const uint32_t exp_all_ones = (1u << f.exp_bits) - 1;
   double v;
   if (f.has_inf && exp == exp_all_ones) {
-    v = mant == 0 ? std::numeric_limits<double>::infinity() : std::numeric_limits<double>::quiet_NaN();
+    v = mant == 0 ? std::numeric_limits<double>::infinity()
+                  : std::numeric_limits<double>::quiet_NaN();
   } else if (!f.has_inf && exp == exp_all_ones && mant == (1u << f.mant_bits) - 1) {
     v = std::numeric_limits<double>::quiet_NaN();
   } else if (exp == 0) {
@@ -174,34 +177,67 @@ bool IsFloating(Dtype dt) {
 
 double LoadAsDouble(const void* data, Dtype dt, size_t i) {
   switch (dt) {
-    case Dtype::kF64: return Read<double>(data, i);
-    case Dtype::kF32: return Read<float>(data, i);
-    case Dtype::kF16: return Decode(kF16, Read<uint16_t>(data, i));
-    case Dtype::kBF16: return Decode(kBF16, Read<uint16_t>(data, i));
-    case Dtype::kFp8E4M3: return Decode(kE4M3, Read<uint8_t>(data, i));
-    case Dtype::kFp8E5M2: return Decode(kE5M2, Read<uint8_t>(data, i));
-    case Dtype::kI64: return static_cast<double>(Read<int64_t>(data, i));
-    case Dtype::kI32: return Read<int32_t>(data, i);
-    case Dtype::kI8: return Read<int8_t>(data, i);
-    case Dtype::kU8: return Read<uint8_t>(data, i);
-    case Dtype::kBool: return Read<uint8_t>(data, i) != 0 ? 1.0 : 0.0;
+    case Dtype::kF64:
+      return Read<double>(data, i);
+    case Dtype::kF32:
+      return Read<float>(data, i);
+    case Dtype::kF16:
+      return Decode(kF16, Read<uint16_t>(data, i));
+    case Dtype::kBF16:
+      return Decode(kBF16, Read<uint16_t>(data, i));
+    case Dtype::kFp8E4M3:
+      return Decode(kE4M3, Read<uint8_t>(data, i));
+    case Dtype::kFp8E5M2:
+      return Decode(kE5M2, Read<uint8_t>(data, i));
+    case Dtype::kI64:
+      return static_cast<double>(Read<int64_t>(data, i));
+    case Dtype::kI32:
+      return Read<int32_t>(data, i);
+    case Dtype::kI8:
+      return Read<int8_t>(data, i);
+    case Dtype::kU8:
+      return Read<uint8_t>(data, i);
+    case Dtype::kBool:
+      return Read<uint8_t>(data, i) != 0 ? 1.0 : 0.0;
   }
   return 0;
 }
 
 void StoreFromDouble(void* data, Dtype dt, size_t i, double v) {
   switch (dt) {
-    case Dtype::kF64: Write<double>(data, i, v); return;
-    case Dtype::kF32: Write<float>(data, i, static_cast<float>(v)); return;
-    case Dtype::kF16: Write<uint16_t>(data, i, static_cast<uint16_t>(Encode(kF16, v))); return;
-    case Dtype::kBF16: Write<uint16_t>(data, i, static_cast<uint16_t>(Encode(kBF16, v))); return;
-    case Dtype::kFp8E4M3: Write<uint8_t>(data, i, static_cast<uint8_t>(Encode(kE4M3, v))); return;
-    case Dtype::kFp8E5M2: Write<uint8_t>(data, i, static_cast<uint8_t>(Encode(kE5M2, v))); return;
-    case Dtype::kI64: Write<int64_t>(data, i, ClampInt<int64_t>(v)); return;
-    case Dtype::kI32: Write<int32_t>(data, i, ClampInt<int32_t>(v)); return;
-    case Dtype::kI8: Write<int8_t>(data, i, ClampInt<int8_t>(v)); return;
-    case Dtype::kU8: Write<uint8_t>(data, i, ClampInt<uint8_t>(v)); return;
-    case Dtype::kBool: Write<uint8_t>(data, i, (v != 0 && !std::isnan(v)) ? 1 : 0); return;
+    case Dtype::kF64:
+      Write<double>(data, i, v);
+      return;
+    case Dtype::kF32:
+      Write<float>(data, i, static_cast<float>(v));
+      return;
+    case Dtype::kF16:
+      Write<uint16_t>(data, i, static_cast<uint16_t>(Encode(kF16, v)));
+      return;
+    case Dtype::kBF16:
+      Write<uint16_t>(data, i, static_cast<uint16_t>(Encode(kBF16, v)));
+      return;
+    case Dtype::kFp8E4M3:
+      Write<uint8_t>(data, i, static_cast<uint8_t>(Encode(kE4M3, v)));
+      return;
+    case Dtype::kFp8E5M2:
+      Write<uint8_t>(data, i, static_cast<uint8_t>(Encode(kE5M2, v)));
+      return;
+    case Dtype::kI64:
+      Write<int64_t>(data, i, ClampInt<int64_t>(v));
+      return;
+    case Dtype::kI32:
+      Write<int32_t>(data, i, ClampInt<int32_t>(v));
+      return;
+    case Dtype::kI8:
+      Write<int8_t>(data, i, ClampInt<int8_t>(v));
+      return;
+    case Dtype::kU8:
+      Write<uint8_t>(data, i, ClampInt<uint8_t>(v));
+      return;
+    case Dtype::kBool:
+      Write<uint8_t>(data, i, (v != 0 && !std::isnan(v)) ? 1 : 0);
+      return;
   }
 }
 

@@ -2,9 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cctype>
 #include <charconv>
-#include <algorithm>
 #include <cmath>
 
 namespace kforge::eval {
@@ -66,7 +66,8 @@ class ExprParser {
   Status Unexpected() {
     SkipSpace();
     if (pos_ >= s_.size()) {
-      return Error(ErrorKind::kInvalidInput, fmt::format("unexpected end of expression '{}'", Shown(s_)));
+      return Error(ErrorKind::kInvalidInput,
+                   fmt::format("unexpected end of expression '{}'", Shown(s_)));
     }
     return e_.ErrorAt(Column(), fmt::format("unexpected '{}'", s_[pos_]));
   }
@@ -148,7 +149,9 @@ class ExprParser {
   Result<int> Number() {
     const int col = Column();
     const size_t start = pos_;
-    auto is_digit = [&](size_t i) { return i < s_.size() && std::isdigit(static_cast<unsigned char>(s_[i])); };
+    auto is_digit = [&](size_t i) {
+      return i < s_.size() && std::isdigit(static_cast<unsigned char>(s_[i]));
+    };
     while (is_digit(pos_)) ++pos_;
     if (pos_ < s_.size() && s_[pos_] == '.') {
       ++pos_;
@@ -157,7 +160,8 @@ class ExprParser {
     if (pos_ < s_.size() && (s_[pos_] == 'e' || s_[pos_] == 'E')) {
       size_t p = pos_ + 1;
       if (p < s_.size() && (s_[p] == '+' || s_[p] == '-')) ++p;
-      if (!is_digit(p)) return e_.ErrorAt(col, fmt::format("malformed number '{}'", s_.substr(start, p - start)));
+      if (!is_digit(p))
+        return e_.ErrorAt(col, fmt::format("malformed number '{}'", s_.substr(start, p - start)));
       pos_ = p;
       while (is_digit(pos_)) ++pos_;
     }
@@ -177,9 +181,12 @@ class ExprParser {
         pos_ += 2;
       }
     }
-    if (pos_ < s_.size() && (std::isalnum(static_cast<unsigned char>(s_[pos_])) || s_[pos_] == '_')) {
+    if (pos_ < s_.size() &&
+        (std::isalnum(static_cast<unsigned char>(s_[pos_])) || s_[pos_] == '_')) {
       size_t end = pos_;
-      while (end < s_.size() && (std::isalnum(static_cast<unsigned char>(s_[end])) || s_[end] == '_')) ++end;
+      while (end < s_.size() &&
+             (std::isalnum(static_cast<unsigned char>(s_[end])) || s_[end] == '_'))
+        ++end;
       return e_.ErrorAt(col, fmt::format("malformed number '{}' (suffixes are Ki, Mi, Gi)",
                                          s_.substr(start, end - start)));
     }
@@ -191,7 +198,9 @@ class ExprParser {
   Result<int> Name(int depth) {
     const int col = Column();
     const size_t start = pos_;
-    while (pos_ < s_.size() && (std::isalnum(static_cast<unsigned char>(s_[pos_])) || s_[pos_] == '_')) ++pos_;
+    while (pos_ < s_.size() &&
+           (std::isalnum(static_cast<unsigned char>(s_[pos_])) || s_[pos_] == '_'))
+      ++pos_;
     std::string name(s_.substr(start, pos_ - start));
     if (!Peek('(')) {
       const int n = Add(Op::kVariable, col);
@@ -203,15 +212,18 @@ class ExprParser {
       Op op;
       int arity;
     };
-    static constexpr Fn kFns[] = {{"min", Op::kMin, 2},     {"max", Op::kMax, 2},
-                                  {"cdiv", Op::kCdiv, 2},   {"floor", Op::kFloor, 1},
+    static constexpr Fn kFns[] = {{"min", Op::kMin, 2},
+                                  {"max", Op::kMax, 2},
+                                  {"cdiv", Op::kCdiv, 2},
+                                  {"floor", Op::kFloor, 1},
                                   {"ceil", Op::kCeil, 1}};
     const Fn* fn = nullptr;
     for (const Fn& f : kFns) {
       if (name == f.name) fn = &f;
     }
     if (fn == nullptr) {
-      return e_.ErrorAt(col, fmt::format("unknown function '{}' (known: min, max, cdiv, floor, ceil)", name));
+      return e_.ErrorAt(
+          col, fmt::format("unknown function '{}' (known: min, max, cdiv, floor, ceil)", name));
     }
     ++pos_;  // '('
     std::vector<int> args;
@@ -250,7 +262,8 @@ Result<Expr> Expr::Parse(std::string_view text) {
 }
 
 Status Expr::ErrorAt(int column, const std::string& what) const {
-  return Error(ErrorKind::kInvalidInput, fmt::format("{} at column {} in '{}'", what, column, Shown(text_)));
+  return Error(ErrorKind::kInvalidInput,
+               fmt::format("{} at column {} in '{}'", what, column, Shown(text_)));
 }
 
 std::vector<std::string> Expr::Variables() const {
@@ -302,10 +315,14 @@ Result<double> Expr::Eval(int index, const ExprVars& vars) const {
     KF_ASSIGN_OR_RETURN(b, Eval(n.b, vars));
   }
   switch (n.op) {
-    case Op::kNeg: return -a;
-    case Op::kAdd: return a + b;
-    case Op::kSub: return a - b;
-    case Op::kMul: return a * b;
+    case Op::kNeg:
+      return -a;
+    case Op::kAdd:
+      return a + b;
+    case Op::kSub:
+      return a - b;
+    case Op::kMul:
+      return a * b;
     case Op::kDiv:
     case Op::kCdiv:
       if (b == 0) return ErrorAt(n.column, "division by zero");
@@ -316,11 +333,16 @@ Result<double> Expr::Eval(int index, const ExprVars& vars) const {
       }
       if (b == 0) return ErrorAt(n.column, "modulo by zero");
       return std::fmod(a, b);
-    case Op::kMin: return std::min(a, b);
-    case Op::kMax: return std::max(a, b);
-    case Op::kFloor: return std::floor(a);
-    case Op::kCeil: return std::ceil(a);
-    default: break;
+    case Op::kMin:
+      return std::min(a, b);
+    case Op::kMax:
+      return std::max(a, b);
+    case Op::kFloor:
+      return std::floor(a);
+    case Op::kCeil:
+      return std::ceil(a);
+    default:
+      break;
   }
   return Error(ErrorKind::kInternal, "bad expression node");
 }
@@ -333,7 +355,8 @@ Result<double> Evaluate(std::string_view text, const ExprVars& vars) {
 Result<int64_t> EvaluateInt(std::string_view text, const ExprVars& vars, std::string_view what) {
   KF_ASSIGN_OR_RETURN(double v, Evaluate(text, vars));
   if (v != std::floor(v)) {
-    return Error(ErrorKind::kInvalidInput, fmt::format("{} '{}' = {} is not an integer", what, text, v));
+    return Error(ErrorKind::kInvalidInput,
+                 fmt::format("{} '{}' = {} is not an integer", what, text, v));
   }
   if (v < 0) {
     return Error(ErrorKind::kInvalidInput, fmt::format("{} '{}' = {} is negative", what, text, v));

@@ -72,17 +72,28 @@ class Permutation {
 // The largest integer a dtype holds exactly (and every integer below it).
 double ExactIntegerLimit(Dtype dt) {
   switch (dt) {
-    case Dtype::kF64: return 0x1.0p53;
-    case Dtype::kF32: return 0x1.0p24;
-    case Dtype::kF16: return 2048;
-    case Dtype::kBF16: return 256;
-    case Dtype::kFp8E4M3: return 16;
-    case Dtype::kFp8E5M2: return 8;
-    case Dtype::kI64: return 0x1.0p53;
-    case Dtype::kI32: return 2147483647.0;
-    case Dtype::kI8: return 127;
-    case Dtype::kU8: return 255;
-    case Dtype::kBool: return 1;
+    case Dtype::kF64:
+      return 0x1.0p53;
+    case Dtype::kF32:
+      return 0x1.0p24;
+    case Dtype::kF16:
+      return 2048;
+    case Dtype::kBF16:
+      return 256;
+    case Dtype::kFp8E4M3:
+      return 16;
+    case Dtype::kFp8E5M2:
+      return 8;
+    case Dtype::kI64:
+      return 0x1.0p53;
+    case Dtype::kI32:
+      return 2147483647.0;
+    case Dtype::kI8:
+      return 127;
+    case Dtype::kU8:
+      return 255;
+    case Dtype::kBool:
+      return 1;
   }
   return 0;
 }
@@ -92,10 +103,11 @@ Status GenerateCustom(const Problem& p, int index, int rank, uint64_t seed, uint
   const ConcreteTensor& t = p.inputs[index];
   const GeneratorFn* gen = FindGenerator(p.task->name);
   if (gen == nullptr) {
-    return Error(ErrorKind::kNotFound,
-                 fmt::format("{}: input '{}' has init kind custom but the task registers no generator "
-                             "(KF_INPUT_GENERATOR({}) in oracle.cpp)",
-                             p.task->key, t.name, p.task->name));
+    return Error(
+        ErrorKind::kNotFound,
+        fmt::format("{}: input '{}' has init kind custom but the task registers no generator "
+                    "(KF_INPUT_GENERATOR({}) in oracle.cpp)",
+                    p.task->key, t.name, p.task->name));
   }
   OracleTensor tensor{t.name, t.shape, std::vector<double>(static_cast<size_t>(t.numel), 0.0)};
   OracleRng rng(key);
@@ -114,13 +126,16 @@ Status GenerateCustom(const Problem& p, int index, int rank, uint64_t seed, uint
   } catch (const std::exception& e) {
     s = Error(ErrorKind::kInternal, fmt::format("threw: {}", e.what()));
   }
-  if (!s.ok()) return s.WithContext(fmt::format("{}: generator for input '{}'", p.task->key, t.name));
+  if (!s.ok())
+    return s.WithContext(fmt::format("{}: generator for input '{}'", p.task->key, t.name));
   if (tensor.data.size() != static_cast<size_t>(t.numel)) {
-    return Error(ErrorKind::kInternal, fmt::format("{}: generator resized input '{}' from {} to {} elements",
-                                                   p.task->key, t.name, t.numel, tensor.data.size()));
+    return Error(ErrorKind::kInternal,
+                 fmt::format("{}: generator resized input '{}' from {} to {} elements", p.task->key,
+                             t.name, t.numel, tensor.data.size()));
   }
   ParallelFor(t.numel, ThreadsFor(t.numel, threads), [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) StoreFromDouble(dst, t.dtype, static_cast<size_t>(i), tensor.data[i]);
+    for (int64_t i = b; i < e; ++i)
+      StoreFromDouble(dst, t.dtype, static_cast<size_t>(i), tensor.data[i]);
   });
   return Status::Ok();
 }
@@ -170,20 +185,25 @@ Status GenerateInput(const Problem& p, int index, int rank, uint64_t seed, void*
     case InitSpec::Kind::kInt: {
       auto lo = Evaluate(init.int_low, p.vars);
       auto hi = Evaluate(init.int_high, p.vars);
-      if (!lo.ok()) return lo.status().WithContext(fmt::format("{}: input '{}' init.low", p.task->key, t.name));
-      if (!hi.ok()) return hi.status().WithContext(fmt::format("{}: input '{}' init.high", p.task->key, t.name));
-      if (*lo != std::floor(*lo) || *hi != std::floor(*hi) || *lo > *hi || std::fabs(*lo) > 0x1.0p62 ||
-          std::fabs(*hi) > 0x1.0p62) {
-        return Error(ErrorKind::kInvalidInput,
-                     fmt::format("{}: input '{}': int bounds [{}, {}] must be integers with low <= high",
-                                 p.task->key, t.name, *lo, *hi));
+      if (!lo.ok())
+        return lo.status().WithContext(fmt::format("{}: input '{}' init.low", p.task->key, t.name));
+      if (!hi.ok())
+        return hi.status().WithContext(
+            fmt::format("{}: input '{}' init.high", p.task->key, t.name));
+      if (*lo != std::floor(*lo) || *hi != std::floor(*hi) || *lo > *hi ||
+          std::fabs(*lo) > 0x1.0p62 || std::fabs(*hi) > 0x1.0p62) {
+        return Error(
+            ErrorKind::kInvalidInput,
+            fmt::format("{}: input '{}': int bounds [{}, {}] must be integers with low <= high",
+                        p.task->key, t.name, *lo, *hi));
       }
       const auto low = static_cast<int64_t>(*lo);
       const uint64_t span = static_cast<uint64_t>(static_cast<int64_t>(*hi) - low) + 1;
       ParallelFor(t.numel, n_threads, [&](int64_t b, int64_t e) {
         for (int64_t i = b; i < e; ++i) {
           const uint64_t h = Draw(key, static_cast<uint64_t>(i));
-          StoreFromDouble(dst, dt, static_cast<size_t>(i), static_cast<double>(low + static_cast<int64_t>(h % span)));
+          StoreFromDouble(dst, dt, static_cast<size_t>(i),
+                          static_cast<double>(low + static_cast<int64_t>(h % span)));
         }
       });
       return Status::Ok();
@@ -191,13 +211,14 @@ Status GenerateInput(const Problem& p, int index, int rank, uint64_t seed, void*
     case InitSpec::Kind::kPermutation: {
       if (t.numel > 0 && static_cast<double>(t.numel - 1) > ExactIntegerLimit(dt)) {
         return Error(ErrorKind::kInvalidInput,
-                     fmt::format("{}: input '{}': a permutation of {} elements does not fit {}", p.task->key,
-                                 t.name, t.numel, DtypeName(dt)));
+                     fmt::format("{}: input '{}': a permutation of {} elements does not fit {}",
+                                 p.task->key, t.name, t.numel, DtypeName(dt)));
       }
       const Permutation perm(key, static_cast<uint64_t>(t.numel));
       ParallelFor(t.numel, n_threads, [&](int64_t b, int64_t e) {
         for (int64_t i = b; i < e; ++i) {
-          StoreFromDouble(dst, dt, static_cast<size_t>(i), static_cast<double>(perm(static_cast<uint64_t>(i))));
+          StoreFromDouble(dst, dt, static_cast<size_t>(i),
+                          static_cast<double>(perm(static_cast<uint64_t>(i))));
         }
       });
       return Status::Ok();
@@ -213,7 +234,8 @@ Result<HostInputs> GenerateAllInputs(const Problem& p, uint64_t seed, int thread
   for (int r = 0; r < p.world; ++r) {
     for (size_t k = 0; k < p.inputs.size(); ++k) {
       all[r].emplace_back(p.inputs[k].nbytes);
-      KF_RETURN_IF_ERROR(GenerateInput(p, static_cast<int>(k), r, seed, all[r].back().data(), threads));
+      KF_RETURN_IF_ERROR(
+          GenerateInput(p, static_cast<int>(k), r, seed, all[r].back().data(), threads));
     }
   }
   return all;
@@ -231,7 +253,8 @@ Result<OracleIo> BuildOracleIo(const Problem& p, uint64_t seed,
     }
   }
   if (ptrs.size() != static_cast<size_t>(p.world)) {
-    return Error(ErrorKind::kInternal, fmt::format("BuildOracleIo: {} ranks of inputs for W = {}", ptrs.size(), p.world));
+    return Error(ErrorKind::kInternal,
+                 fmt::format("BuildOracleIo: {} ranks of inputs for W = {}", ptrs.size(), p.world));
   }
   OracleIo io;
   io.world = p.world;
@@ -240,23 +263,27 @@ Result<OracleIo> BuildOracleIo(const Problem& p, uint64_t seed,
   io.outputs.resize(ptrs.size());
   for (int r = 0; r < p.world; ++r) {
     if (ptrs[r].size() != p.inputs.size()) {
-      return Error(ErrorKind::kInternal, fmt::format("BuildOracleIo: rank {} has {} inputs, the task {}", r,
-                                                     ptrs[r].size(), p.inputs.size()));
+      return Error(ErrorKind::kInternal,
+                   fmt::format("BuildOracleIo: rank {} has {} inputs, the task {}", r,
+                               ptrs[r].size(), p.inputs.size()));
     }
     for (size_t k = 0; k < p.inputs.size(); ++k) {
       const ConcreteTensor& t = p.inputs[k];
       const void* src = ptrs[r][k];
-      if (src == nullptr && t.numel > 0) return Error(ErrorKind::kInternal, "BuildOracleIo: null input");
+      if (src == nullptr && t.numel > 0)
+        return Error(ErrorKind::kInternal, "BuildOracleIo: null input");
       OracleTensor& o = io.inputs[r].emplace_back(OracleTensor{t.name, t.shape, {}});
       o.data.resize(static_cast<size_t>(t.numel));
       ParallelFor(t.numel, ThreadsFor(t.numel, 0), [&](int64_t b, int64_t e) {
-        for (int64_t i = b; i < e; ++i) o.data[i] = LoadAsDouble(src, t.dtype, static_cast<size_t>(i));
+        for (int64_t i = b; i < e; ++i)
+          o.data[i] = LoadAsDouble(src, t.dtype, static_cast<size_t>(i));
       });
     }
     for (const ConcreteTensor& t : p.outputs) {
-      io.outputs[r].push_back(OracleTensor{
-          t.name, t.shape,
-          std::vector<double>(static_cast<size_t>(t.numel), std::numeric_limits<double>::quiet_NaN())});
+      io.outputs[r].push_back(
+          OracleTensor{t.name, t.shape,
+                       std::vector<double>(static_cast<size_t>(t.numel),
+                                           std::numeric_limits<double>::quiet_NaN())});
     }
   }
   return io;
@@ -265,9 +292,11 @@ Result<OracleIo> BuildOracleIo(const Problem& p, uint64_t seed,
 Status RunOracle(const Problem& p, OracleIo& io) {
   const OracleFn* fn = FindOracle(p.task->name);
   if (fn == nullptr) {
-    return Error(ErrorKind::kNotFound,
-                 fmt::format("{}: no oracle registered under '{}' (is {}/oracle.cpp built into kforge_tasks?)",
-                             p.task->key, p.task->name, p.task->key));
+    return Error(
+        ErrorKind::kNotFound,
+        fmt::format(
+            "{}: no oracle registered under '{}' (is {}/oracle.cpp built into kforge_tasks?)",
+            p.task->key, p.task->name, p.task->key));
   }
   Status s;
   try {
@@ -280,8 +309,8 @@ Status RunOracle(const Problem& p, OracleIo& io) {
     for (size_t k = 0; k < p.outputs.size(); ++k) {
       if (io.outputs[r].size() != p.outputs.size() ||
           io.outputs[r][k].data.size() != static_cast<size_t>(p.outputs[k].numel)) {
-        return Error(ErrorKind::kInternal,
-                     fmt::format("{}: oracle resized rank {}'s output '{}'", p.task->key, r, p.outputs[k].name));
+        return Error(ErrorKind::kInternal, fmt::format("{}: oracle resized rank {}'s output '{}'",
+                                                       p.task->key, r, p.outputs[k].name));
       }
     }
   }

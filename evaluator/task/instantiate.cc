@@ -34,7 +34,8 @@ Status BindSizeVars(const SizeSpec& size, ExprVars& vars) {
         ++it;
         continue;
       }
-      KF_ASSIGN_OR_RETURN(int64_t v, EvaluateInt(it->second.text(), vars, fmt::format("size variable {}", it->first)));
+      KF_ASSIGN_OR_RETURN(int64_t v, EvaluateInt(it->second.text(), vars,
+                                                 fmt::format("size variable {}", it->first)));
       vars[it->first] = static_cast<double>(v);
       it = pending.erase(it);
       progressed = true;
@@ -42,14 +43,15 @@ Status BindSizeVars(const SizeSpec& size, ExprVars& vars) {
     if (!progressed) {
       std::string names;
       for (const auto& [name, e] : pending) names += (names.empty() ? "" : ", ") + name;
-      return Error(ErrorKind::kInvalidInput, fmt::format("size variables depend on each other in a cycle: {}", names));
+      return Error(ErrorKind::kInvalidInput,
+                   fmt::format("size variables depend on each other in a cycle: {}", names));
     }
   }
   return Status::Ok();
 }
 
-Result<ConcreteTensor> Resolve(const Task& task, const TensorSpec& spec, Dtype t, const ExprVars& vars,
-                               int world, bool is_output) {
+Result<ConcreteTensor> Resolve(const Task& task, const TensorSpec& spec, Dtype t,
+                               const ExprVars& vars, int world, bool is_output) {
   ConcreteTensor c;
   c.name = spec.name;
   if (spec.dtype == "T") {
@@ -72,8 +74,10 @@ Result<ConcreteTensor> Resolve(const Task& task, const TensorSpec& spec, Dtype t
       KF_ASSIGN_OR_RETURN(double lo, Evaluate(spec.init.int_low, vars));
       KF_ASSIGN_OR_RETURN(double hi, Evaluate(spec.init.int_high, vars));
       if (lo != std::floor(lo) || hi != std::floor(hi) || lo > hi) {
-        return Error(ErrorKind::kInvalidInput,
-                     fmt::format("init int bounds low = {} and high = {} must be integers with low <= high", lo, hi));
+        return Error(
+            ErrorKind::kInvalidInput,
+            fmt::format("init int bounds low = {} and high = {} must be integers with low <= high",
+                        lo, hi));
       }
     }
     return c;
@@ -81,7 +85,8 @@ Result<ConcreteTensor> Resolve(const Task& task, const TensorSpec& spec, Dtype t
   if (!spec.ranks.empty()) {
     KF_ASSIGN_OR_RETURN(int64_t r, EvaluateInt(spec.ranks, vars, "ranks"));
     if (r >= world) {
-      return Error(ErrorKind::kInvalidInput, fmt::format("ranks '{}' = {} is not a rank of W = {}", spec.ranks, r, world));
+      return Error(ErrorKind::kInvalidInput,
+                   fmt::format("ranks '{}' = {} is not a rank of W = {}", spec.ranks, r, world));
     }
     c.only_rank = static_cast<int>(r);
   }
@@ -90,29 +95,35 @@ Result<ConcreteTensor> Resolve(const Task& task, const TensorSpec& spec, Dtype t
   } else if (auto it = task.tolerance.find(c.dtype); it != task.tolerance.end()) {
     c.tolerance = it->second;
   } else if (IsFloating(c.dtype)) {
-    return Error(ErrorKind::kInvalidInput, fmt::format("no tolerance for dtype {}", DtypeName(c.dtype)));
+    return Error(ErrorKind::kInvalidInput,
+                 fmt::format("no tolerance for dtype {}", DtypeName(c.dtype)));
   }  // integers and bool compare exactly
   return c;
 }
 
 }  // namespace
 
-Result<Problem> Instantiate(const Task& task, int world, Dtype dtype, const SizeSpec& size, bool is_check_size) {
+Result<Problem> Instantiate(const Task& task, int world, Dtype dtype, const SizeSpec& size,
+                            bool is_check_size) {
   auto where = [&] {
     return fmt::format("{} at W={}, {}, {} size '{}'", task.key, world, DtypeName(dtype),
                        is_check_size ? "check" : "bench", size.label);
   };
-  if (std::find(task.world_sizes.begin(), task.world_sizes.end(), world) == task.world_sizes.end()) {
+  if (std::find(task.world_sizes.begin(), task.world_sizes.end(), world) ==
+      task.world_sizes.end()) {
     std::string supported;
     for (int w : task.world_sizes) supported += (supported.empty() ? "" : ", ") + std::to_string(w);
     return Error(ErrorKind::kInvalidInput,
-                 fmt::format("{}: world size {} is not supported (supported: {})", task.key, world, supported));
+                 fmt::format("{}: world size {} is not supported (supported: {})", task.key, world,
+                             supported));
   }
   if (std::find(task.dtypes.begin(), task.dtypes.end(), dtype) == task.dtypes.end()) {
     std::string supported;
-    for (Dtype d : task.dtypes) supported += (supported.empty() ? "" : ", ") + std::string(DtypeName(d));
-    return Error(ErrorKind::kInvalidInput, fmt::format("{}: dtype {} is not supported (supported: {})", task.key,
-                                                       DtypeName(dtype), supported));
+    for (Dtype d : task.dtypes)
+      supported += (supported.empty() ? "" : ", ") + std::string(DtypeName(d));
+    return Error(ErrorKind::kInvalidInput,
+                 fmt::format("{}: dtype {} is not supported (supported: {})", task.key,
+                             DtypeName(dtype), supported));
   }
   Problem p;
   p.task = &task;
@@ -127,12 +138,16 @@ Result<Problem> Instantiate(const Task& task, int world, Dtype dtype, const Size
 
   for (size_t i = 0; i < task.inputs.size(); ++i) {
     auto c = Resolve(task, task.inputs[i], dtype, p.vars, world, false);
-    if (!c.ok()) return c.status().WithContext(fmt::format("{}: inputs[{}] '{}'", where(), i, task.inputs[i].name));
+    if (!c.ok())
+      return c.status().WithContext(
+          fmt::format("{}: inputs[{}] '{}'", where(), i, task.inputs[i].name));
     p.inputs.push_back(std::move(*c));
   }
   for (size_t i = 0; i < task.outputs.size(); ++i) {
     auto c = Resolve(task, task.outputs[i], dtype, p.vars, world, true);
-    if (!c.ok()) return c.status().WithContext(fmt::format("{}: outputs[{}] '{}'", where(), i, task.outputs[i].name));
+    if (!c.ok())
+      return c.status().WithContext(
+          fmt::format("{}: outputs[{}] '{}'", where(), i, task.outputs[i].name));
     p.outputs.push_back(std::move(*c));
   }
 
@@ -152,7 +167,8 @@ Result<Problem> Instantiate(const Task& task, int world, Dtype dtype, const Size
   p.perf_bytes = *bytes;
   auto factor = Evaluate(task.perf_busbw_factor, p.vars);
   if (!factor.ok()) return factor.status().WithContext(where() + ": perf.busbw_factor");
-  if (*factor < 0) return Error(ErrorKind::kInvalidInput, where() + ": perf.busbw_factor is negative");
+  if (*factor < 0)
+    return Error(ErrorKind::kInvalidInput, where() + ": perf.busbw_factor is negative");
   p.busbw_factor = *factor;
   return p;
 }
@@ -160,8 +176,10 @@ Result<Problem> Instantiate(const Task& task, int world, Dtype dtype, const Size
 Status ValidateShapes(const Task& task) {
   for (int world : task.world_sizes) {
     for (Dtype dt : task.dtypes) {
-      for (const auto& s : task.check_sizes) KF_RETURN_IF_ERROR(Instantiate(task, world, dt, s, true).status());
-      for (const auto& s : task.bench_sizes) KF_RETURN_IF_ERROR(Instantiate(task, world, dt, s, false).status());
+      for (const auto& s : task.check_sizes)
+        KF_RETURN_IF_ERROR(Instantiate(task, world, dt, s, true).status());
+      for (const auto& s : task.bench_sizes)
+        KF_RETURN_IF_ERROR(Instantiate(task, world, dt, s, false).status());
     }
   }
   return Status::Ok();

@@ -12,7 +12,8 @@ namespace kforge::eval::internal {
 // Threads to use for `n` items: `requested` if > 0, else the hardware's, and
 // never more than one per `min_per_thread` items.
 inline int ThreadsFor(int64_t n, int requested, int64_t min_per_thread = 1 << 16) {
-  int t = requested > 0 ? requested : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  int t = requested > 0 ? requested
+                        : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const int64_t cap = std::max<int64_t>(1, n / min_per_thread);
   return static_cast<int>(std::min<int64_t>(t, cap));
 }

@@ -28,11 +28,16 @@ std::string Bytes(double b) {
 
 std::string InitText(const InitSpec& init) {
   switch (init.kind) {
-    case InitSpec::Kind::kNormal: return fmt::format("normal(mean {}, std {})", init.mean, init.std);
-    case InitSpec::Kind::kUniform: return fmt::format("uniform in [{}, {})", init.low, init.high);
-    case InitSpec::Kind::kInt: return fmt::format("integers in [{}, {}]", init.int_low, init.int_high);
-    case InitSpec::Kind::kPermutation: return "a random permutation of 0..numel-1";
-    case InitSpec::Kind::kCustom: return "task-specific generator";
+    case InitSpec::Kind::kNormal:
+      return fmt::format("normal(mean {}, std {})", init.mean, init.std);
+    case InitSpec::Kind::kUniform:
+      return fmt::format("uniform in [{}, {})", init.low, init.high);
+    case InitSpec::Kind::kInt:
+      return fmt::format("integers in [{}, {}]", init.int_low, init.int_high);
+    case InitSpec::Kind::kPermutation:
+      return "a random permutation of 0..numel-1";
+    case InitSpec::Kind::kCustom:
+      return "task-specific generator";
   }
   return "";
 }
@@ -41,14 +46,15 @@ std::string DtypeText(const std::string& spec, Dtype t) {
   return spec == "T" ? fmt::format("T = {}", DtypeName(t)) : spec;
 }
 
-void SizesTable(std::string& s, const Task& task, int world, Dtype dtype, const std::vector<SizeSpec>& sizes,
-                bool is_check) {
+void SizesTable(std::string& s, const Task& task, int world, Dtype dtype,
+                const std::vector<SizeSpec>& sizes, bool is_check) {
   s += "| size | variables |";
   for (const auto& t : task.inputs) s += " " + t.name + " |";
   for (const auto& t : task.outputs) s += " " + t.name + " |";
   s += is_check ? "\n" : " bytes (perf) |\n";
   s += "|---|---|";
-  for (size_t i = 0; i < task.inputs.size() + task.outputs.size() + (is_check ? 0 : 1); ++i) s += "---|";
+  for (size_t i = 0; i < task.inputs.size() + task.outputs.size() + (is_check ? 0 : 1); ++i)
+    s += "---|";
   s += "\n";
   for (const SizeSpec& size : sizes) {
     auto p = Instantiate(task, world, dtype, size, is_check);
@@ -81,23 +87,27 @@ std::string RenderTaskCard(const Task& task, int world, Dtype dtype) {
   for (int w : task.world_sizes) worlds += (worlds.empty() ? "" : ", ") + std::to_string(w);
   for (Dtype d : task.dtypes) dtypes += (dtypes.empty() ? "" : ", ") + std::string(DtypeName(d));
   s += fmt::format("- Category: {}\n", task.category);
-  s += fmt::format("- World size: W = {} ranks, one GPU each (the task supports W in {{{}}})\n", world, worlds);
+  s += fmt::format("- World size: W = {} ranks, one GPU each (the task supports W in {{{}}})\n",
+                   world, worlds);
   s += fmt::format("- Element type: T = {} ({} bytes; the task supports {})\n\n", DtypeName(dtype),
                    DtypeSize(dtype), dtypes);
   s += "## Description\n\n" + task.description;
   if (!task.description.empty() && task.description.back() != '\n') s += "\n";
 
   s += "\n## What each rank holds\n\n";
-  s += "Every tensor exists on every rank (symmetric memory: `t.peers[r]` is rank r's copy). Shapes are "
+  s += "Every tensor exists on every rank (symmetric memory: `t.peers[r]` is rank r's copy). "
+       "Shapes are "
        "row-major and contiguous.\n\n";
   s += "| role | name | dtype | shape | values |\n|---|---|---|---|---|\n";
   for (const auto& t : task.inputs) {
-    s += fmt::format("| input (read-only) | {} | {} | {} | {}{} |\n", t.name, DtypeText(t.dtype, dtype),
-                     Symbolic(t.shape), InitText(t.init),
-                     t.same_on_all_ranks ? "; the same on every rank" : "; different on every rank");
+    s +=
+        fmt::format("| input (read-only) | {} | {} | {} | {}{} |\n", t.name,
+                    DtypeText(t.dtype, dtype), Symbolic(t.shape), InitText(t.init),
+                    t.same_on_all_ranks ? "; the same on every rank" : "; different on every rank");
   }
   for (const auto& t : task.outputs) {
-    s += fmt::format("| output | {} | {} | {} | {} |\n", t.name, DtypeText(t.dtype, dtype), Symbolic(t.shape),
+    s += fmt::format("| output | {} | {} | {} | {} |\n", t.name, DtypeText(t.dtype, dtype),
+                     Symbolic(t.shape),
                      t.ranks.empty() ? "checked on every rank" : "checked only on rank " + t.ranks);
   }
   if (!task.params.empty()) {
@@ -110,8 +120,10 @@ std::string RenderTaskCard(const Task& task, int world, Dtype dtype) {
   SizesTable(s, task, world, dtype, task.bench_sizes, false);
 
   s += "\n## Correctness\n\n";
-  s += "Outputs are compared with an fp64 CPU oracle at every check size, over several trials with fresh "
-       "random inputs (the seeds are secret), and with the baseline's outputs at the bench sizes. An element "
+  s += "Outputs are compared with an fp64 CPU oracle at every check size, over several trials with "
+       "fresh "
+       "random inputs (the seeds are secret), and with the baseline's outputs at the bench sizes. "
+       "An element "
        "passes if |got - expected| <= atol + rtol * |expected|; NaN and Inf never pass.\n\n";
   for (const auto& t : task.outputs) {
     Dtype dt = dtype;
@@ -128,33 +140,43 @@ std::string RenderTaskCard(const Task& task, int world, Dtype dtype) {
       exact = true;
     }
     s += exact ? fmt::format("- `{}` ({}): exact\n", t.name, DtypeName(dt))
-               : fmt::format("- `{}` ({}): atol = {}, rtol = {}\n", t.name, DtypeName(dt), tol.atol, tol.rtol);
+               : fmt::format("- `{}` ({}): atol = {}, rtol = {}\n", t.name, DtypeName(dt), tol.atol,
+                             tol.rtol);
   }
-  s += "\nOutputs are overwritten with 0xFF bytes before every call: write every element. Inputs must be "
+  s += "\nOutputs are overwritten with 0xFF bytes before every call: write every element. Inputs "
+       "must be "
        "unchanged after the call.\n";
 
   s += "\n## Timing\n\n";
-  s += "The harness times `kf_run` at each bench size: from a barrier across ranks to the end of every rank's "
-       "`ctx->stream`, the slowest rank counting, many iterations after a warm-up. The baseline is the task's "
+  s += "The harness times `kf_run` at each bench size: from a barrier across ranks to the end of "
+       "every rank's "
+       "`ctx->stream`, the slowest rank counting, many iterations after a warm-up. The baseline is "
+       "the task's "
        "reference kernel (NCCL through the harness collectives), timed in the same session.\n\n";
-  s += "- speedup = baseline median time / your median time, per bench size; the score is the geometric mean "
+  s += "- speedup = baseline median time / your median time, per bench size; the score is the "
+       "geometric mean "
        "over bench sizes\n";
   s += fmt::format("- algbw = bytes / time, with bytes = `{}`\n", task.perf_bytes);
   s += fmt::format("- busbw = algbw * `{}` (nccl-tests convention)\n", task.perf_busbw_factor);
 
   s += "\n## Policy\n\n";
   auto allowed = [](bool b) { return b ? "allowed" : "not allowed"; };
-  s += fmt::format("- Harness collectives (`kf_all_reduce`, `kf_all_gather`, ..., `kf_barrier`): {}\n",
-                   allowed(task.policy.harness_collectives));
+  s += fmt::format(
+      "- Harness collectives (`kf_all_reduce`, `kf_all_gather`, ..., `kf_barrier`): {}\n",
+      allowed(task.policy.harness_collectives));
   s += fmt::format("- NCCL: {}\n", allowed(task.policy.nccl));
   s += fmt::format("- cuBLAS: {}\n", allowed(task.policy.cublas));
-  s += "- Always allowed: your own CUDA kernels, loads and stores to peers' buffers through `peers[r]`, the "
+  s += "- Always allowed: your own CUDA kernels, loads and stores to peers' buffers through "
+       "`peers[r]`, the "
        "symmetric workspace and the signal pad (`kf_signal` / `kf_wait`).\n";
 
   s += "\n## Contract\n\n";
-  s += "Write one `.cu` file against `kforge/kernel.h` (ABI version 1) that defines `kf_setup`, `kf_run` and "
-       "`kf_teardown`. Tensors, params and buffers come in `kf_ctx`; inputs and outputs are in the order "
-       "listed above. All device work of `kf_run` must be on `ctx->stream` when it returns; synchronising "
+  s += "Write one `.cu` file against `kforge/kernel.h` (ABI version 1) that defines `kf_setup`, "
+       "`kf_run` and "
+       "`kf_teardown`. Tensors, params and buffers come in `kf_ctx`; inputs and outputs are in the "
+       "order "
+       "listed above. All device work of `kf_run` must be on `ctx->stream` when it returns; "
+       "synchronising "
        "ranks is the kernel's job. ";
   s += task.workspace.empty()
            ? "The symmetric workspace holds 2 x the largest tensor + 1 MiB.\n"

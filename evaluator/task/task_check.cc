@@ -21,8 +21,8 @@ Result<OracleCheckStats> CheckOracle(const Task& task, uint64_t seed, int64_t ma
           ++stats.skipped;
           continue;
         }
-        const std::string where =
-            fmt::format("{} at W={}, {}, check size '{}'", task.key, world, DtypeName(dt), size.label);
+        const std::string where = fmt::format("{} at W={}, {}, check size '{}'", task.key, world,
+                                              DtypeName(dt), size.label);
         auto io = BuildOracleIo(p, seed, {});
         if (!io.ok()) return io.status().WithContext(where);
         if (Status s = RunOracle(p, *io); !s.ok()) return s.WithContext(where);
@@ -32,10 +32,12 @@ Result<OracleCheckStats> CheckOracle(const Task& task, uint64_t seed, int64_t ma
             const auto& data = io->outputs[r][k].data;
             for (size_t i = 0; i < data.size(); ++i) {
               if (std::isfinite(data[i])) continue;
-              return Error(ErrorKind::kInvalidInput,
-                           fmt::format("{}: oracle left rank {}'s output '{}' element {} = {} (not finite{})",
-                                       where, r, p.outputs[k].name, i, data[i],
-                                       std::isnan(data[i]) ? "; unwritten outputs stay NaN" : ""));
+              return Error(
+                  ErrorKind::kInvalidInput,
+                  fmt::format(
+                      "{}: oracle left rank {}'s output '{}' element {} = {} (not finite{})", where,
+                      r, p.outputs[k].name, i, data[i],
+                      std::isnan(data[i]) ? "; unwritten outputs stay NaN" : ""));
             }
             stats.output_values += static_cast<int64_t>(data.size());
           }

@@ -22,15 +22,16 @@ using internal::Join;
 using internal::TomlFields;
 using internal::TypeName;
 
-constexpr int kMaxWorld = 16;      // KF_MAX_RANKS
-constexpr size_t kMaxTensors = 16; // KF_MAX_TENSORS
-constexpr size_t kMaxDims = 8;     // KF_MAX_DIMS
-constexpr size_t kMaxParams = 16;  // KF_MAX_PARAMS
+constexpr int kMaxWorld = 16;       // KF_MAX_RANKS
+constexpr size_t kMaxTensors = 16;  // KF_MAX_TENSORS
+constexpr size_t kMaxDims = 8;      // KF_MAX_DIMS
+constexpr size_t kMaxParams = 16;   // KF_MAX_PARAMS
 
 bool IsIdentifier(std::string_view s) {
   if (s.empty() || !(std::isalpha(static_cast<unsigned char>(s[0])) || s[0] == '_')) return false;
-  return std::all_of(s.begin(), s.end(),
-                     [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
+  return std::all_of(s.begin(), s.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+  });
 }
 
 bool IsTaskName(std::string_view s) {
@@ -43,7 +44,8 @@ bool IsTaskName(std::string_view s) {
 std::optional<std::pair<int, std::string>> SplitKey(std::string_view key) {
   size_t digits = 0;
   while (digits < key.size() && std::isdigit(static_cast<unsigned char>(key[digits]))) ++digits;
-  if (digits == 0 || digits > 6 || digits + 1 >= key.size() || key[digits] != '_') return std::nullopt;
+  if (digits == 0 || digits > 6 || digits + 1 >= key.size() || key[digits] != '_')
+    return std::nullopt;
   std::string_view name = key.substr(digits + 1);
   if (!IsTaskName(name)) return std::nullopt;
   return std::make_pair(std::stoi(std::string(key.substr(0, digits))), std::string(name));
@@ -62,10 +64,10 @@ class Loader {
       : dir_(dir), f_(std::move(file)), root_(root) {}
 
   Result<Task> Load() {
-    KF_RETURN_IF_ERROR(f_.CheckKeys(root_, "", {"id", "name", "title", "category", "provenance",
-                                                "description", "world_sizes", "dtypes", "params",
-                                                "inputs", "outputs", "tolerance", "sizes", "perf",
-                                                "policy", "workspace"}));
+    KF_RETURN_IF_ERROR(f_.CheckKeys(
+        root_, "",
+        {"id", "name", "title", "category", "provenance", "description", "world_sizes", "dtypes",
+         "params", "inputs", "outputs", "tolerance", "sizes", "perf", "policy", "workspace"}));
     KF_RETURN_IF_ERROR(LoadHeader());
     KF_RETURN_IF_ERROR(LoadWorldSizes());
     KF_RETURN_IF_ERROR(LoadDtypes());
@@ -91,19 +93,23 @@ class Loader {
     const toml::node* name_node = root_.get("name");
     auto split = SplitKey(task_.key);
     if (!split) {
-      return f_.Fail(id_node, "id",
-                     fmt::format("the task folder '{}' is not named <NNN>_<name> (e.g. 001_allreduce)", task_.key));
+      return f_.Fail(
+          id_node, "id",
+          fmt::format("the task folder '{}' is not named <NNN>_<name> (e.g. 001_allreduce)",
+                      task_.key));
     }
     if (id != split->first) {
-      return f_.Fail(id_node, "id", fmt::format("{} does not match the folder prefix of '{}'", id, task_.key));
+      return f_.Fail(id_node, "id",
+                     fmt::format("{} does not match the folder prefix of '{}'", id, task_.key));
     }
     task_.id = static_cast<int>(id);
     if (!IsTaskName(task_.name)) {
       return f_.Fail(name_node, "name", fmt::format("'{}' must use only [a-z0-9_]", task_.name));
     }
     if (task_.name != split->second) {
-      return f_.Fail(name_node, "name",
-                     fmt::format("'{}' does not match the folder name '{}'", task_.name, task_.key));
+      return f_.Fail(
+          name_node, "name",
+          fmt::format("'{}' does not match the folder name '{}'", task_.name, task_.key));
     }
     KF_ASSIGN_OR_RETURN(task_.title, f_.RequiredString(root_, "", "title"));
     KF_ASSIGN_OR_RETURN(task_.category, f_.RequiredString(root_, "", "category"));
@@ -113,11 +119,13 @@ class Loader {
     return Status::Ok();
   }
 
-  Result<const toml::array*> RequiredArray(const toml::table& t, std::string_view prefix, std::string_view key) {
+  Result<const toml::array*> RequiredArray(const toml::table& t, std::string_view prefix,
+                                           std::string_view key) {
     const toml::node* n = t.get(key);
     if (n == nullptr) return f_.Fail(&t, Join(prefix, key), "required field is missing");
     if (!n->is_array()) {
-      return f_.Fail(n, Join(prefix, key), fmt::format("expected an array, found {}", TypeName(*n)));
+      return f_.Fail(n, Join(prefix, key),
+                     fmt::format("expected an array, found {}", TypeName(*n)));
     }
     if (n->as_array()->empty()) return f_.Fail(n, Join(prefix, key), "must not be empty");
     return n->as_array();
@@ -128,12 +136,14 @@ class Loader {
     for (size_t i = 0; i < arr->size(); ++i) {
       const toml::node& n = *arr->get(i);
       const std::string field = Index("world_sizes", i);
-      if (!n.is_integer()) return f_.Fail(&n, field, fmt::format("expected an integer, found {}", TypeName(n)));
+      if (!n.is_integer())
+        return f_.Fail(&n, field, fmt::format("expected an integer, found {}", TypeName(n)));
       const int64_t w = n.as_integer()->get();
       if (w < 1 || w > kMaxWorld) {
         return f_.Fail(&n, field, fmt::format("{} is out of range (1..{})", w, kMaxWorld));
       }
-      if (std::find(task_.world_sizes.begin(), task_.world_sizes.end(), w) != task_.world_sizes.end()) {
+      if (std::find(task_.world_sizes.begin(), task_.world_sizes.end(), w) !=
+          task_.world_sizes.end()) {
         return f_.Fail(&n, field, fmt::format("{} is listed twice", w));
       }
       task_.world_sizes.push_back(static_cast<int>(w));
@@ -146,7 +156,8 @@ class Loader {
     for (size_t i = 0; i < arr->size(); ++i) {
       const toml::node& n = *arr->get(i);
       const std::string field = Index("dtypes", i);
-      if (!n.is_string()) return f_.Fail(&n, field, fmt::format("expected a string, found {}", TypeName(n)));
+      if (!n.is_string())
+        return f_.Fail(&n, field, fmt::format("expected a string, found {}", TypeName(n)));
       auto dt = ParseDtype(n.as_string()->get());
       if (!dt.ok()) return f_.Fail(&n, field, dt.status().message());
       if (std::find(task_.dtypes.begin(), task_.dtypes.end(), *dt) != task_.dtypes.end()) {
@@ -160,7 +171,8 @@ class Loader {
   Status LoadParams() {
     const toml::node* n = root_.get("params");
     if (n == nullptr) return Status::Ok();
-    if (!n->is_table()) return f_.Fail(n, "params", fmt::format("expected a table, found {}", TypeName(*n)));
+    if (!n->is_table())
+      return f_.Fail(n, "params", fmt::format("expected a table, found {}", TypeName(*n)));
     for (const auto& [key, value] : *n->as_table()) {
       const std::string field = Join("params", key.str());
       if (!IsIdentifier(key.str()) || key.str() == "W" || key.str() == "elem") {
@@ -177,7 +189,8 @@ class Loader {
 
   Result<Tolerance> LoadTolerance(const toml::node& n, const std::string& field) {
     if (!n.is_table()) {
-      return f_.Fail(&n, field, fmt::format("expected {{ atol = ..., rtol = ... }}, found {}", TypeName(n)));
+      return f_.Fail(&n, field,
+                     fmt::format("expected {{ atol = ..., rtol = ... }}, found {}", TypeName(n)));
     }
     const toml::table& t = *n.as_table();
     KF_RETURN_IF_ERROR(f_.CheckKeys(t, field, {"atol", "rtol"}));
@@ -192,7 +205,8 @@ class Loader {
   }
 
   Status LoadInit(const toml::node& n, const std::string& field, InitSpec& init) {
-    if (!n.is_table()) return f_.Fail(&n, field, fmt::format("expected a table, found {}", TypeName(n)));
+    if (!n.is_table())
+      return f_.Fail(&n, field, fmt::format("expected a table, found {}", TypeName(n)));
     const toml::table& t = *n.as_table();
     KF_ASSIGN_OR_RETURN(std::string kind, f_.RequiredString(t, field, "kind"));
     const std::string kind_field = Join(field, "kind");
@@ -225,22 +239,27 @@ class Loader {
       init.kind = kind == "custom" ? InitSpec::Kind::kCustom : InitSpec::Kind::kPermutation;
       KF_RETURN_IF_ERROR(f_.CheckKeys(t, field, {"kind"}));
     } else {
-      return f_.Fail(t.get("kind"), kind_field,
-                     fmt::format("unknown init kind '{}' (expected one of normal, uniform, int, permutation, custom)",
-                                 kind));
+      return f_.Fail(
+          t.get("kind"), kind_field,
+          fmt::format(
+              "unknown init kind '{}' (expected one of normal, uniform, int, permutation, custom)",
+              kind));
     }
     return Status::Ok();
   }
 
-  Status LoadTensor(const toml::table& t, const std::string& prefix, bool is_input, TensorSpec& spec) {
+  Status LoadTensor(const toml::table& t, const std::string& prefix, bool is_input,
+                    TensorSpec& spec) {
     if (is_input) {
-      KF_RETURN_IF_ERROR(f_.CheckKeys(t, prefix, {"name", "dtype", "shape", "init", "same_on_all_ranks"}));
+      KF_RETURN_IF_ERROR(
+          f_.CheckKeys(t, prefix, {"name", "dtype", "shape", "init", "same_on_all_ranks"}));
     } else {
       KF_RETURN_IF_ERROR(f_.CheckKeys(t, prefix, {"name", "dtype", "shape", "ranks", "tolerance"}));
     }
     KF_ASSIGN_OR_RETURN(spec.name, f_.RequiredString(t, prefix, "name"));
     if (!IsIdentifier(spec.name)) {
-      return f_.Fail(t.get("name"), Join(prefix, "name"), fmt::format("'{}' is not an identifier", spec.name));
+      return f_.Fail(t.get("name"), Join(prefix, "name"),
+                     fmt::format("'{}' is not an identifier", spec.name));
     }
     KF_ASSIGN_OR_RETURN(spec.dtype, f_.RequiredString(t, prefix, "dtype"));
     if (spec.dtype != "T") {
@@ -253,7 +272,8 @@ class Loader {
     const std::string shape_field = Join(prefix, "shape");
     KF_ASSIGN_OR_RETURN(const toml::array* shape, RequiredArray(t, prefix, "shape"));
     if (shape->size() > kMaxDims) {
-      return f_.Fail(shape, shape_field, fmt::format("at most {} dimensions (kernel ABI limit)", kMaxDims));
+      return f_.Fail(shape, shape_field,
+                     fmt::format("at most {} dimensions (kernel ABI limit)", kMaxDims));
     }
     for (size_t d = 0; d < shape->size(); ++d) {
       const std::string field = Index(shape_field, d);
@@ -309,7 +329,8 @@ class Loader {
   Status LoadToleranceTable() {
     const toml::node* n = root_.get("tolerance");
     if (n == nullptr) return Status::Ok();
-    if (!n->is_table()) return f_.Fail(n, "tolerance", fmt::format("expected a table, found {}", TypeName(*n)));
+    if (!n->is_table())
+      return f_.Fail(n, "tolerance", fmt::format("expected a table, found {}", TypeName(*n)));
     for (const auto& [key, value] : *n->as_table()) {
       const std::string field = Join("tolerance", key.str());
       auto dt = ParseDtype(key.str());
@@ -326,20 +347,24 @@ class Loader {
     for (size_t i = 0; i < arr->size(); ++i) {
       const toml::node& n = *arr->get(i);
       const std::string prefix = Index(list_field, i);
-      if (!n.is_table()) return f_.Fail(&n, prefix, fmt::format("expected a table, found {}", TypeName(n)));
+      if (!n.is_table())
+        return f_.Fail(&n, prefix, fmt::format("expected a table, found {}", TypeName(n)));
       const toml::table& t = *n.as_table();
       SizeSpec size;
       KF_ASSIGN_OR_RETURN(size.label, f_.RequiredString(t, prefix, "label"));
-      if (size.label.empty()) return f_.Fail(t.get("label"), Join(prefix, "label"), "must not be empty");
+      if (size.label.empty())
+        return f_.Fail(t.get("label"), Join(prefix, "label"), "must not be empty");
       if (!labels.insert(size.label).second) {
-        return f_.Fail(t.get("label"), Join(prefix, "label"), fmt::format("'{}' is used twice", size.label));
+        return f_.Fail(t.get("label"), Join(prefix, "label"),
+                       fmt::format("'{}' is used twice", size.label));
       }
       for (const auto& [var, value] : t) {
         if (var.str() == "label") continue;
         const std::string field = Join(prefix, var.str());
         if (!IsIdentifier(var.str()) || var.str() == "W" || var.str() == "elem" ||
             task_.params.count(std::string(var.str())) != 0) {
-          return f_.Fail(&value, field, "a size variable must be an identifier other than W, elem and the params");
+          return f_.Fail(&value, field,
+                         "a size variable must be an identifier other than W, elem and the params");
         }
         KF_ASSIGN_OR_RETURN(std::string e, f_.Expression(value, field));
         size.vars[std::string(var.str())] = std::move(e);
@@ -353,7 +378,8 @@ class Loader {
   Status LoadSizes() {
     const toml::node* n = root_.get("sizes");
     if (n == nullptr) return f_.Fail(nullptr, "sizes", "required field is missing");
-    if (!n->is_table()) return f_.Fail(n, "sizes", fmt::format("expected a table, found {}", TypeName(*n)));
+    if (!n->is_table())
+      return f_.Fail(n, "sizes", fmt::format("expected a table, found {}", TypeName(*n)));
     const toml::table& t = *n->as_table();
     KF_RETURN_IF_ERROR(f_.CheckKeys(t, "sizes", {"check", "bench"}));
     KF_RETURN_IF_ERROR(LoadSizeList(t, "check", task_.check_sizes));
@@ -364,7 +390,8 @@ class Loader {
   Status LoadPerfPolicyWorkspace() {
     const toml::node* perf = root_.get("perf");
     if (perf == nullptr) return f_.Fail(nullptr, "perf", "required field is missing (bytes = ...)");
-    if (!perf->is_table()) return f_.Fail(perf, "perf", fmt::format("expected a table, found {}", TypeName(*perf)));
+    if (!perf->is_table())
+      return f_.Fail(perf, "perf", fmt::format("expected a table, found {}", TypeName(*perf)));
     const toml::table& pt = *perf->as_table();
     KF_RETURN_IF_ERROR(f_.CheckKeys(pt, "perf", {"bytes", "busbw_factor"}));
     KF_ASSIGN_OR_RETURN(auto bytes, f_.OptionalExpression(pt, "perf", "bytes"));
@@ -377,7 +404,8 @@ class Loader {
 
     if (const toml::node* policy = root_.get("policy")) {
       if (!policy->is_table()) {
-        return f_.Fail(policy, "policy", fmt::format("expected a table, found {}", TypeName(*policy)));
+        return f_.Fail(policy, "policy",
+                       fmt::format("expected a table, found {}", TypeName(*policy)));
       }
       const toml::table& t = *policy->as_table();
       KF_RETURN_IF_ERROR(f_.CheckKeys(t, "policy", {"harness_collectives", "nccl", "cublas"}));
@@ -433,9 +461,10 @@ class Loader {
         if (!parsed.ok()) return f_.FailAtLine(e.line, e.field, parsed.status().message());
         for (const std::string& var : parsed->Variables()) {
           if (bound.count(var) != 0) continue;
-          return f_.FailAtLine(size_lines_[k].line, size_lines_[k].field,
-                               fmt::format("size '{}' does not bind '{}', which {} ('{}', line {}) uses",
-                                           all[k]->label, var, e.field, e.expr, e.line));
+          return f_.FailAtLine(
+              size_lines_[k].line, size_lines_[k].field,
+              fmt::format("size '{}' does not bind '{}', which {} ('{}', line {}) uses",
+                          all[k]->label, var, e.field, e.expr, e.line));
         }
       }
     }
@@ -447,12 +476,14 @@ class Loader {
     std::error_code ec;
     if (!fs::is_regular_file(task_.reference, ec)) {
       return Error(ErrorKind::kInvalidInput,
-                   fmt::format("{}: missing (every task needs its baseline kernel)", task_.reference.string()));
+                   fmt::format("{}: missing (every task needs its baseline kernel)",
+                               task_.reference.string()));
     }
     const fs::path solutions = dir_ / "solutions";
     if (fs::is_directory(solutions, ec)) {
       for (const auto& entry : fs::directory_iterator(solutions, ec)) {
-        if (entry.is_regular_file() && entry.path().extension() == ".cu") task_.solutions.push_back(entry.path());
+        if (entry.is_regular_file() && entry.path().extension() == ".cu")
+          task_.solutions.push_back(entry.path());
       }
       if (ec) return Error(ErrorKind::kIo, fmt::format("{}: {}", solutions.string(), ec.message()));
       std::sort(task_.solutions.begin(), task_.solutions.end());
@@ -515,7 +546,8 @@ Result<std::vector<Task>> LoadTasks(const fs::path& root) {
     auto [it, fresh] = ids.emplace(t.id, t.key);
     if (!fresh) {
       return Error(ErrorKind::kInvalidInput,
-                   fmt::format("{}: id {} is already used by {}", (dir / "task.toml").string(), t.id, it->second));
+                   fmt::format("{}: id {} is already used by {}", (dir / "task.toml").string(),
+                               t.id, it->second));
     }
     tasks.push_back(std::move(t));
   }
@@ -526,11 +558,13 @@ const Task* FindTask(const std::vector<Task>& tasks, std::string_view selector) 
   for (const Task& t : tasks) {
     if (t.key == selector) return &t;
   }
-  const bool numeric = !selector.empty() && std::all_of(selector.begin(), selector.end(), [](char c) {
-    return std::isdigit(static_cast<unsigned char>(c));
-  });
+  const bool numeric =
+      !selector.empty() && std::all_of(selector.begin(), selector.end(), [](char c) {
+        return std::isdigit(static_cast<unsigned char>(c));
+      });
   for (const Task& t : tasks) {
-    if (numeric ? (selector.size() <= 6 && t.id == std::stoi(std::string(selector))) : t.name == selector) {
+    if (numeric ? (selector.size() <= 6 && t.id == std::stoi(std::string(selector)))
+                : t.name == selector) {
       return &t;
     }
   }

@@ -17,16 +17,26 @@ std::string Index(std::string_view prefix, size_t i) { return fmt::format("{}[{}
 
 std::string_view TypeName(const toml::node& node) {
   switch (node.type()) {
-    case toml::node_type::table: return "table";
-    case toml::node_type::array: return "array";
-    case toml::node_type::string: return "string";
-    case toml::node_type::integer: return "integer";
-    case toml::node_type::floating_point: return "float";
-    case toml::node_type::boolean: return "boolean";
-    case toml::node_type::date: return "date";
-    case toml::node_type::time: return "time";
-    case toml::node_type::date_time: return "date-time";
-    default: return "nothing";
+    case toml::node_type::table:
+      return "table";
+    case toml::node_type::array:
+      return "array";
+    case toml::node_type::string:
+      return "string";
+    case toml::node_type::integer:
+      return "integer";
+    case toml::node_type::floating_point:
+      return "float";
+    case toml::node_type::boolean:
+      return "boolean";
+    case toml::node_type::date:
+      return "date";
+    case toml::node_type::time:
+      return "time";
+    case toml::node_type::date_time:
+      return "date-time";
+    default:
+      return "nothing";
   }
 }
 
@@ -40,7 +50,8 @@ Status TomlFields::FailAtLine(int line, std::string_view field, std::string_view
   return Error(ErrorKind::kInvalidInput, fmt::format("{}:{}: {}: {}", file_, line, field, message));
 }
 
-Status TomlFields::Fail(const toml::node* at, std::string_view field, std::string_view message) const {
+Status TomlFields::Fail(const toml::node* at, std::string_view field,
+                        std::string_view message) const {
   return FailAtLine(Line(at), field, message);
 }
 
@@ -87,7 +98,8 @@ Result<double> TomlFields::Number(const toml::node& node, std::string_view field
   return Fail(&node, field, fmt::format("expected a number, found {}", TypeName(node)));
 }
 
-Result<std::optional<double>> TomlFields::OptionalNumber(const toml::table& table, std::string_view prefix,
+Result<std::optional<double>> TomlFields::OptionalNumber(const toml::table& table,
+                                                         std::string_view prefix,
                                                          std::string_view key) const {
   const toml::node* n = table.get(key);
   if (n == nullptr) return std::optional<double>();
@@ -95,12 +107,14 @@ Result<std::optional<double>> TomlFields::OptionalNumber(const toml::table& tabl
   return std::optional<double>(v);
 }
 
-Result<std::optional<bool>> TomlFields::OptionalBool(const toml::table& table, std::string_view prefix,
+Result<std::optional<bool>> TomlFields::OptionalBool(const toml::table& table,
+                                                     std::string_view prefix,
                                                      std::string_view key) const {
   const toml::node* n = table.get(key);
   if (n == nullptr) return std::optional<bool>();
   if (!n->is_boolean()) {
-    return Fail(n, Join(prefix, key), fmt::format("expected true or false, found {}", TypeName(*n)));
+    return Fail(n, Join(prefix, key),
+                fmt::format("expected true or false, found {}", TypeName(*n)));
   }
   return std::optional<bool>(n->as_boolean()->get());
 }
@@ -124,7 +138,8 @@ Result<std::string> TomlFields::Expression(const toml::node& node, std::string_v
   } else if (node.is_floating_point()) {
     text = fmt::format("{}", node.as_floating_point()->get());
   } else {
-    return Fail(&node, field, fmt::format("expected an expression (string or number), found {}", TypeName(node)));
+    return Fail(&node, field,
+                fmt::format("expected an expression (string or number), found {}", TypeName(node)));
   }
   auto parsed = Expr::Parse(text);
   if (!parsed.ok()) return Fail(&node, field, parsed.status().message());

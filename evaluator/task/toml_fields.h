@@ -34,7 +34,8 @@ class TomlFields {
   // (pointing at the table), the optional ones return nullopt.
   Result<std::string> RequiredString(const toml::table& table, std::string_view prefix,
                                      std::string_view key) const;
-  Result<std::optional<std::string>> OptionalString(const toml::table& table, std::string_view prefix,
+  Result<std::optional<std::string>> OptionalString(const toml::table& table,
+                                                    std::string_view prefix,
                                                     std::string_view key) const;
   Result<std::optional<double>> OptionalNumber(const toml::table& table, std::string_view prefix,
                                                std::string_view key) const;
@@ -46,7 +47,8 @@ class TomlFields {
   // An expression: a string, or a number written bare (shape = [4, "N"]).
   // Its syntax is checked here so that typos fail at load time.
   Result<std::string> Expression(const toml::node& node, std::string_view field) const;
-  Result<std::optional<std::string>> OptionalExpression(const toml::table& table, std::string_view prefix,
+  Result<std::optional<std::string>> OptionalExpression(const toml::table& table,
+                                                        std::string_view prefix,
                                                         std::string_view key) const;
 
   // A number node (integer or float) as a double.

@@ -18,7 +18,10 @@ class EmulatedBackend final : public CollectiveBackend {
  public:
   EmulatedBackend(int rank, int world, std::vector<void*> staging, size_t staging_bytes,
                   eval::ControlBlock* control)
-      : rank_(rank), world_(world), staging_(std::move(staging)), staging_bytes_(staging_bytes),
+      : rank_(rank),
+        world_(world),
+        staging_(std::move(staging)),
+        staging_bytes_(staging_bytes),
         control_(control) {}
 
   std::string Name() const override { return "emulated"; }
@@ -66,7 +69,8 @@ class EmulatedBackend final : public CollectiveBackend {
     return Finish(s);
   }
 
-  Status AllToAll(const void* send, void* recv, size_t count, kf_dtype dt, cudaStream_t s) override {
+  Status AllToAll(const void* send, void* recv, size_t count, kf_dtype dt,
+                  cudaStream_t s) override {
     size_t bytes = count * kf_dtype_size(dt);
     KF_RETURN_IF_ERROR(Stage(send, bytes * world_, s));
     for (int p = 0; p < world_; ++p) {
@@ -83,7 +87,8 @@ class EmulatedBackend final : public CollectiveBackend {
   }
 
   Status GroupEnd(cudaStream_t s) override {
-    if (group_depth_ == 0) return Error(ErrorKind::kInvalidInput, "kf_group_end without kf_group_start");
+    if (group_depth_ == 0)
+      return Error(ErrorKind::kInvalidInput, "kf_group_end without kf_group_start");
     if (--group_depth_ > 0) return Status::Ok();
     return FlushP2p(s);
   }
@@ -116,8 +121,9 @@ class EmulatedBackend final : public CollectiveBackend {
 
   Status CheckRoot(int r) const {
     if (r < 0 || r >= world_) {
-      return Error(ErrorKind::kInvalidInput, "rank " + std::to_string(r) + " out of range for world " +
-                                                 std::to_string(world_));
+      return Error(
+          ErrorKind::kInvalidInput,
+          "rank " + std::to_string(r) + " out of range for world " + std::to_string(world_));
     }
     return Status::Ok();
   }
@@ -155,7 +161,8 @@ class EmulatedBackend final : public CollectiveBackend {
   // send (the k-th receive from p matches p's k-th send to this rank).
   Status FlushP2p(cudaStream_t s) {
     auto& shared = *control_->shared();
-    if (sends_.size() > eval::kMaxP2pOps) return Error(ErrorKind::kRuntimeError, "too many sends in one group");
+    if (sends_.size() > eval::kMaxP2pOps)
+      return Error(ErrorKind::kRuntimeError, "too many sends in one group");
     size_t offset = 0;
     for (size_t i = 0; i < sends_.size(); ++i) {
       const P2pOp& op = sends_[i];
@@ -186,10 +193,10 @@ class EmulatedBackend final : public CollectiveBackend {
                                                    " has no matching kf_send in the same group");
       }
       if (match->bytes != r.bytes) {
-        return Error(ErrorKind::kRuntimeError,
-                     "kf_recv of " + std::to_string(r.bytes) + " bytes from rank " +
-                         std::to_string(r.peer) + " matches a kf_send of " +
-                         std::to_string(match->bytes) + " bytes");
+        return Error(ErrorKind::kRuntimeError, "kf_recv of " + std::to_string(r.bytes) +
+                                                   " bytes from rank " + std::to_string(r.peer) +
+                                                   " matches a kf_send of " +
+                                                   std::to_string(match->bytes) + " bytes");
       }
       KF_CUDA(cudaMemcpyAsync(const_cast<void*>(r.buf),
                               static_cast<const char*>(staging_[r.peer]) + match->offset, r.bytes,

@@ -19,27 +19,43 @@ Status NcclStatus(ncclResult_t r, const char* what) {
 
 Result<ncclDataType_t> NcclType(kf_dtype dt) {
   switch (dt) {
-    case KF_F64: return ncclFloat64;
-    case KF_F32: return ncclFloat32;
-    case KF_F16: return ncclFloat16;
-    case KF_BF16: return ncclBfloat16;
-    case KF_FP8_E4M3: return ncclFloat8e4m3;
-    case KF_FP8_E5M2: return ncclFloat8e5m2;
-    case KF_I64: return ncclInt64;
-    case KF_I32: return ncclInt32;
-    case KF_I8: return ncclInt8;
-    case KF_U8: case KF_BOOL: return ncclUint8;
+    case KF_F64:
+      return ncclFloat64;
+    case KF_F32:
+      return ncclFloat32;
+    case KF_F16:
+      return ncclFloat16;
+    case KF_BF16:
+      return ncclBfloat16;
+    case KF_FP8_E4M3:
+      return ncclFloat8e4m3;
+    case KF_FP8_E5M2:
+      return ncclFloat8e5m2;
+    case KF_I64:
+      return ncclInt64;
+    case KF_I32:
+      return ncclInt32;
+    case KF_I8:
+      return ncclInt8;
+    case KF_U8:
+    case KF_BOOL:
+      return ncclUint8;
   }
   return Error(ErrorKind::kInvalidInput, "unknown dtype");
 }
 
 ncclRedOp_t NcclOp(kf_redop op) {
   switch (op) {
-    case KF_PROD: return ncclProd;
-    case KF_MAX: return ncclMax;
-    case KF_MIN: return ncclMin;
-    case KF_AVG: return ncclAvg;
-    default: return ncclSum;
+    case KF_PROD:
+      return ncclProd;
+    case KF_MAX:
+      return ncclMax;
+    case KF_MIN:
+      return ncclMin;
+    case KF_AVG:
+      return ncclAvg;
+    default:
+      return ncclSum;
   }
 }
 
@@ -82,7 +98,8 @@ class NcclBackend final : public CollectiveBackend {
     KF_NCCL(ncclReduce(send, recv, count, t, NcclOp(op), root, comm_, s));
     return Status::Ok();
   }
-  Status AllToAll(const void* send, void* recv, size_t count, kf_dtype dt, cudaStream_t s) override {
+  Status AllToAll(const void* send, void* recv, size_t count, kf_dtype dt,
+                  cudaStream_t s) override {
     KF_ASSIGN_OR_RETURN(auto t, NcclType(dt));
     int world = 0;
     KF_NCCL(ncclCommCount(comm_, &world));

@@ -24,19 +24,20 @@ CollectiveBackend* Backend(kf_ctx* ctx) {
 
 }  // namespace
 
-#define KF_FORWARD(name, call)                                                   \
-  do {                                                                           \
-    CollectiveBackend* b = Backend(ctx);                                         \
-    if (!b) {                                                                    \
+#define KF_FORWARD(name, call)                                                     \
+  do {                                                                             \
+    CollectiveBackend* b = Backend(ctx);                                           \
+    if (!b) {                                                                      \
       std::fprintf(stderr, "kforge: %s called without a harness context\n", name); \
-      return 1;                                                                  \
-    }                                                                            \
-    return Report(ctx, name, b->call);                                           \
+      return 1;                                                                    \
+    }                                                                              \
+    return Report(ctx, name, b->call);                                             \
   } while (0)
 
 extern "C" {
 
-int kf_all_reduce(kf_ctx* ctx, const void* send, void* recv, size_t count, kf_dtype dt, kf_redop op) {
+int kf_all_reduce(kf_ctx* ctx, const void* send, void* recv, size_t count, kf_dtype dt,
+                  kf_redop op) {
   KF_FORWARD("kf_all_reduce", AllReduce(send, recv, count, dt, op, ctx->stream));
 }
 int kf_all_gather(kf_ctx* ctx, const void* send, void* recv, size_t send_count, kf_dtype dt) {

@@ -12,8 +12,9 @@ namespace kforge::worker {
 
 inline Status CudaStatus(cudaError_t err, const char* what) {
   if (err == cudaSuccess) return Status::Ok();
-  return Error(ErrorKind::kRuntimeError, std::string(what) + ": CUDA error " + cudaGetErrorName(err) +
-                                             ": " + cudaGetErrorString(err));
+  return Error(
+      ErrorKind::kRuntimeError,
+      std::string(what) + ": CUDA error " + cudaGetErrorName(err) + ": " + cudaGetErrorString(err));
 }
 
 }  // namespace kforge::worker

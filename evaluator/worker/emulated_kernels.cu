@@ -60,10 +60,14 @@ __device__ __half FromAcc<__half, float>(float v) {
 template <typename A>
 __device__ A Combine(A a, A b, kf_redop op) {
   switch (op) {
-    case KF_PROD: return a * b;
-    case KF_MAX: return a > b ? a : b;
-    case KF_MIN: return a < b ? a : b;
-    default: return a + b;  // KF_SUM, KF_AVG (divided at the end)
+    case KF_PROD:
+      return a * b;
+    case KF_MAX:
+      return a > b ? a : b;
+    case KF_MIN:
+      return a < b ? a : b;
+    default:
+      return a + b;  // KF_SUM, KF_AVG (divided at the end)
   }
 }
 
@@ -84,7 +88,8 @@ Status Launch(void* out, const Inputs& in, size_t count, kf_redop op, cudaStream
   if (count == 0) return Status::Ok();
   size_t blocks = (count + 255) / 256;
   if (blocks > 1024) blocks = 1024;
-  ReduceKernel<T><<<static_cast<unsigned>(blocks), 256, 0, s>>>(static_cast<T*>(out), in, count, op);
+  ReduceKernel<T>
+      <<<static_cast<unsigned>(blocks), 256, 0, s>>>(static_cast<T*>(out), in, count, op);
   return CudaStatus(cudaGetLastError(), "emulated reduce kernel launch");
 }
 
@@ -96,14 +101,23 @@ Status LaunchReduce(void* out, const std::vector<const void*>& in, size_t count,
   ins.n = static_cast<int>(in.size());
   for (size_t i = 0; i < in.size() && i < kMaxIn; ++i) ins.p[i] = in[i];
   switch (dt) {
-    case KF_F64: return Launch<double>(out, ins, count, op, s);
-    case KF_F32: return Launch<float>(out, ins, count, op, s);
-    case KF_F16: return Launch<__half>(out, ins, count, op, s);
-    case KF_BF16: return Launch<__nv_bfloat16>(out, ins, count, op, s);
-    case KF_I64: return Launch<int64_t>(out, ins, count, op, s);
-    case KF_I32: return Launch<int32_t>(out, ins, count, op, s);
-    case KF_I8: return Launch<int8_t>(out, ins, count, op, s);
-    case KF_U8: case KF_BOOL: return Launch<uint8_t>(out, ins, count, op, s);
+    case KF_F64:
+      return Launch<double>(out, ins, count, op, s);
+    case KF_F32:
+      return Launch<float>(out, ins, count, op, s);
+    case KF_F16:
+      return Launch<__half>(out, ins, count, op, s);
+    case KF_BF16:
+      return Launch<__nv_bfloat16>(out, ins, count, op, s);
+    case KF_I64:
+      return Launch<int64_t>(out, ins, count, op, s);
+    case KF_I32:
+      return Launch<int32_t>(out, ins, count, op, s);
+    case KF_I8:
+      return Launch<int8_t>(out, ins, count, op, s);
+    case KF_U8:
+    case KF_BOOL:
+      return Launch<uint8_t>(out, ins, count, op, s);
     default:
       return Error(ErrorKind::kInvalidInput, "reductions on fp8 are not supported by the harness");
   }

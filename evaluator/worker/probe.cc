@@ -74,7 +74,8 @@ nlohmann::json ProbeDevices(const std::vector<int>& devices) {
         g["nvlink_active_links"] = r->nvlink_active_links;
         if (r->memory_bus_width_bits && r->mem_clock_mhz) {
           // HBM transfers on both clock edges: bytes/s = 2 * clock * width / 8.
-          g["hbm_bandwidth_gbps"] = 2.0 * r->mem_clock_mhz * 1e6 * r->memory_bus_width_bits / 8 / 1e9;
+          g["hbm_bandwidth_gbps"] =
+              2.0 * r->mem_clock_mhz * 1e6 * r->memory_bus_width_bits / 8 / 1e9;
         }
       }
     }

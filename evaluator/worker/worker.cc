@@ -43,8 +43,10 @@ int Worker::Run() {
     auto msg = channel_.Receive(kForever);
     if (!msg.ok()) {
       // The coordinator went away (or sent garbage): nothing left to serve.
-      if (msg.status().kind() != ErrorKind::kIo || msg.status().message() != "peer closed the channel") {
-        std::fprintf(stderr, "kforge-worker rank %d: %s\n", args_.rank, msg.status().ToString().c_str());
+      if (msg.status().kind() != ErrorKind::kIo ||
+          msg.status().message() != "peer closed the channel") {
+        std::fprintf(stderr, "kforge-worker rank %d: %s\n", args_.rank,
+                     msg.status().ToString().c_str());
       }
       return 0;
     }
@@ -76,7 +78,8 @@ int Worker::Run() {
     Status sent = channel_.Send(body, fds);
     for (int fd : fds) close(fd);
     if (!sent.ok()) {
-      std::fprintf(stderr, "kforge-worker rank %d: cannot reply: %s\n", args_.rank, sent.message().c_str());
+      std::fprintf(stderr, "kforge-worker rank %d: cannot reply: %s\n", args_.rank,
+                   sent.message().c_str());
       return 4;
     }
     // A CUDA error inside a kernel leaves the context unusable: stop here so
@@ -137,13 +140,15 @@ Result<nlohmann::json> Worker::HandleNcclInit(const nlohmann::json& m) {
 Result<KernelSlot*> Worker::Slot(const nlohmann::json& m) {
   std::string name = m.value("slot", "");
   auto it = slots_.find(name);
-  if (it == slots_.end()) return Error(ErrorKind::kHarness, "no kernel loaded in slot '" + name + "'");
+  if (it == slots_.end())
+    return Error(ErrorKind::kHarness, "no kernel loaded in slot '" + name + "'");
   return &it->second;
 }
 
 Result<nlohmann::json> Worker::HandleLoad(const nlohmann::json& m) {
   std::string name = m.at("slot");
-  if (name != "baseline" && name != "candidate") return Error(ErrorKind::kHarness, "bad slot " + name);
+  if (name != "baseline" && name != "candidate")
+    return Error(ErrorKind::kHarness, "bad slot " + name);
   (void)HandleUnload(m);
   KernelSlot slot;
   slot.path = m.at("path");
@@ -152,7 +157,8 @@ Result<nlohmann::json> Worker::HandleLoad(const nlohmann::json& m) {
   slot.handle = dlopen(slot.path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!slot.handle) {
     const char* err = dlerror();
-    return Error(ErrorKind::kRuntimeError, std::string("loading the kernel failed: ") + (err ? err : "?"));
+    return Error(ErrorKind::kRuntimeError,
+                 std::string("loading the kernel failed: ") + (err ? err : "?"));
   }
   slot.setup = reinterpret_cast<KernelFn>(dlsym(slot.handle, "kf_setup"));
   slot.run = reinterpret_cast<KernelFn>(dlsym(slot.handle, "kf_run"));
@@ -202,7 +208,8 @@ Result<nlohmann::json> Worker::HandleTeardown(const nlohmann::json& m) {
     int rc = slot->teardown(&slot->ctx);
     KF_CUDA(cudaDeviceSynchronize());
     slot->set_up = false;
-    if (rc != 0) return Error(ErrorKind::kRuntimeError, "kf_teardown returned " + std::to_string(rc));
+    if (rc != 0)
+      return Error(ErrorKind::kRuntimeError, "kf_teardown returned " + std::to_string(rc));
   }
   slot->set_up = false;
   return nlohmann::json::object();

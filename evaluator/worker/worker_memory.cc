@@ -32,9 +32,11 @@ Result<nlohmann::json> Worker::HandleAlloc(const nlohmann::json& m) {
   std::string label = m.at("size");
   bool check = m.at("check");
   const auto& sizes = check ? task.check_sizes : task.bench_sizes;
-  auto size = std::find_if(sizes.begin(), sizes.end(), [&](const eval::SizeSpec& s) { return s.label == label; });
+  auto size = std::find_if(sizes.begin(), sizes.end(),
+                           [&](const eval::SizeSpec& s) { return s.label == label; });
   if (size == sizes.end()) return Error(ErrorKind::kHarness, "no size '" + label + "'");
-  KF_ASSIGN_OR_RETURN(eval::Problem problem, eval::Instantiate(task, args_.world, dtype, *size, check));
+  KF_ASSIGN_OR_RETURN(eval::Problem problem,
+                      eval::Instantiate(task, args_.world, dtype, *size, check));
   problem_ = std::move(problem);
 
   Layout l;
@@ -78,7 +80,8 @@ Result<nlohmann::json> Worker::HandleAlloc(const nlohmann::json& m) {
 
 Result<nlohmann::json> Worker::HandlePeers(const nlohmann::json& m) {
   const auto& handles = m.at("handles");
-  if (static_cast<int>(handles.size()) != args_.world) return Error(ErrorKind::kHarness, "handle count");
+  if (static_cast<int>(handles.size()) != args_.world)
+    return Error(ErrorKind::kHarness, "handle count");
   peer_base_.assign(args_.world, nullptr);
   for (int r = 0; r < args_.world; ++r) {
     if (r == args_.rank) {
@@ -94,7 +97,8 @@ Result<nlohmann::json> Worker::HandlePeers(const nlohmann::json& m) {
   if (args_.emulated) {
     std::vector<void*> staging;
     for (int r = 0; r < args_.world; ++r) staging.push_back(Peer(r, layout_.staging_off));
-    backend_ = MakeEmulatedBackend(args_.rank, args_.world, staging, layout_.staging_bytes, &control_);
+    backend_ =
+        MakeEmulatedBackend(args_.rank, args_.world, staging, layout_.staging_bytes, &control_);
   }
   return nlohmann::json::object();
 }
@@ -148,7 +152,8 @@ kf_ctx Worker::ContextFor(const KernelSlot& slot, int slot_index, int set) const
   c.num_inputs = static_cast<int>(std::min<size_t>(p.inputs.size(), KF_MAX_TENSORS));
   for (int i = 0; i < c.num_inputs; ++i) fill(c.inputs[i], p.inputs[i], layout_.input_off[set][i]);
   c.num_outputs = static_cast<int>(std::min<size_t>(p.outputs.size(), KF_MAX_TENSORS));
-  for (int i = 0; i < c.num_outputs; ++i) fill(c.outputs[i], p.outputs[i], layout_.output_off[set][i]);
+  for (int i = 0; i < c.num_outputs; ++i)
+    fill(c.outputs[i], p.outputs[i], layout_.output_off[set][i]);
   for (const auto& [name, value] : p.task->params) {
     if (c.num_params == KF_MAX_PARAMS) break;
     c.param_names[c.num_params] = name.c_str();

@@ -59,11 +59,13 @@ Result<nlohmann::json> Worker::HandleInputs(const nlohmann::json& m) {
   for (size_t i = 0; i < problem_->inputs.size(); ++i) {
     auto& host = host_inputs_[i];
     host.resize(problem_->inputs[i].nbytes);
-    KF_RETURN_IF_ERROR(eval::GenerateInput(*problem_, static_cast<int>(i), args_.rank, seed, host.data()));
-    KF_CUDA(cudaMemcpy(Local(layout_.input_off[0][i]), host.data(), host.size(), cudaMemcpyHostToDevice));
+    KF_RETURN_IF_ERROR(
+        eval::GenerateInput(*problem_, static_cast<int>(i), args_.rank, seed, host.data()));
+    KF_CUDA(cudaMemcpy(Local(layout_.input_off[0][i]), host.data(), host.size(),
+                       cudaMemcpyHostToDevice));
     for (int s = 1; s < layout_.sets; ++s) {
-      KF_CUDA(cudaMemcpy(Local(layout_.input_off[s][i]), Local(layout_.input_off[0][i]), host.size(),
-                         cudaMemcpyDeviceToDevice));
+      KF_CUDA(cudaMemcpy(Local(layout_.input_off[s][i]), Local(layout_.input_off[0][i]),
+                         host.size(), cudaMemcpyDeviceToDevice));
     }
   }
   KF_RETURN_IF_ERROR(control_.Barrier());
@@ -72,7 +74,8 @@ Result<nlohmann::json> Worker::HandleInputs(const nlohmann::json& m) {
 
 Status Worker::PoisonOutputs(int set) {
   for (size_t o = 0; o < problem_->outputs.size(); ++o) {
-    KF_CUDA(cudaMemsetAsync(Local(layout_.output_off[set][o]), 0xFF, problem_->outputs[o].nbytes, stream_));
+    KF_CUDA(cudaMemsetAsync(Local(layout_.output_off[set][o]), 0xFF, problem_->outputs[o].nbytes,
+                            stream_));
   }
   KF_CUDA(cudaStreamSynchronize(stream_));
   return Status::Ok();
@@ -86,10 +89,12 @@ Status Worker::CallRun(KernelSlot& slot, int slot_index, int set, const char* ph
   cudaError_t err = cudaDeviceSynchronize();
   if (err != cudaSuccess) {
     return Error(ErrorKind::kRuntimeError, std::string("kf_run (") + phase + "): CUDA error " +
-                                               cudaGetErrorName(err) + ": " + cudaGetErrorString(err));
+                                               cudaGetErrorName(err) + ": " +
+                                               cudaGetErrorString(err));
   }
   if (rc != 0) {
-    return Error(ErrorKind::kRuntimeError, std::string("kf_run (") + phase + ") returned " + std::to_string(rc));
+    return Error(ErrorKind::kRuntimeError,
+                 std::string("kf_run (") + phase + ") returned " + std::to_string(rc));
   }
   return Status::Ok();
 }
@@ -98,7 +103,8 @@ Status Worker::CheckInputsUnchanged(int set, std::vector<std::string>* changed) 
   std::vector<char> buf;
   for (size_t i = 0; i < problem_->inputs.size(); ++i) {
     buf.resize(host_inputs_[i].size());
-    KF_CUDA(cudaMemcpy(buf.data(), Local(layout_.input_off[set][i]), buf.size(), cudaMemcpyDeviceToHost));
+    KF_CUDA(cudaMemcpy(buf.data(), Local(layout_.input_off[set][i]), buf.size(),
+                       cudaMemcpyDeviceToHost));
     if (std::memcmp(buf.data(), host_inputs_[i].data(), buf.size()) != 0) {
       changed->push_back(problem_->inputs[i].name);
     }
@@ -110,18 +116,21 @@ Result<std::vector<std::vector<char>>> Worker::CopyOutputs(int set) {
   std::vector<std::vector<char>> out(problem_->outputs.size());
   for (size_t o = 0; o < out.size(); ++o) {
     out[o].resize(problem_->outputs[o].nbytes);
-    KF_CUDA(cudaMemcpy(out[o].data(), Local(layout_.output_off[set][o]), out[o].size(), cudaMemcpyDeviceToHost));
+    KF_CUDA(cudaMemcpy(out[o].data(), Local(layout_.output_off[set][o]), out[o].size(),
+                       cudaMemcpyDeviceToHost));
   }
   return out;
 }
 
 Result<nlohmann::json> Worker::CompareWithReference(const std::vector<std::vector<char>>& got) {
-  if (reference_.size() != got.size()) return Error(ErrorKind::kHarness, "no reference outputs kept");
+  if (reference_.size() != got.size())
+    return Error(ErrorKind::kHarness, "no reference outputs kept");
   nlohmann::json mismatches = nlohmann::json::array();
   for (size_t o = 0; o < got.size(); ++o) {
     const eval::ConcreteTensor& t = problem_->outputs[o];
     if (t.only_rank >= 0 && t.only_rank != args_.rank) continue;
-    nlohmann::json report = CompareWithBaseline(t, got[o].data(), reference_[o].data(), args_.rank, args_.world);
+    nlohmann::json report =
+        CompareWithBaseline(t, got[o].data(), reference_[o].data(), args_.rank, args_.world);
     if (!report.is_null()) mismatches.push_back(std::move(report));
   }
   return nlohmann::json{{"mismatches", mismatches}};
@@ -148,7 +157,8 @@ Result<nlohmann::json> Worker::HandleRun(const nlohmann::json& m, std::vector<in
     size_t total = 0;
     nlohmann::json layout = nlohmann::json::array();
     for (size_t o = 0; o < outputs.size(); ++o) {
-      layout.push_back({{"name", problem_->outputs[o].name}, {"offset", total}, {"nbytes", outputs[o].size()}});
+      layout.push_back(
+          {{"name", problem_->outputs[o].name}, {"offset", total}, {"nbytes", outputs[o].size()}});
       total += outputs[o].size();
     }
     int fd = memfd_create("kforge-outputs", MFD_CLOEXEC);
@@ -162,7 +172,8 @@ Result<nlohmann::json> Worker::HandleRun(const nlohmann::json& m, std::vector<in
       return Error(ErrorKind::kHarness, "mmap for outputs failed");
     }
     for (size_t o = 0; o < outputs.size(); ++o) {
-      std::memcpy(static_cast<char*>(p) + layout[o]["offset"].get<size_t>(), outputs[o].data(), outputs[o].size());
+      std::memcpy(static_cast<char*>(p) + layout[o]["offset"].get<size_t>(), outputs[o].data(),
+                  outputs[o].size());
     }
     munmap(p, std::max<size_t>(total, 1));
     fds->push_back(fd);
@@ -207,9 +218,11 @@ Result<nlohmann::json> Worker::HandleTime(const nlohmann::json& m) {
     double host = MicrosSince(t0);
     if (err != cudaSuccess) {
       return Error(ErrorKind::kRuntimeError, std::string("kf_run (timing): CUDA error ") +
-                                                 cudaGetErrorName(err) + ": " + cudaGetErrorString(err));
+                                                 cudaGetErrorName(err) + ": " +
+                                                 cudaGetErrorString(err));
     }
-    if (rc != 0) return Error(ErrorKind::kRuntimeError, "kf_run (timing) returned " + std::to_string(rc));
+    if (rc != 0)
+      return Error(ErrorKind::kRuntimeError, "kf_run (timing) returned " + std::to_string(rc));
     if (record) {
       float ms = 0;
       KF_CUDA(cudaEventElapsedTime(&ms, ev.start_, ev.stop_));
@@ -234,7 +247,8 @@ Result<nlohmann::json> Worker::HandleTime(const nlohmann::json& m) {
         if (poison_final) {
           // Outputs the final block will write start poisoned, so that the
           // revalidation afterwards sees only what this kernel wrote.
-          for (int j = 0; j < n; ++j) KF_RETURN_IF_ERROR(PoisonOutputs((counter[k] + j) % layout_.sets));
+          for (int j = 0; j < n; ++j)
+            KF_RETURN_IF_ERROR(PoisonOutputs((counter[k] + j) % layout_.sets));
           KF_RETURN_IF_ERROR(control_.Barrier());
         }
       }
@@ -243,8 +257,10 @@ Result<nlohmann::json> Worker::HandleTime(const nlohmann::json& m) {
   }
   nlohmann::json reply = nlohmann::json::object();
   for (size_t k = 0; k < slots.size(); ++k) {
-    std::vector<int> finals(last_sets[k].end() - std::min<size_t>(last_sets[k].size(), block), last_sets[k].end());
-    reply["results"][names[k]] = {{"event_us", event_us[k]}, {"host_us", host_us[k]}, {"final_sets", finals}};
+    std::vector<int> finals(last_sets[k].end() - std::min<size_t>(last_sets[k].size(), block),
+                            last_sets[k].end());
+    reply["results"][names[k]] = {
+        {"event_us", event_us[k]}, {"host_us", host_us[k]}, {"final_sets", finals}};
   }
   return reply;
 }

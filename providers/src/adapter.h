@@ -10,10 +10,10 @@
 #include <string>
 #include <string_view>
 
+#include "errors.h"
 #include "kforge/providers/client.h"
 #include "kforge/providers/registry.h"
 #include "kforge/providers/transport.h"
-#include "errors.h"
 
 namespace kforge::providers {
 

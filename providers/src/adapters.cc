@@ -9,8 +9,8 @@ extern const Adapter kAnthropicAdapter;
 extern const Adapter kGeminiAdapter;
 
 const Adapter& AdapterFor(WireFormat wire) {
-  static const Adapter* const kTable[] = {&kOpenAiChatAdapter, &kOpenAiResponsesAdapter, &kAnthropicAdapter,
-                                          &kGeminiAdapter};
+  static const Adapter* const kTable[] = {&kOpenAiChatAdapter, &kOpenAiResponsesAdapter,
+                                          &kAnthropicAdapter, &kGeminiAdapter};
   for (const Adapter* a : kTable) {
     if (a->wire == wire) return *a;
   }

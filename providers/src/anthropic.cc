@@ -13,7 +13,8 @@ constexpr const char* kApiVersion = "2023-06-01";
 constexpr int kFallbackMaxTokens = 8192;
 
 FinishReason MapStop(const std::string& r) {
-  if (r == "end_turn" || r == "stop_sequence" || r == "tool_use" || r == "pause_turn") return FinishReason::kStop;
+  if (r == "end_turn" || r == "stop_sequence" || r == "tool_use" || r == "pause_turn")
+    return FinishReason::kStop;
   if (r == "max_tokens" || r == "model_context_window_exceeded") return FinishReason::kLength;
   if (r == "refusal") return FinishReason::kContentFilter;
   return FinishReason::kOther;
@@ -27,16 +28,19 @@ void MergeUsage(const Json& u, Usage& usage, int64_t& uncached) {
   if (!u.is_object()) return;
   uncached = GetInt(u, "input_tokens", uncached);
   usage.cached_input_tokens = GetInt(u, "cache_read_input_tokens", usage.cached_input_tokens);
-  usage.cache_write_input_tokens = GetInt(u, "cache_creation_input_tokens", usage.cache_write_input_tokens);
+  usage.cache_write_input_tokens =
+      GetInt(u, "cache_creation_input_tokens", usage.cache_write_input_tokens);
   usage.input_tokens = uncached + usage.cached_input_tokens + usage.cache_write_input_tokens;
   usage.output_tokens = GetInt(u, "output_tokens", usage.output_tokens);
-  usage.reasoning_tokens = GetInt(Field(u, "output_tokens_details"), "thinking_tokens", usage.reasoning_tokens);
+  usage.reasoning_tokens =
+      GetInt(Field(u, "output_tokens_details"), "thinking_tokens", usage.reasoning_tokens);
 }
 
 HttpRequest Build(const ChatRequest& request, const Endpoint& endpoint, bool stream) {
   const ModelInfo& model = *endpoint.model;
   int max_tokens = request.max_output_tokens.value_or(
-      model.default_output_tokens > 0 ? static_cast<int>(model.default_output_tokens) : kFallbackMaxTokens);
+      model.default_output_tokens > 0 ? static_cast<int>(model.default_output_tokens)
+                                      : kFallbackMaxTokens);
   Json body = {{"model", model.name}, {"max_tokens", max_tokens}};
   if (!request.system.empty()) body["system"] = request.system;
   Json messages = Json::array();
@@ -49,7 +53,8 @@ HttpRequest Build(const ChatRequest& request, const Endpoint& endpoint, bool str
   if (!request.stop.empty()) body["stop_sequences"] = request.stop;
   if (model.reasoning == ReasoningStyle::kAdaptive) {
     // Adaptive-only models (Opus 4.7) take an effort instead of a budget.
-    if (request.reasoning_effort || request.thinking_budget_tokens) body["thinking"] = {{"type", "adaptive"}};
+    if (request.reasoning_effort || request.thinking_budget_tokens)
+      body["thinking"] = {{"type", "adaptive"}};
     if (request.reasoning_effort) body["output_config"] = {{"effort", *request.reasoning_effort}};
   } else if (request.thinking_budget_tokens) {
     body["thinking"] = {{"type", "enabled"}, {"budget_tokens", *request.thinking_budget_tokens}};
@@ -91,7 +96,10 @@ class Decoder final : public StreamDecoder {
  public:
   std::optional<ProviderError> OnEvent(std::string_view event, std::string_view data) override {
     Json j = Json::parse(data, nullptr, false);
-    if (j.is_discarded()) return ProviderError{Error(ErrorKind::kServerError, fmt::format("malformed JSON in messages stream: '{}'", data.substr(0, 200)))};
+    if (j.is_discarded())
+      return ProviderError{
+          Error(ErrorKind::kServerError,
+                fmt::format("malformed JSON in messages stream: '{}'", data.substr(0, 200)))};
     std::string type = GetString(j, "type", std::string(event));
     if (type == "message_start") {
       const Json& m = Field(j, "message");
@@ -104,7 +112,8 @@ class Decoder final : public StreamDecoder {
       if (dt == "text_delta") EmitText(GetString(d, "text"));
       if (dt == "thinking_delta") response_.reasoning += GetString(d, "thinking");
     } else if (type == "message_delta") {
-      if (std::string s = GetString(Field(j, "delta"), "stop_reason"); !s.empty()) response_.finish = MapStop(s);
+      if (std::string s = GetString(Field(j, "delta"), "stop_reason"); !s.empty())
+        response_.finish = MapStop(s);
       MergeUsage(Field(j, "usage"), response_.usage, uncached_);
     } else if (type == "message_stop") {
       done_ = true;

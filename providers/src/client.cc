@@ -1,12 +1,13 @@
 // MakeClient: resolves a model spec against the registry and the environment
 // into an HTTP client or a replay client.
+#include "kforge/providers/client.h"
+
 #include <fmt/format.h>
 
 #include <cstdlib>
 
 #include "http_client.h"
 #include "kforge/core/fs.h"
-#include "kforge/providers/client.h"
 #include "replay_client.h"
 
 namespace kforge::providers {
@@ -29,11 +30,16 @@ std::string Join(const std::vector<std::string>& v, std::string_view sep) {
 
 std::string_view FinishReasonName(FinishReason reason) {
   switch (reason) {
-    case FinishReason::kStop: return "stop";
-    case FinishReason::kLength: return "length";
-    case FinishReason::kContentFilter: return "content_filter";
-    case FinishReason::kError: return "error";
-    case FinishReason::kOther: return "other";
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kContentFilter:
+      return "content_filter";
+    case FinishReason::kError:
+      return "error";
+    case FinishReason::kOther:
+      return "other";
   }
   return "other";
 }
@@ -41,18 +47,22 @@ std::string_view FinishReasonName(FinishReason reason) {
 Status FinishStatus(const ChatResponse& response) {
   switch (response.finish) {
     case FinishReason::kLength:
-      return Error(ErrorKind::kTruncated, fmt::format("{} stopped at the output limit after {} output tokens",
-                                                      response.model, response.usage.output_tokens));
+      return Error(ErrorKind::kTruncated,
+                   fmt::format("{} stopped at the output limit after {} output tokens",
+                               response.model, response.usage.output_tokens));
     case FinishReason::kContentFilter:
-      return Error(ErrorKind::kContentFilter, fmt::format("{} stopped: content filter", response.model));
+      return Error(ErrorKind::kContentFilter,
+                   fmt::format("{} stopped: content filter", response.model));
     case FinishReason::kError:
-      return Error(ErrorKind::kServerError, fmt::format("{} stopped with an error", response.model));
+      return Error(ErrorKind::kServerError,
+                   fmt::format("{} stopped with an error", response.model));
     default:
       return Status::Ok();
   }
 }
 
-Result<std::unique_ptr<Client>> MakeClient(const std::string& model_spec, const ClientOptions& options) {
+Result<std::unique_ptr<Client>> MakeClient(const std::string& model_spec,
+                                           const ClientOptions& options) {
   if (model_spec.rfind("replay:", 0) == 0) {
     std::filesystem::path path = model_spec.substr(7);
     KF_ASSIGN_OR_RETURN(Cassette cassette, Cassette::Load(path));
@@ -60,17 +70,19 @@ Result<std::unique_ptr<Client>> MakeClient(const std::string& model_spec, const 
     if (!options.replay_strict && !options.replay_fallback_model.empty()) {
       KF_ASSIGN_OR_RETURN(fallback, MakeClient(options.replay_fallback_model, options));
     }
-    return std::unique_ptr<Client>(
-        std::make_unique<ReplayClient>(std::move(cassette), options.replay_strict, std::move(fallback)));
+    return std::unique_ptr<Client>(std::make_unique<ReplayClient>(
+        std::move(cassette), options.replay_strict, std::move(fallback)));
   }
   KF_ASSIGN_OR_RETURN(ModelSpec spec, ParseModelSpec(model_spec));
-  KF_ASSIGN_OR_RETURN(Registry registry, LoadRegistry(options.registry_paths, options.use_builtin_registry));
+  KF_ASSIGN_OR_RETURN(Registry registry,
+                      LoadRegistry(options.registry_paths, options.use_builtin_registry));
   const ProviderInfo* provider = registry.FindProvider(spec.provider);
   if (!provider) {
     std::vector<std::string> names;
     for (const auto& [name, p] : registry.providers()) names.push_back(name);
-    return Error(ErrorKind::kInvalidInput, fmt::format("model spec '{}': unknown provider '{}' (known: {}, replay)",
-                                                       model_spec, spec.provider, Join(names, ", ")));
+    return Error(ErrorKind::kInvalidInput,
+                 fmt::format("model spec '{}': unknown provider '{}' (known: {}, replay)",
+                             model_spec, spec.provider, Join(names, ", ")));
   }
   HttpClientConfig config;
   config.provider = *provider;
@@ -91,23 +103,26 @@ Result<std::unique_ptr<Client>> MakeClient(const std::string& model_spec, const 
   if (config.base_url.empty()) config.base_url = provider->base_url;
   while (!config.base_url.empty() && config.base_url.back() == '/') config.base_url.pop_back();
   if (config.base_url.empty()) {
-    return Error(ErrorKind::kInvalidInput, fmt::format("model spec '{}': provider '{}' has no base URL; give one "
-                                                       "with --base-url or in the registry",
-                                                       model_spec, provider->name));
+    return Error(ErrorKind::kInvalidInput,
+                 fmt::format("model spec '{}': provider '{}' has no base URL; give one "
+                             "with --base-url or in the registry",
+                             model_spec, provider->name));
   }
   config.api_key = options.api_key.empty() ? FirstEnv(provider->key_env) : options.api_key;
   if (config.api_key.empty() && provider->key_required) {
-    return Error(ErrorKind::kAuth, fmt::format("model spec '{}': no API key; set {}", model_spec,
-                                               provider->key_env.empty() ? "a key_env in the registry"
-                                                                         : Join(provider->key_env, " or ")));
+    return Error(ErrorKind::kAuth,
+                 fmt::format("model spec '{}': no API key; set {}", model_spec,
+                             provider->key_env.empty() ? "a key_env in the registry"
+                                                       : Join(provider->key_env, " or ")));
   }
   Clock& clock = options.clock ? *options.clock : RealClock();
-  config.limiter = options.limiter ? options.limiter
-                                   : SharedLimiter(provider->name + "|" + config.base_url,
-                                                   options.limits.value_or(provider->limits), clock);
+  config.limiter = options.limiter
+                       ? options.limiter
+                       : SharedLimiter(provider->name + "|" + config.base_url,
+                                       options.limits.value_or(provider->limits), clock);
   if (options.cache_enabled) {
-    config.cache = std::make_unique<ResponseCache>(options.cache_dir.empty() ? DefaultCacheDir() / "responses"
-                                                                             : options.cache_dir);
+    config.cache = std::make_unique<ResponseCache>(
+        options.cache_dir.empty() ? DefaultCacheDir() / "responses" : options.cache_dir);
   }
   if (!options.record_path.empty()) config.recorder = SharedCassetteWriter(options.record_path);
   return std::unique_ptr<Client>(std::make_unique<HttpClient>(std::move(config), options));

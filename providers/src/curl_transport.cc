@@ -95,13 +95,15 @@ class Curl final : public HttpTransport {
     Transfer t{&on_head, &on_body};
     t.easy = easy;
     curl_slist* headers = nullptr;
-    for (const auto& [k, v] : request.headers) headers = curl_slist_append(headers, (k + ": " + v).c_str());
+    for (const auto& [k, v] : request.headers)
+      headers = curl_slist_append(headers, (k + ": " + v).c_str());
     headers = curl_slist_append(headers, "Expect:");  // no 100-continue round trip
     char errbuf[CURL_ERROR_SIZE] = {0};
     curl_easy_setopt(easy, CURLOPT_URL, request.url.c_str());
     curl_easy_setopt(easy, CURLOPT_POST, 1L);
     curl_easy_setopt(easy, CURLOPT_POSTFIELDS, request.body.data());
-    curl_easy_setopt(easy, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(request.body.size()));
+    curl_easy_setopt(easy, CURLOPT_POSTFIELDSIZE_LARGE,
+                     static_cast<curl_off_t>(request.body.size()));
     curl_easy_setopt(easy, CURLOPT_HTTPHEADER, headers);
     curl_easy_setopt(easy, CURLOPT_HEADERFUNCTION, OnHeader);
     curl_easy_setopt(easy, CURLOPT_HEADERDATA, &t);
@@ -109,7 +111,8 @@ class Curl final : public HttpTransport {
     curl_easy_setopt(easy, CURLOPT_WRITEDATA, &t);
     curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, errbuf);
     curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(request.connect_timeout.count()));
+    curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS,
+                     static_cast<long>(request.connect_timeout.count()));
     curl_easy_setopt(easy, CURLOPT_ACCEPT_ENCODING, "");  // let curl decode gzip
     // Idle proxies drop silent connections; keep-alive probes keep long
     // thinking phases alive (the Anthropic SDK sets the same).
@@ -139,13 +142,15 @@ class Curl final : public HttpTransport {
       }
       const auto now = SteadyClock::now();
       if (now - start > request.total_timeout) {
-        failure = Error(ErrorKind::kTimeout, fmt::format("no complete answer within the total deadline of {:.1f} s",
-                                                         request.total_timeout.count() / 1000.0));
+        failure = Error(ErrorKind::kTimeout,
+                        fmt::format("no complete answer within the total deadline of {:.1f} s",
+                                    request.total_timeout.count() / 1000.0));
         break;
       }
       if (t.any_byte && now - t.last_byte > request.idle_timeout) {
-        failure = Error(ErrorKind::kTimeout, fmt::format("the stream was silent for more than {:.1f} s",
-                                                         request.idle_timeout.count() / 1000.0));
+        failure =
+            Error(ErrorKind::kTimeout, fmt::format("the stream was silent for more than {:.1f} s",
+                                                   request.idle_timeout.count() / 1000.0));
         break;
       }
       curl_multi_poll(multi, nullptr, 0, 20, nullptr);

@@ -17,12 +17,12 @@ using std::chrono::milliseconds;
 
 // The fields every provider's error body carries under one name or another.
 struct ErrorInfo {
-  std::string type;     // OpenAI/Anthropic/llama.cpp error.type
-  std::string code;     // OpenAI error.code (string), vLLM/llama.cpp (int, as text)
-  std::string status;   // Google RPC status ("RESOURCE_EXHAUSTED")
+  std::string type;    // OpenAI/Anthropic/llama.cpp error.type
+  std::string code;    // OpenAI error.code (string), vLLM/llama.cpp (int, as text)
+  std::string status;  // Google RPC status ("RESOURCE_EXHAUSTED")
   std::string message;
-  std::string reason;   // Google ErrorInfo.reason ("API_KEY_INVALID")
-  std::string quota_id; // Google QuotaFailure violation
+  std::string reason;       // Google ErrorInfo.reason ("API_KEY_INVALID")
+  std::string quota_id;     // Google QuotaFailure violation
   std::string detail_code;  // Anthropic error.details.error_code
   std::string request_id;
   std::optional<milliseconds> retry_delay;  // Google RetryInfo.retryDelay
@@ -54,20 +54,23 @@ ErrorInfo ExtractInfo(std::string_view body) {
   // Anthropic: {"type":"error","error":{…}}; OpenAI/Gemini/llama.cpp: {"error":{…}};
   // the Responses stream `error` event and old vLLM bodies put the fields at the top.
   const Json& e = Field(j, "error").is_object() ? Field(j, "error")
-                  : Field(Field(j, "response"), "error").is_object() ? Field(Field(j, "response"), "error")
-                                                                     : j;
+                  : Field(Field(j, "response"), "error").is_object()
+                      ? Field(Field(j, "response"), "error")
+                      : j;
   info.type = GetString(e, "type");
   if (info.type == "error") info.type.clear();
   info.code = ScalarText(Field(e, "code"));
   info.status = GetString(e, "status");
   info.message = GetString(e, "message");
-  if (info.message.empty() && Field(j, "error").is_string()) info.message = Field(j, "error").get<std::string>();
+  if (info.message.empty() && Field(j, "error").is_string())
+    info.message = Field(j, "error").get<std::string>();
   info.detail_code = GetString(Field(e, "details"), "error_code");
   const Json& details = Field(e, "details");
   if (details.is_array()) {
     for (const Json& d : details) {
       std::string at = GetString(d, "@type");
-      if (Contains(at, "RetryInfo")) info.retry_delay = ParseDurationText(GetString(d, "retryDelay"));
+      if (Contains(at, "RetryInfo"))
+        info.retry_delay = ParseDurationText(GetString(d, "retryDelay"));
       if (Contains(at, "ErrorInfo")) info.reason = GetString(d, "reason");
       if (Contains(at, "QuotaFailure") && Field(d, "violations").is_array()) {
         for (const Json& v : Field(d, "violations")) {
@@ -81,7 +84,8 @@ ErrorInfo ExtractInfo(std::string_view body) {
 
 // OpenAI ends rate-limit messages with "Please try again in 2.5s." or "in 120ms."
 std::optional<milliseconds> DelayFromMessage(const std::string& message) {
-  static const std::regex kTryAgain(R"(try again in ([0-9]+(?:\.[0-9]+)?)(ms|s))", std::regex::icase);
+  static const std::regex kTryAgain(R"(try again in ([0-9]+(?:\.[0-9]+)?)(ms|s))",
+                                    std::regex::icase);
   std::smatch m;
   if (!std::regex_search(message, m, kTryAgain)) return std::nullopt;
   double v = std::stod(m[1].str());
@@ -104,7 +108,8 @@ std::optional<milliseconds> ParseRetryAfter(const std::string& value) {
 }
 
 bool LooksLikeContextOverflow(const ErrorInfo& info) {
-  if (info.code == "context_length_exceeded" || info.type == "exceed_context_size_error") return true;
+  if (info.code == "context_length_exceeded" || info.type == "exceed_context_size_error")
+    return true;
   for (const char* p : {"maximum context length", "context window", "prompt is too long",
                         "exceeds the available context", "input token count", "too many tokens",
                         "context_length_exceeded"}) {
@@ -133,18 +138,21 @@ ErrorKind Classify(int http_status, const ErrorInfo& info) {
   // OpenAI's "Request too large for … tokens per min (TPM): Limit X, Requested Y"
   // is a 429 that can never succeed with the same prompt.
   if (Contains(info.message, "request too large")) return ErrorKind::kInvalidInput;
-  if (code == "content_filter" || code == "content_policy_violation" || status == "PROHIBITED_CONTENT") {
+  if (code == "content_filter" || code == "content_policy_violation" ||
+      status == "PROHIBITED_CONTENT") {
     return ErrorKind::kContentFilter;
   }
-  if (http_status == 429 || type == "rate_limit_error" || type == "rate_limit_exceeded" || type == "requests" ||
-      type == "tokens" || code == "rate_limit_exceeded" || status == "RESOURCE_EXHAUSTED") {
+  if (http_status == 429 || type == "rate_limit_error" || type == "rate_limit_exceeded" ||
+      type == "requests" || type == "tokens" || code == "rate_limit_exceeded" ||
+      status == "RESOURCE_EXHAUSTED") {
     return ErrorKind::kRateLimited;
   }
-  if (http_status == 529 || http_status == 503 || type == "overloaded_error" || type == "unavailable_error" ||
-      status == "UNAVAILABLE") {
+  if (http_status == 529 || http_status == 503 || type == "overloaded_error" ||
+      type == "unavailable_error" || status == "UNAVAILABLE") {
     return ErrorKind::kOverloaded;
   }
-  if (http_status == 408 || http_status == 504 || type == "timeout_error" || status == "DEADLINE_EXCEEDED") {
+  if (http_status == 408 || http_status == 504 || type == "timeout_error" ||
+      status == "DEADLINE_EXCEEDED") {
     return ErrorKind::kTimeout;
   }
   if (http_status >= 500 || http_status == 409 || type == "api_error" || type == "server_error" ||
@@ -156,31 +164,37 @@ ErrorKind Classify(int http_status, const ErrorInfo& info) {
 }
 
 std::string Describe(std::string_view where, const ErrorInfo& info, std::string_view raw_body) {
-  std::string label = !info.type.empty() ? info.type : !info.status.empty() ? info.status : info.code;
+  std::string label = !info.type.empty()     ? info.type
+                      : !info.status.empty() ? info.status
+                                             : info.code;
   std::string msg = info.message;
   if (!info.parsed || msg.empty()) {
     std::string_view head = raw_body.substr(0, 300);
     msg = head.empty() ? "(empty body)" : std::string(head);
   }
-  std::string out = label.empty() ? fmt::format("{}: {}", where, msg) : fmt::format("{}: {}: {}", where, label, msg);
+  std::string out = label.empty() ? fmt::format("{}: {}", where, msg)
+                                  : fmt::format("{}: {}: {}", where, label, msg);
   if (!info.request_id.empty()) out += fmt::format(" (request id {})", info.request_id);
   return out;
 }
 
 }  // namespace
 
-ProviderError ClassifyHttpError(std::string_view provider, const HttpResponseHead& head, std::string_view body) {
+ProviderError ClassifyHttpError(std::string_view provider, const HttpResponseHead& head,
+                                std::string_view body) {
   ErrorInfo info = ExtractInfo(body);
   if (info.request_id.empty()) info.request_id = head.Header("x-request-id");
   if (info.request_id.empty()) info.request_id = head.Header("request-id");
   ProviderError err;
-  err.status = Status(Classify(head.status, info), Describe(fmt::format("{} HTTP {}", provider, head.status), info, body));
+  err.status = Status(Classify(head.status, info),
+                      Describe(fmt::format("{} HTTP {}", provider, head.status), info, body));
   // The first present of retry-after-ms (OpenAI), retry-after, Google
   // RetryInfo, then the "try again in" hint (research notes §9.2).
   if (std::string ms = head.Header("retry-after-ms"); !ms.empty()) {
     char* end = nullptr;
     double v = std::strtod(ms.c_str(), &end);
-    if (end != ms.c_str() && v >= 0) err.retry_after = milliseconds(static_cast<int64_t>(std::ceil(v)));
+    if (end != ms.c_str() && v >= 0)
+      err.retry_after = milliseconds(static_cast<int64_t>(std::ceil(v)));
   }
   if (!err.retry_after) err.retry_after = ParseRetryAfter(head.Header("retry-after"));
   if (!err.retry_after) err.retry_after = info.retry_delay;

@@ -21,7 +21,8 @@ struct ProviderError {
 
 // Classifies an HTTP error response (status >= 300) from its status, headers
 // and body. `provider` names the provider in the message.
-ProviderError ClassifyHttpError(std::string_view provider, const HttpResponseHead& head, std::string_view body);
+ProviderError ClassifyHttpError(std::string_view provider, const HttpResponseHead& head,
+                                std::string_view body);
 
 // Classifies an error object found inside a 200 stream (Anthropic `event:
 // error`, Chat `data: {"error":…}`, Responses `error`/`response.failed`,

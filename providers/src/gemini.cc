@@ -12,8 +12,8 @@ namespace {
 FinishReason MapFinish(const std::string& r) {
   if (r == "STOP") return FinishReason::kStop;
   if (r == "MAX_TOKENS") return FinishReason::kLength;
-  if (r == "SAFETY" || r == "RECITATION" || r == "BLOCKLIST" || r == "PROHIBITED_CONTENT" || r == "SPII" ||
-      r == "IMAGE_SAFETY") {
+  if (r == "SAFETY" || r == "RECITATION" || r == "BLOCKLIST" || r == "PROHIBITED_CONTENT" ||
+      r == "SPII" || r == "IMAGE_SAFETY") {
     return FinishReason::kContentFilter;
   }
   return FinishReason::kOther;
@@ -73,10 +73,12 @@ std::string Upper(std::string s) {
 HttpRequest Build(const ChatRequest& request, const Endpoint& endpoint, bool stream) {
   const ModelInfo& model = *endpoint.model;
   Json body;
-  if (!request.system.empty()) body["systemInstruction"] = {{"parts", {{{"text", request.system}}}}};
+  if (!request.system.empty())
+    body["systemInstruction"] = {{"parts", {{{"text", request.system}}}}};
   Json contents = Json::array();
   for (const Message& m : request.messages) {
-    contents.push_back({{"role", IsAssistant(m) ? "model" : "user"}, {"parts", {{{"text", m.text}}}}});
+    contents.push_back(
+        {{"role", IsAssistant(m) ? "model" : "user"}, {"parts", {{{"text", m.text}}}}});
   }
   body["contents"] = std::move(contents);
   Json gen = Json::object();
@@ -119,7 +121,10 @@ class Decoder final : public StreamDecoder {
  public:
   std::optional<ProviderError> OnEvent(std::string_view, std::string_view data) override {
     Json j = Json::parse(data, nullptr, false);
-    if (j.is_discarded()) return ProviderError{Error(ErrorKind::kServerError, fmt::format("malformed JSON in Gemini stream: '{}'", data.substr(0, 200)))};
+    if (j.is_discarded())
+      return ProviderError{
+          Error(ErrorKind::kServerError,
+                fmt::format("malformed JSON in Gemini stream: '{}'", data.substr(0, 200)))};
     if (Has(j, "error")) return ClassifyStreamError(data);
     if (Apply(j, response_, [this](std::string_view t) { EmitText(t); })) done_ = true;
     return std::nullopt;

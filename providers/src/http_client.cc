@@ -18,7 +18,9 @@ void WarnDroppedOnce(const std::string& spec, std::string_view param) {
   static std::set<std::string> warned;
   std::lock_guard lock(mu);
   if (warned.insert(spec + "/" + std::string(param)).second) {
-    LogWarn("providers", "{} does not accept '{}'; leaving it out of the request (models.toml rejects it)", spec, param);
+    LogWarn("providers",
+            "{} does not accept '{}'; leaving it out of the request (models.toml rejects it)", spec,
+            param);
   }
 }
 
@@ -27,7 +29,8 @@ double EstimateTokens(const ChatRequest& r, const ModelInfo& m) {
   for (const Message& msg : r.messages) chars += msg.text.size();
   // About four characters a token for English and code; the output cap
   // counts against tokens-per-minute limits as OpenAI's limiter does.
-  double out = r.max_output_tokens ? *r.max_output_tokens : static_cast<double>(m.default_output_tokens);
+  double out =
+      r.max_output_tokens ? *r.max_output_tokens : static_cast<double>(m.default_output_tokens);
   return static_cast<double>(chars) / 4.0 + out;
 }
 
@@ -68,27 +71,34 @@ ChatRequest HttpClient::ForWire(const ChatRequest& request) const {
   };
   if (m.Rejects("temperature")) drop("temperature", r.temperature, r.temperature.has_value());
   if (m.Rejects("top_p")) drop("top_p", r.top_p, r.top_p.has_value());
-  if (m.Rejects("seed") || config_.wire == WireFormat::kOpenAiResponses || config_.wire == WireFormat::kAnthropic) {
+  if (m.Rejects("seed") || config_.wire == WireFormat::kOpenAiResponses ||
+      config_.wire == WireFormat::kAnthropic) {
     drop("seed", r.seed, r.seed.has_value());
   }
-  if (m.Rejects("stop") || config_.wire == WireFormat::kOpenAiResponses) drop("stop", r.stop, !r.stop.empty());
+  if (m.Rejects("stop") || config_.wire == WireFormat::kOpenAiResponses)
+    drop("stop", r.stop, !r.stop.empty());
   if (m.listed && m.reasoning == ReasoningStyle::kNone) {
     drop("reasoning_effort", r.reasoning_effort, r.reasoning_effort.has_value());
     drop("thinking_budget_tokens", r.thinking_budget_tokens, r.thinking_budget_tokens.has_value());
   }
   // Budget-style models (older Claude, Gemini 2.5) take a budget, not an
   // effort; effort-style models the reverse. Unknown models get what was asked.
-  if (m.reasoning == ReasoningStyle::kEffort) drop("thinking_budget_tokens", r.thinking_budget_tokens, r.thinking_budget_tokens.has_value());
-  if (m.reasoning == ReasoningStyle::kBudget) drop("reasoning_effort", r.reasoning_effort, r.reasoning_effort.has_value());
-  if (r.max_output_tokens && m.max_output_tokens > 0 && *r.max_output_tokens > m.max_output_tokens) {
-    LogWarn("providers", "{}: max_output_tokens {} is above the model's limit {}; sending the limit", m.spec,
+  if (m.reasoning == ReasoningStyle::kEffort)
+    drop("thinking_budget_tokens", r.thinking_budget_tokens, r.thinking_budget_tokens.has_value());
+  if (m.reasoning == ReasoningStyle::kBudget)
+    drop("reasoning_effort", r.reasoning_effort, r.reasoning_effort.has_value());
+  if (r.max_output_tokens && m.max_output_tokens > 0 &&
+      *r.max_output_tokens > m.max_output_tokens) {
+    LogWarn("providers",
+            "{}: max_output_tokens {} is above the model's limit {}; sending the limit", m.spec,
             *r.max_output_tokens, m.max_output_tokens);
     r.max_output_tokens = static_cast<int>(m.max_output_tokens);
   }
   return r;
 }
 
-std::variant<ChatResponse, ProviderError> HttpClient::Attempt(const ChatRequest& request, const TextCallback& on_text) {
+std::variant<ChatResponse, ProviderError> HttpClient::Attempt(const ChatRequest& request,
+                                                              const TextCallback& on_text) {
   const bool stream = request.stream;
   HttpRequest http = adapter_.build(request, endpoint_, stream);
   http.connect_timeout = options_.connect_timeout;
@@ -161,9 +171,10 @@ std::variant<ChatResponse, ProviderError> HttpClient::Attempt(const ChatRequest&
       return *std::move(stream_error);
     }
     if (!decoder->Done()) {
-      return ProviderError{Error(ErrorKind::kTransport,
-                                 fmt::format("{}: the stream ended before its final event ({} characters received)",
-                                             who, decoder->response().text.size()))};
+      return ProviderError{
+          Error(ErrorKind::kTransport,
+                fmt::format("{}: the stream ended before its final event ({} characters received)",
+                            who, decoder->response().text.size()))};
     }
     response = std::move(decoder->response());
   }
@@ -177,11 +188,13 @@ std::variant<ChatResponse, ProviderError> HttpClient::Attempt(const ChatRequest&
   return response;
 }
 
-Result<ChatResponse> HttpClient::Complete(const ChatRequest& original, const TextCallback& on_text) {
+Result<ChatResponse> HttpClient::Complete(const ChatRequest& original,
+                                          const TextCallback& on_text) {
   ChatRequest request = original;
   request.model = config_.model.spec;
   if (request.messages.empty()) {
-    return Error(ErrorKind::kInvalidInput, fmt::format("{}: the request has no messages", request.model));
+    return Error(ErrorKind::kInvalidInput,
+                 fmt::format("{}: the request has no messages", request.model));
   }
   const std::string hash = RequestHash(request);
   if (config_.cache) {
@@ -191,7 +204,8 @@ Result<ChatResponse> HttpClient::Complete(const ChatRequest& original, const Tex
       hit->cost_usd = 0;  // paid when it was first asked
       hit->latency_s = 0;
       if (on_text && !hit->text.empty()) on_text(hit->text);
-      LogDebug("providers", "{}: answered from the response cache ({})", request.model, hash.substr(0, 12));
+      LogDebug("providers", "{}: answered from the response cache ({})", request.model,
+               hash.substr(0, 12));
       return *std::move(hit);
     }
   }
@@ -211,8 +225,8 @@ Result<ChatResponse> HttpClient::Complete(const ChatRequest& original, const Tex
     RetryDecision d = DecideRetry(err, attempt, options_.retry, Uniform());
     if (!d.retry) return Finish(d.final_status);
     Status why = Finish(err.status);
-    LogWarn("providers", "{}: attempt {} failed ({}); retrying in {:.1f} s", request.model, attempt, why.ToString(),
-            d.wait.count() / 1000.0);
+    LogWarn("providers", "{}: attempt {} failed ({}); retrying in {:.1f} s", request.model, attempt,
+            why.ToString(), d.wait.count() / 1000.0);
     if (options_.on_retry) options_.on_retry(attempt, why, d.wait);
     clock_.SleepFor(d.wait);
   }
@@ -229,20 +243,25 @@ Result<ChatResponse> HttpClient::Complete(const ChatRequest& original, const Tex
   // can yield nothing visible: that is a failure the caller must act on
   // (raise the cap or lower the effort), not an empty success.
   if (response.text.empty() && response.finish == FinishReason::kLength) {
-    return Error(ErrorKind::kTruncated,
-                 fmt::format("{}: the output limit was reached before any visible text ({} output tokens, {} of "
-                             "them reasoning); raise max_output_tokens or lower the reasoning effort",
-                             request.model, response.usage.output_tokens, response.usage.reasoning_tokens));
+    return Error(
+        ErrorKind::kTruncated,
+        fmt::format(
+            "{}: the output limit was reached before any visible text ({} output tokens, {} of "
+            "them reasoning); raise max_output_tokens or lower the reasoning effort",
+            request.model, response.usage.output_tokens, response.usage.reasoning_tokens));
   }
   if (response.text.empty() && response.finish == FinishReason::kContentFilter) {
-    return Error(ErrorKind::kContentFilter, fmt::format("{}: the provider blocked the answer (request id {})",
-                                                        request.model, response.request_id));
+    return Error(ErrorKind::kContentFilter,
+                 fmt::format("{}: the provider blocked the answer (request id {})", request.model,
+                             response.request_id));
   }
   if (config_.cache) {
-    if (Status s = config_.cache->Put(hash, request, response); !s.ok()) LogWarn("providers", "response cache: {}", s.ToString());
+    if (Status s = config_.cache->Put(hash, request, response); !s.ok())
+      LogWarn("providers", "response cache: {}", s.ToString());
   }
   if (config_.recorder) {
-    if (Status s = config_.recorder->Append(hash, request, response); !s.ok()) LogWarn("providers", "recording: {}", s.ToString());
+    if (Status s = config_.recorder->Append(hash, request, response); !s.ok())
+      LogWarn("providers", "recording: {}", s.ToString());
   }
   return response;
 }

@@ -23,8 +23,8 @@ struct HttpClientConfig {
   std::string base_url;
   std::string api_key;
   std::shared_ptr<Limiter> limiter;
-  std::unique_ptr<ResponseCache> cache;          // null: caching off
-  std::shared_ptr<CassetteWriter> recorder;      // null: not recording
+  std::unique_ptr<ResponseCache> cache;      // null: caching off
+  std::shared_ptr<CassetteWriter> recorder;  // null: not recording
 };
 
 class HttpClient final : public Client {
@@ -34,7 +34,8 @@ class HttpClient final : public Client {
 
  private:
   // One HTTP exchange; a ProviderError says what failed and the retry hints.
-  std::variant<ChatResponse, ProviderError> Attempt(const ChatRequest& request, const TextCallback& on_text);
+  std::variant<ChatResponse, ProviderError> Attempt(const ChatRequest& request,
+                                                    const TextCallback& on_text);
   // The request without the parameters this model rejects (logged once each).
   ChatRequest ForWire(const ChatRequest& request) const;
   double Uniform();

@@ -3,9 +3,8 @@
 // objects freely (every *_details object may be absent or partial).
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>

@@ -38,12 +38,14 @@ Limiter::Lease Limiter::Acquire(double tokens, Clock::Duration* waited) {
     Refill(requests_, now);
     Refill(tokens_, now);
     double wait_s = 0;
-    if (requests_.capacity > 0 && requests_.level < 1) wait_s = std::max(wait_s, (1 - requests_.level) / requests_.per_second);
+    if (requests_.capacity > 0 && requests_.level < 1)
+      wait_s = std::max(wait_s, (1 - requests_.level) / requests_.per_second);
     if (tokens_.capacity > 0 && tokens_.level < need_tokens) {
       wait_s = std::max(wait_s, (need_tokens - tokens_.level) / tokens_.per_second);
     }
     if (wait_s <= 0) break;
-    auto d = std::chrono::duration_cast<Clock::Duration>(std::chrono::duration<double>(wait_s)) + Clock::Duration(1);
+    auto d = std::chrono::duration_cast<Clock::Duration>(std::chrono::duration<double>(wait_s)) +
+             Clock::Duration(1);
     lock.unlock();
     clock_.SleepFor(d);
     total_wait += d;
@@ -97,7 +99,8 @@ void Limiter::Lease::Settle(double actual_tokens) {
   tokens_ = actual_tokens;
 }
 
-std::shared_ptr<Limiter> SharedLimiter(const std::string& key, const LimiterOptions& options, Clock& clock) {
+std::shared_ptr<Limiter> SharedLimiter(const std::string& key, const LimiterOptions& options,
+                                       Clock& clock) {
   static std::mutex mu;
   static std::map<std::string, std::shared_ptr<Limiter>> limiters;
   std::lock_guard lock(mu);

@@ -39,7 +39,8 @@ HttpRequest Build(const ChatRequest& request, const Endpoint& endpoint, bool str
   const ModelInfo& model = *endpoint.model;
   Json body = {{"model", model.name}};
   Json messages = Json::array();
-  if (!request.system.empty()) messages.push_back({{"role", "system"}, {"content", request.system}});
+  if (!request.system.empty())
+    messages.push_back({{"role", "system"}, {"content", request.system}});
   for (const Message& m : request.messages) {
     messages.push_back({{"role", IsAssistant(m) ? "assistant" : "user"}, {"content", m.text}});
   }
@@ -62,7 +63,8 @@ HttpRequest Build(const ChatRequest& request, const Endpoint& endpoint, bool str
   HttpRequest http;
   http.url = endpoint.base_url + "/chat/completions";
   http.headers.emplace_back("Content-Type", "application/json");
-  if (!endpoint.api_key.empty()) http.headers.emplace_back("Authorization", "Bearer " + endpoint.api_key);
+  if (!endpoint.api_key.empty())
+    http.headers.emplace_back("Authorization", "Bearer " + endpoint.api_key);
   http.body = body.dump();
   return http;
 }
@@ -75,7 +77,8 @@ Result<ChatResponse> Parse(std::string_view text) {
   r.usage = ParseUsage(Field(j, "usage"));
   const Json& choices = Field(j, "choices");
   if (!choices.is_array() || choices.empty()) {
-    return Error(ErrorKind::kServerError, fmt::format("chat completion without choices: '{}'", text.substr(0, 200)));
+    return Error(ErrorKind::kServerError,
+                 fmt::format("chat completion without choices: '{}'", text.substr(0, 200)));
   }
   const Json& message = Field(choices[0], "message");
   r.text = GetString(message, "content");
@@ -99,7 +102,10 @@ class Decoder final : public StreamDecoder {
       return std::nullopt;
     }
     Json j = Json::parse(data, nullptr, false);
-    if (j.is_discarded()) return ProviderError{Error(ErrorKind::kServerError, fmt::format("malformed JSON in chat stream: '{}'", data.substr(0, 200)))};
+    if (j.is_discarded())
+      return ProviderError{
+          Error(ErrorKind::kServerError,
+                fmt::format("malformed JSON in chat stream: '{}'", data.substr(0, 200)))};
     if (Has(j, "error") || GetString(j, "object") == "error") return ClassifyStreamError(data);
     if (response_.request_id.empty()) response_.request_id = GetString(j, "id");
     if (response_.model.empty()) response_.model = GetString(j, "model");
@@ -109,7 +115,8 @@ class Decoder final : public StreamDecoder {
       const Json& delta = Field(choices[0], "delta");
       response_.reasoning += ReasoningOf(delta);
       EmitText(GetString(delta, "content"));
-      if (std::string f = GetString(choices[0], "finish_reason"); !f.empty()) response_.finish = MapFinish(f);
+      if (std::string f = GetString(choices[0], "finish_reason"); !f.empty())
+        response_.finish = MapFinish(f);
     }
     return std::nullopt;
   }

@@ -39,7 +39,8 @@ void FillFromResponse(const Json& response, ChatResponse& r) {
 }
 
 HttpRequest Build(const ChatRequest& request, const Endpoint& endpoint, bool stream) {
-  Json body = {{"model", endpoint.model->name}, {"store", false}};  // the server default is store:true
+  Json body = {{"model", endpoint.model->name},
+               {"store", false}};  // the server default is store:true
   if (!request.system.empty()) body["instructions"] = request.system;
   Json input = Json::array();
   for (const Message& m : request.messages) {
@@ -55,7 +56,8 @@ HttpRequest Build(const ChatRequest& request, const Endpoint& endpoint, bool str
   HttpRequest http;
   http.url = endpoint.base_url + "/responses";
   http.headers.emplace_back("Content-Type", "application/json");
-  if (!endpoint.api_key.empty()) http.headers.emplace_back("Authorization", "Bearer " + endpoint.api_key);
+  if (!endpoint.api_key.empty())
+    http.headers.emplace_back("Authorization", "Bearer " + endpoint.api_key);
   http.body = body.dump();
   return http;
 }
@@ -72,7 +74,8 @@ Result<ChatResponse> Parse(std::string_view text) {
       const Json& content = Field(item, "content");
       std::string type = GetString(item, "type");
       if (type == "reasoning") {
-        for (const Json& s : Field(item, "summary").is_array() ? Field(item, "summary") : Json::array()) {
+        for (const Json& s :
+             Field(item, "summary").is_array() ? Field(item, "summary") : Json::array()) {
           r.reasoning += GetString(s, "text");
         }
       }
@@ -93,11 +96,15 @@ class Decoder final : public StreamDecoder {
  public:
   std::optional<ProviderError> OnEvent(std::string_view event, std::string_view data) override {
     Json j = Json::parse(data, nullptr, false);
-    if (j.is_discarded()) return ProviderError{Error(ErrorKind::kServerError, fmt::format("malformed JSON in responses stream: '{}'", data.substr(0, 200)))};
+    if (j.is_discarded())
+      return ProviderError{
+          Error(ErrorKind::kServerError,
+                fmt::format("malformed JSON in responses stream: '{}'", data.substr(0, 200)))};
     std::string type = GetString(j, "type", std::string(event));
     if (type == "response.output_text.delta") {
       EmitText(GetString(j, "delta"));
-    } else if (type == "response.reasoning_summary_text.delta" || type == "response.reasoning_text.delta") {
+    } else if (type == "response.reasoning_summary_text.delta" ||
+               type == "response.reasoning_text.delta") {
       response_.reasoning += GetString(j, "delta");
     } else if (type == "response.created" || type == "response.in_progress") {
       FillFromResponse(Field(j, "response"), response_);
@@ -121,6 +128,7 @@ std::unique_ptr<StreamDecoder> MakeDecoder() { return std::make_unique<Decoder>(
 
 }  // namespace
 
-extern const Adapter kOpenAiResponsesAdapter = {WireFormat::kOpenAiResponses, Build, Parse, MakeDecoder};
+extern const Adapter kOpenAiResponsesAdapter = {WireFormat::kOpenAiResponses, Build, Parse,
+                                                MakeDecoder};
 
 }  // namespace kforge::providers

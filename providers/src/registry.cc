@@ -1,9 +1,9 @@
 #include "kforge/providers/registry.h"
 
 #include <fmt/format.h>
+#include <toml++/toml.h>
 
 #include <algorithm>
-#include <toml++/toml.h>
 
 #include "kforge/core/fs.h"
 
@@ -19,11 +19,14 @@ std::string Where(const std::string& origin, const toml::node& node) {
   return fmt::format("{}:{}", origin, src.begin.line);
 }
 
-Status FieldError(const std::string& origin, const toml::node& node, std::string_view field, std::string_view what) {
-  return Error(ErrorKind::kInvalidInput, fmt::format("{}: field '{}': {}", Where(origin, node), field, what));
+Status FieldError(const std::string& origin, const toml::node& node, std::string_view field,
+                  std::string_view what) {
+  return Error(ErrorKind::kInvalidInput,
+               fmt::format("{}: field '{}': {}", Where(origin, node), field, what));
 }
 
-Status ReadStrings(const toml::table& t, std::string_view key, const std::string& origin, std::vector<std::string>& out) {
+Status ReadStrings(const toml::table& t, std::string_view key, const std::string& origin,
+                   std::vector<std::string>& out) {
   const toml::node* n = t.get(key);
   if (!n) return Status::Ok();
   if (const auto* s = n->as_string()) {
@@ -53,7 +56,8 @@ Status ReadNumber(const toml::table& t, std::string_view key, const std::string&
   return FieldError(origin, *n, key, "expected a number");
 }
 
-Status ReadString(const toml::table& t, std::string_view key, const std::string& origin, std::string& out) {
+Status ReadString(const toml::table& t, std::string_view key, const std::string& origin,
+                  std::string& out) {
   const toml::node* n = t.get(key);
   if (!n) return Status::Ok();
   if (auto v = n->value<std::string>()) {
@@ -63,13 +67,16 @@ Status ReadString(const toml::table& t, std::string_view key, const std::string&
   return FieldError(origin, *n, key, "expected a string");
 }
 
-Status ReadProvider(const std::string& name, const toml::table& t, const std::string& origin, ProviderInfo& p) {
+Status ReadProvider(const std::string& name, const toml::table& t, const std::string& origin,
+                    ProviderInfo& p) {
   p.name = name;
   std::string wire;
   KF_RETURN_IF_ERROR(ReadString(t, "wire", origin, wire));
   if (!wire.empty()) {
     auto w = ParseWireFormat(wire);
-    if (!w) return FieldError(origin, *t.get("wire"), "wire", "expected openai_chat, openai_responses, anthropic or gemini");
+    if (!w)
+      return FieldError(origin, *t.get("wire"), "wire",
+                        "expected openai_chat, openai_responses, anthropic or gemini");
     p.wire = *w;
   }
   KF_RETURN_IF_ERROR(ReadString(t, "base_url", origin, p.base_url));
@@ -86,7 +93,8 @@ Status ReadProvider(const std::string& name, const toml::table& t, const std::st
   return Status::Ok();
 }
 
-Status ReadPrice(const toml::table& t, std::string_view key, const std::string& origin, std::optional<double>& out) {
+Status ReadPrice(const toml::table& t, std::string_view key, const std::string& origin,
+                 std::optional<double>& out) {
   if (!t.get(key)) return Status::Ok();
   double v = 0;
   KF_RETURN_IF_ERROR(ReadNumber(t, key, origin, v));
@@ -94,9 +102,12 @@ Status ReadPrice(const toml::table& t, std::string_view key, const std::string& 
   return Status::Ok();
 }
 
-Status ReadModel(const std::string& spec, const toml::table& t, const std::string& origin, ModelInfo& m) {
+Status ReadModel(const std::string& spec, const toml::table& t, const std::string& origin,
+                 ModelInfo& m) {
   auto parsed = ParseModelSpec(spec);
-  if (!parsed.ok()) return Error(ErrorKind::kInvalidInput, fmt::format("{}: {}", Where(origin, t), parsed.status().message()));
+  if (!parsed.ok())
+    return Error(ErrorKind::kInvalidInput,
+                 fmt::format("{}: {}", Where(origin, t), parsed.status().message()));
   m.spec = spec;
   m.listed = true;
   m.provider = parsed->provider;
@@ -106,7 +117,9 @@ Status ReadModel(const std::string& spec, const toml::table& t, const std::strin
   KF_RETURN_IF_ERROR(ReadString(t, "wire", origin, wire));
   if (!wire.empty()) {
     m.wire = ParseWireFormat(wire);
-    if (!m.wire) return FieldError(origin, *t.get("wire"), "wire", "expected openai_chat, openai_responses, anthropic or gemini");
+    if (!m.wire)
+      return FieldError(origin, *t.get("wire"), "wire",
+                        "expected openai_chat, openai_responses, anthropic or gemini");
   }
   KF_RETURN_IF_ERROR(ReadNumber(t, "context", origin, m.context_tokens));
   KF_RETURN_IF_ERROR(ReadNumber(t, "max_output", origin, m.max_output_tokens));
@@ -115,7 +128,10 @@ Status ReadModel(const std::string& spec, const toml::table& t, const std::strin
   static const char* const kKnownParams[] = {"temperature", "top_p", "seed", "stop", "max_tokens"};
   for (const std::string& r : m.rejects) {
     if (std::find(std::begin(kKnownParams), std::end(kKnownParams), r) == std::end(kKnownParams)) {
-      return FieldError(origin, *t.get("rejects"), "rejects", fmt::format("unknown parameter '{}' (known: temperature, top_p, seed, stop, max_tokens)", r));
+      return FieldError(
+          origin, *t.get("rejects"), "rejects",
+          fmt::format("unknown parameter '{}' (known: temperature, top_p, seed, stop, max_tokens)",
+                      r));
     }
   }
   KF_RETURN_IF_ERROR(ReadString(t, "reasoning", origin, reasoning));
@@ -126,11 +142,14 @@ Status ReadModel(const std::string& spec, const toml::table& t, const std::strin
   } else if (reasoning == "adaptive") {
     m.reasoning = ReasoningStyle::kAdaptive;
   } else if (!reasoning.empty() && reasoning != "none") {
-    return FieldError(origin, *t.get("reasoning"), "reasoning", "expected none, effort, budget or adaptive");
+    return FieldError(origin, *t.get("reasoning"), "reasoning",
+                      "expected none, effort, budget or adaptive");
   }
   if (const toml::node* n = t.get("price")) {
     const toml::table* price = n->as_table();
-    if (!price) return FieldError(origin, *n, "price", "expected a table {input, cached_input, cache_write, output}");
+    if (!price)
+      return FieldError(origin, *n, "price",
+                        "expected a table {input, cached_input, cache_write, output}");
     KF_RETURN_IF_ERROR(ReadPrice(*price, "input", origin, m.input_per_mtok));
     KF_RETURN_IF_ERROR(ReadPrice(*price, "cached_input", origin, m.cached_input_per_mtok));
     KF_RETURN_IF_ERROR(ReadPrice(*price, "cache_write", origin, m.cache_write_per_mtok));
@@ -144,16 +163,21 @@ Status ReadModel(const std::string& spec, const toml::table& t, const std::strin
 
 std::string_view WireFormatName(WireFormat wire) {
   switch (wire) {
-    case WireFormat::kOpenAiChat: return "openai_chat";
-    case WireFormat::kOpenAiResponses: return "openai_responses";
-    case WireFormat::kAnthropic: return "anthropic";
-    case WireFormat::kGemini: return "gemini";
+    case WireFormat::kOpenAiChat:
+      return "openai_chat";
+    case WireFormat::kOpenAiResponses:
+      return "openai_responses";
+    case WireFormat::kAnthropic:
+      return "anthropic";
+    case WireFormat::kGemini:
+      return "gemini";
   }
   return "?";
 }
 
 std::optional<WireFormat> ParseWireFormat(std::string_view name) {
-  for (WireFormat w : {WireFormat::kOpenAiChat, WireFormat::kOpenAiResponses, WireFormat::kAnthropic, WireFormat::kGemini}) {
+  for (WireFormat w : {WireFormat::kOpenAiChat, WireFormat::kOpenAiResponses,
+                       WireFormat::kAnthropic, WireFormat::kGemini}) {
     if (WireFormatName(w) == name) return w;
   }
   return std::nullopt;
@@ -166,10 +190,11 @@ bool ModelInfo::Rejects(std::string_view param) const {
 Result<ModelSpec> ParseModelSpec(std::string_view spec) {
   size_t colon = spec.find(':');
   if (colon == std::string_view::npos || colon == 0 || colon + 1 == spec.size()) {
-    return Error(ErrorKind::kInvalidInput,
-                 fmt::format("model spec '{}': expected provider:model (e.g. anthropic:claude-opus-4-7) "
-                             "or compat:http://host:port/v1#model",
-                             spec));
+    return Error(
+        ErrorKind::kInvalidInput,
+        fmt::format("model spec '{}': expected provider:model (e.g. anthropic:claude-opus-4-7) "
+                    "or compat:http://host:port/v1#model",
+                    spec));
   }
   ModelSpec out;
   out.provider = std::string(spec.substr(0, colon));
@@ -178,8 +203,10 @@ Result<ModelSpec> ParseModelSpec(std::string_view spec) {
     size_t hash = rest.rfind('#');
     if (hash == std::string_view::npos || hash == 0 || hash + 1 == rest.size() ||
         (rest.substr(0, 7) != "http://" && rest.substr(0, 8) != "https://")) {
-      return Error(ErrorKind::kInvalidInput,
-                   fmt::format("model spec '{}': compat specs are compat:http://host:port/v1#model-name", spec));
+      return Error(
+          ErrorKind::kInvalidInput,
+          fmt::format("model spec '{}': compat specs are compat:http://host:port/v1#model-name",
+                      spec));
     }
     out.base_url = std::string(rest.substr(0, hash));
     while (!out.base_url.empty() && out.base_url.back() == '/') out.base_url.pop_back();
@@ -223,7 +250,8 @@ Status Registry::AddToml(std::string_view text, const std::string& origin) {
   }
   for (const auto& [key, node] : root) {
     if (key.str() != "providers" && key.str() != "models") {
-      return FieldError(origin, node, std::string(key.str()), "unknown top-level key (expected [providers.*] or [models.\"spec\"])");
+      return FieldError(origin, node, std::string(key.str()),
+                        "unknown top-level key (expected [providers.*] or [models.\"spec\"])");
     }
   }
   return Status::Ok();
@@ -244,7 +272,8 @@ const ModelInfo* Registry::FindModel(std::string_view spec) const {
   return it == models_.end() ? nullptr : &it->second;
 }
 
-Result<Registry> LoadRegistry(const std::vector<std::filesystem::path>& paths, bool include_builtin) {
+Result<Registry> LoadRegistry(const std::vector<std::filesystem::path>& paths,
+                              bool include_builtin) {
   Registry r;
   if (include_builtin) KF_RETURN_IF_ERROR(r.AddToml(kBuiltinModelsToml, "providers/models.toml"));
   for (const auto& p : paths) KF_RETURN_IF_ERROR(r.AddFile(p));
@@ -258,9 +287,10 @@ std::optional<double> CostUsd(const ModelInfo& m, const Usage& u) {
   // safer than understating for a budget.
   double cached = m.cached_input_per_mtok.value_or(in);
   double write = m.cache_write_per_mtok.value_or(in);
-  int64_t plain = std::max<int64_t>(0, u.input_tokens - u.cached_input_tokens - u.cache_write_input_tokens);
-  double dollars = plain * in + u.cached_input_tokens * cached + u.cache_write_input_tokens * write +
-                   u.output_tokens * *m.output_per_mtok;
+  int64_t plain =
+      std::max<int64_t>(0, u.input_tokens - u.cached_input_tokens - u.cache_write_input_tokens);
+  double dollars = plain * in + u.cached_input_tokens * cached +
+                   u.cache_write_input_tokens * write + u.output_tokens * *m.output_per_mtok;
   return dollars / 1e6;
 }
 

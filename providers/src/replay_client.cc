@@ -5,7 +5,8 @@
 
 namespace kforge::providers {
 
-Result<ChatResponse> ReplayClient::Complete(const ChatRequest& request, const TextCallback& on_text) {
+Result<ChatResponse> ReplayClient::Complete(const ChatRequest& request,
+                                            const TextCallback& on_text) {
   const std::string hash = RequestHash(request);
   if (const CassetteEntry* e = cassette_.Match(request, hash)) {
     ChatResponse r = e->response;

@@ -9,7 +9,8 @@ namespace kforge::providers {
 
 using std::chrono::milliseconds;
 
-RetryDecision DecideRetry(const ProviderError& error, int attempt, const RetryOptions& options, double uniform) {
+RetryDecision DecideRetry(const ProviderError& error, int attempt, const RetryOptions& options,
+                          double uniform) {
   RetryDecision d;
   const ErrorKind kind = error.status.kind();
   bool retryable = IsRetryableKind(kind);
@@ -26,9 +27,9 @@ RetryDecision DecideRetry(const ProviderError& error, int attempt, const RetryOp
   }
   if (error.retry_after) {
     if (*error.retry_after > options.max_retry_after) {
-      d.final_status = error.status.WithContext(
-          fmt::format("the server asked to wait {:.1f} s, more than the {:.0f} s cap",
-                      error.retry_after->count() / 1000.0, options.max_retry_after.count() / 1000.0));
+      d.final_status = error.status.WithContext(fmt::format(
+          "the server asked to wait {:.1f} s, more than the {:.0f} s cap",
+          error.retry_after->count() / 1000.0, options.max_retry_after.count() / 1000.0));
       return d;
     }
     d.retry = true;
@@ -37,7 +38,8 @@ RetryDecision DecideRetry(const ProviderError& error, int attempt, const RetryOp
   }
   double base = static_cast<double>(options.initial_backoff.count());
   if (kind == ErrorKind::kOverloaded) base *= 2;
-  double full = std::min(base * std::pow(2.0, attempt - 1), static_cast<double>(options.max_backoff.count()));
+  double full =
+      std::min(base * std::pow(2.0, attempt - 1), static_cast<double>(options.max_backoff.count()));
   d.retry = true;
   d.wait = milliseconds(static_cast<int64_t>(full * (0.5 + 0.5 * std::clamp(uniform, 0.0, 1.0))));
   return d;

@@ -24,6 +24,7 @@ struct RetryDecision {
 //    same above 120 s) because waiting that long belongs to the scheduler.
 //  * Otherwise: min(initial * 2^(attempt-1), max_backoff), jittered to
 //    between half and all of it; overloads start from twice the initial delay.
-RetryDecision DecideRetry(const ProviderError& error, int attempt, const RetryOptions& options, double uniform);
+RetryDecision DecideRetry(const ProviderError& error, int attempt, const RetryOptions& options,
+                          double uniform);
 
 }  // namespace kforge::providers

@@ -65,9 +65,11 @@ Json ResponseToJson(const ChatResponse& r) {
 }
 
 Result<ChatResponse> ResponseFromJson(const Json& j, const std::string& where) {
-  if (!j.is_object()) return Error(ErrorKind::kInvalidInput, fmt::format("{}: 'response' must be an object", where));
+  if (!j.is_object())
+    return Error(ErrorKind::kInvalidInput, fmt::format("{}: 'response' must be an object", where));
   if (!Field(j, "text").is_string()) {
-    return Error(ErrorKind::kInvalidInput, fmt::format("{}: field 'response.text' must be a string", where));
+    return Error(ErrorKind::kInvalidInput,
+                 fmt::format("{}: field 'response.text' must be a string", where));
   }
   ChatResponse r;
   r.text = GetString(j, "text");
@@ -100,12 +102,15 @@ std::optional<ChatResponse> ResponseCache::Get(const std::string& hash) const {
   return std::move(r).value();
 }
 
-Status ResponseCache::Put(const std::string& hash, const ChatRequest& request, const ChatResponse& response) const {
-  Json j = {{"hash", hash}, {"request", RequestToJson(request)}, {"response", ResponseToJson(response)}};
+Status ResponseCache::Put(const std::string& hash, const ChatRequest& request,
+                          const ChatResponse& response) const {
+  Json j = {
+      {"hash", hash}, {"request", RequestToJson(request)}, {"response", ResponseToJson(response)}};
   return WriteFileAtomic(PathFor(hash), j.dump(1) + "\n");
 }
 
-Status CassetteWriter::Append(const std::string& hash, const ChatRequest& request, const ChatResponse& response) {
+Status CassetteWriter::Append(const std::string& hash, const ChatRequest& request,
+                              const ChatResponse& response) {
   Json j = {{"hash", hash},
             {"model", request.model},
             {"turn", TurnIndex(request)},
@@ -115,10 +120,13 @@ Status CassetteWriter::Append(const std::string& hash, const ChatRequest& reques
   std::lock_guard lock(mu_);
   if (path_.has_parent_path()) KF_RETURN_IF_ERROR(MakeDirs(path_.parent_path()));
   int fd = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (fd < 0) return Error(ErrorKind::kIo, fmt::format("{}: cannot open for appending: {}", path_.string(), std::strerror(errno)));
+  if (fd < 0)
+    return Error(ErrorKind::kIo, fmt::format("{}: cannot open for appending: {}", path_.string(),
+                                             std::strerror(errno)));
   ssize_t n = ::write(fd, line.data(), line.size());
   ::close(fd);
-  if (n != static_cast<ssize_t>(line.size())) return Error(ErrorKind::kIo, fmt::format("{}: short write", path_.string()));
+  if (n != static_cast<ssize_t>(line.size()))
+    return Error(ErrorKind::kIo, fmt::format("{}: short write", path_.string()));
   return Status::Ok();
 }
 
@@ -136,7 +144,8 @@ Result<Cassette> Cassette::Load(const std::filesystem::path& path) {
     std::string where = fmt::format("{}:{}", path.string(), line_no);
     Json j = Json::parse(line, nullptr, false);
     if (j.is_discarded() || !j.is_object()) {
-      return Error(ErrorKind::kInvalidInput, fmt::format("{}: not a JSON object (one exchange per line)", where));
+      return Error(ErrorKind::kInvalidInput,
+                   fmt::format("{}: not a JSON object (one exchange per line)", where));
     }
     CassetteEntry e;
     e.line = line_no;
@@ -145,7 +154,9 @@ Result<Cassette> Cassette::Load(const std::filesystem::path& path) {
     e.marker = GetString(j, "marker");
     if (Has(j, "turn")) {
       auto t = GetOptInt(j, "turn");
-      if (!t) return Error(ErrorKind::kInvalidInput, fmt::format("{}: field 'turn' must be an integer", where));
+      if (!t)
+        return Error(ErrorKind::kInvalidInput,
+                     fmt::format("{}: field 'turn' must be an integer", where));
       e.turn = static_cast<int>(*t);
     }
     KF_ASSIGN_OR_RETURN(e.response, ResponseFromJson(Field(j, "response"), where));

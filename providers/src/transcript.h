@@ -32,7 +32,8 @@ class ResponseCache {
  public:
   explicit ResponseCache(std::filesystem::path dir) : dir_(std::move(dir)) {}
   std::optional<ChatResponse> Get(const std::string& hash) const;
-  Status Put(const std::string& hash, const ChatRequest& request, const ChatResponse& response) const;
+  Status Put(const std::string& hash, const ChatRequest& request,
+             const ChatResponse& response) const;
 
  private:
   std::filesystem::path PathFor(const std::string& hash) const;
@@ -53,10 +54,10 @@ class CassetteWriter {
 
 struct CassetteEntry {
   int line = 0;
-  std::string hash;                 // empty: match by model/turn/marker
-  std::string model;                // empty or "*": any model
-  std::optional<int> turn;          // absent: any turn
-  std::string marker;               // absent: any request
+  std::string hash;         // empty: match by model/turn/marker
+  std::string model;        // empty or "*": any model
+  std::optional<int> turn;  // absent: any turn
+  std::string marker;       // absent: any request
   ChatResponse response;
 };
 

@@ -1,19 +1,21 @@
 // All-reduce (sum): every rank's y is the elementwise sum of all ranks' x.
-#include <vector>
-
 #include "kforge/oracle.h"
+
+#include <vector>
 
 KF_ORACLE(allreduce) {
   const size_t n = io.in(0, "x").size();
   std::vector<double> sum(n, 0.0);
   for (int p = 0; p < io.world; ++p) {
     auto x = io.in(p, "x");
-    if (x.size() != n) return kforge::Error(kforge::ErrorKind::kHarness, "allreduce: x sizes differ");
+    if (x.size() != n)
+      return kforge::Error(kforge::ErrorKind::kHarness, "allreduce: x sizes differ");
     for (size_t i = 0; i < n; ++i) sum[i] += x[i];
   }
   for (int r = 0; r < io.world; ++r) {
     auto y = io.out(r, "y");
-    if (y.size() != n) return kforge::Error(kforge::ErrorKind::kHarness, "allreduce: y is not N long");
+    if (y.size() != n)
+      return kforge::Error(kforge::ErrorKind::kHarness, "allreduce: y is not N long");
     for (size_t i = 0; i < n; ++i) y[i] = sum[i];
   }
   return kforge::Status::Ok();

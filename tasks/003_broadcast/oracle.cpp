@@ -9,7 +9,8 @@ KF_ORACLE(broadcast) {
   auto x = io.in(root, "x");
   for (int r = 0; r < io.world; ++r) {
     auto y = io.out(r, "y");
-    if (y.size() != x.size()) return kforge::Error(kforge::ErrorKind::kHarness, "broadcast: y is not N long");
+    if (y.size() != x.size())
+      return kforge::Error(kforge::ErrorKind::kHarness, "broadcast: y is not N long");
     for (size_t i = 0; i < x.size(); ++i) y[i] = x[i];
   }
   return kforge::Status::Ok();

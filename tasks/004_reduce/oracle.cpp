@@ -1,9 +1,9 @@
 // Reduce (sum) to the root: the root's y is the elementwise sum of all ranks' x.
 // Only the root's output is checked (ranks = "root"); the other ranks' y are filled
 // with the same sum so that the oracle's outputs stay fully defined.
-#include <vector>
-
 #include "kforge/oracle.h"
+
+#include <vector>
 
 KF_ORACLE(reduce) {
   const int root = static_cast<int>(io.param("root"));

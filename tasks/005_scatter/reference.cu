@@ -25,7 +25,9 @@ extern "C" int kf_run(kf_ctx* ctx) {
   }
   if (kf_group_end(ctx) != 0 || rc != 0) return 1;
   return cudaMemcpyAsync(y.data, xb + root * row_bytes, row_bytes, cudaMemcpyDeviceToDevice,
-                         ctx->stream) == cudaSuccess ? 0 : 1;
+                         ctx->stream) == cudaSuccess
+             ? 0
+             : 1;
 }
 
 extern "C" int kf_teardown(kf_ctx*) { return 0; }

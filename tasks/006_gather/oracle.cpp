@@ -16,7 +16,8 @@ KF_ORACLE(gather) {
     }
     for (int p = 0; p < io.world; ++p) {
       auto x = io.in(p, "x");
-      if (x.size() != n) return kforge::Error(kforge::ErrorKind::kHarness, "gather: x sizes differ");
+      if (x.size() != n)
+        return kforge::Error(kforge::ErrorKind::kHarness, "gather: x sizes differ");
       for (size_t i = 0; i < n; ++i) y[p * n + i] = x[i];
     }
   }

@@ -6,7 +6,8 @@ KF_ORACLE(alltoall) {
   for (int r = 0; r < io.world; ++r) {
     auto y = io.out(r, "y");
     const size_t n = y.size() / w;
-    if (y.size() != n * w) return kforge::Error(kforge::ErrorKind::kHarness, "alltoall: y is not W * N long");
+    if (y.size() != n * w)
+      return kforge::Error(kforge::ErrorKind::kHarness, "alltoall: y is not W * N long");
     for (int p = 0; p < io.world; ++p) {
       auto x = io.in(p, "x");
       if (x.size() != n * w) {

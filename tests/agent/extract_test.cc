@@ -5,10 +5,12 @@
 namespace kforge::agent {
 namespace {
 
-const char* kKernel = "int kf_setup(kf_ctx* c) { return 0; }\nint kf_run(kf_ctx* ctx) {\n  return 0;\n}\n";
+const char* kKernel =
+    "int kf_setup(kf_ctx* c) { return 0; }\nint kf_run(kf_ctx* ctx) {\n  return 0;\n}\n";
 
 TEST(Extract, TakesTheBlockThatDefinesKfRun) {
-  std::string reply = std::string("Plan: one pass.\n\n```bash\nmake\n```\n\n```cuda\n") + kKernel + "```\nDone.";
+  std::string reply =
+      std::string("Plan: one pass.\n\n```bash\nmake\n```\n\n```cuda\n") + kKernel + "```\nDone.";
   Extraction x = ExtractKernel(reply);
   ASSERT_TRUE(x.ok) << x.problem;
   EXPECT_EQ(x.source, kKernel);
@@ -37,7 +39,8 @@ TEST(Extract, NoBlockAtAll) {
 
 TEST(Extract, ConflictingBlocksAreRejected) {
   std::string other = std::string(kKernel) + "// v2\n";
-  Extraction x = ExtractKernel(std::string("```cuda\n") + kKernel + "```\nor\n```cuda\n" + other + "```\n");
+  Extraction x =
+      ExtractKernel(std::string("```cuda\n") + kKernel + "```\nor\n```cuda\n" + other + "```\n");
   EXPECT_FALSE(x.ok);
   EXPECT_NE(x.problem.find("2 different code blocks"), std::string::npos);
 }

@@ -4,10 +4,9 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "kforge/agent/ports.h"
 
@@ -18,7 +17,8 @@ namespace kforge::agent::testing {
 class FakeLlm final : public LlmPort {
  public:
   using Script = std::function<Result<LlmAnswer>(const LlmCall&)>;
-  explicit FakeLlm(double latency_s = 30, double cost_usd = 0.01) : latency_s_(latency_s), cost_usd_(cost_usd) {}
+  explicit FakeLlm(double latency_s = 30, double cost_usd = 0.01)
+      : latency_s_(latency_s), cost_usd_(cost_usd) {}
 
   void SetTags(std::map<std::pair<std::string, int>, std::string> tags) { tags_ = std::move(tags); }
   void SetScript(Script s) { script_ = std::move(s); }
@@ -73,13 +73,19 @@ class FakeEval final : public EvalPort {
     if (fail_with) return *fail_with;
     std::string tag = job.source.substr(job.source.find("// ") + 3);
     tag = tag.substr(0, tag.find('\n'));
-    nlohmann::json doc = {{"schema", "kforge.eval/1"}, {"task", job.task}, {"world", job.world},
+    nlohmann::json doc = {{"schema", "kforge.eval/1"},
+                          {"task", job.task},
+                          {"world", job.world},
                           {"seconds", job.compile_only ? 2.0 : seconds_}};
     doc["kernel"] = {{"path", job.kernel_name}};
     if (tag == "SYNTAX") {
       doc["status"] = "compile_error";
-      doc["compile"] = {{"diagnostics", {{{"file", job.kernel_name}, {"line", 3}, {"column", 1},
-                                          {"severity", "error"}, {"message", "expected a ';'"}}}}};
+      doc["compile"] = {{"diagnostics",
+                         {{{"file", job.kernel_name},
+                           {"line", 3},
+                           {"column", 1},
+                           {"severity", "error"},
+                           {"message", "expected a ';'"}}}}};
       return doc;
     }
     if (tag == "POLICY") {
@@ -94,27 +100,43 @@ class FakeEval final : public EvalPort {
     }
     if (tag == "CRASH") {
       doc["status"] = "runtime_error";
-      doc["error"] = {{"phase", "correctness"}, {"rank", 1}, {"message", "CUDA error: an illegal memory access"}};
+      doc["error"] = {{"phase", "correctness"},
+                      {"rank", 1},
+                      {"message", "CUDA error: an illegal memory access"}};
     } else if (tag == "HANG") {
       doc["status"] = "timeout";
       doc["timeout"] = {{"phase", "correctness"}, {"deadline_s", 60}, {"hung_ranks", {1}}};
     } else if (tag == "WRONG") {
       doc["status"] = "mismatch";
       doc["correctness"] = {
-          {"trials", 5}, {"passed_trials", 0},
-          {"checks", {{{"size", "odd"}, {"kind", "check"}, {"trial", 0}, {"passed", false},
-                       {"mismatches", {{{"rank", 1}, {"output", "y"}, {"bad_count", 12}, {"nan_count", 0},
-                                        {"max_abs_err", 0.5}, {"max_rel_err", 0.25},
-                                        {"first_bad", {{{"index", {3}}, {"got", 1.0}, {"expected", 1.5}}}},
-                                        {"hints", {"off by one rank's contribution"}}}}}}}}};
+          {"trials", 5},
+          {"passed_trials", 0},
+          {"checks",
+           {{{"size", "odd"},
+             {"kind", "check"},
+             {"trial", 0},
+             {"passed", false},
+             {"mismatches",
+              {{{"rank", 1},
+                {"output", "y"},
+                {"bad_count", 12},
+                {"nan_count", 0},
+                {"max_abs_err", 0.5},
+                {"max_rel_err", 0.25},
+                {"first_bad", {{{"index", {3}}, {"got", 1.0}, {"expected", 1.5}}}},
+                {"hints", {"off by one rank's contribution"}}}}}}}}};
     } else {
       double speedup = 0.8;
       if (tag.rfind("FAST", 0) == 0) speedup = std::stod(tag.substr(4));
       doc["status"] = "passed";
       doc["speedup"] = speedup;
-      doc["timing"] = {{{"size", "1MiB"}, {"bytes", 1048576},
-                        {"baseline", {{"median_us", 30.0}}}, {"candidate", {{"median_us", 30.0 / speedup}}},
-                        {"speedup", speedup}, {"busbw_gbps", 45.0 * speedup}, {"baseline_busbw_gbps", 45.0}}};
+      doc["timing"] = {{{"size", "1MiB"},
+                        {"bytes", 1048576},
+                        {"baseline", {{"median_us", 30.0}}},
+                        {"candidate", {{"median_us", 30.0 / speedup}}},
+                        {"speedup", speedup},
+                        {"busbw_gbps", 45.0 * speedup},
+                        {"baseline_busbw_gbps", 45.0}}};
     }
     return doc;
   }
@@ -175,7 +197,9 @@ class FakeStore final : public StorePort {
     KF_RETURN_IF_ERROR(Mutate());
     for (auto& [id, s] : sessions) {
       const auto& k = s.row.key;
-      if (k.model == key.model && k.task == key.task && k.strategy == key.strategy && k.sample == key.sample) return id;
+      if (k.model == key.model && k.task == key.task && k.strategy == key.strategy &&
+          k.sample == key.sample)
+        return id;
     }
     int64_t id = static_cast<int64_t>(sessions.size()) + 1;
     sessions[id].row = {id, key, "pending", ""};
@@ -202,7 +226,8 @@ class FakeStore final : public StorePort {
     TurnRow t = turn;
     t.id = ++next_turn_;
     s.turns.push_back(t);
-    std::sort(s.turns.begin(), s.turns.end(), [](const TurnRow& a, const TurnRow& b) { return a.index < b.index; });
+    std::sort(s.turns.begin(), s.turns.end(),
+              [](const TurnRow& a, const TurnRow& b) { return a.index < b.index; });
     return t.id;
   }
   Status SetTurnFeedback(int64_t turn_id, const std::string& feedback) override {
@@ -221,7 +246,8 @@ class FakeStore final : public StorePort {
     if (crashed_) return Error(ErrorKind::kIo, "simulated crash");
     return sessions.at(session_id).turns;
   }
-  Result<int64_t> RecordEvaluation(int64_t session_id, int64_t turn_id, const nlohmann::json& doc) override {
+  Result<int64_t> RecordEvaluation(int64_t session_id, int64_t turn_id,
+                                   const nlohmann::json& doc) override {
     KF_RETURN_IF_ERROR(Mutate());
     EvaluationRow e{++next_eval_, turn_id, doc};
     sessions.at(session_id).evals.push_back(e);
@@ -252,8 +278,12 @@ class FakeStore final : public StorePort {
         for (const auto& e : s.evals) {
           if (e.turn_id == t.id) status = e.doc.value("status", "");
         }
-        turns.push_back({{"index", t.index}, {"prompt", t.prompt}, {"reply", t.reply}, {"feedback", t.feedback},
-                         {"kernel", t.kernel}, {"status", status}});
+        turns.push_back({{"index", t.index},
+                         {"prompt", t.prompt},
+                         {"reply", t.reply},
+                         {"feedback", t.feedback},
+                         {"kernel", t.kernel},
+                         {"status", status}});
       }
       std::string best;
       for (const auto& e : s.evals) {
@@ -263,8 +293,13 @@ class FakeStore final : public StorePort {
           }
         }
       }
-      out.push_back({{"model", s.row.key.model}, {"task", s.row.key.task}, {"sample", s.row.key.sample},
-                     {"state", s.row.state}, {"reason", s.row.stop_reason}, {"turns", turns}, {"best_turn", best}});
+      out.push_back({{"model", s.row.key.model},
+                     {"task", s.row.key.task},
+                     {"sample", s.row.key.sample},
+                     {"state", s.row.state},
+                     {"reason", s.row.stop_reason},
+                     {"turns", turns},
+                     {"best_turn", best}});
     }
     return out;
   }

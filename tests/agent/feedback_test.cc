@@ -27,7 +27,11 @@ TEST(Feedback, CompileErrorsQuoteTheSourceAndDeduplicate) {
   in.source = "line one\n  int x = y\nline three\n";
   in.turn = 1;
   in.turns = 4;
-  json d1 = {{"file", "k.cu"}, {"line", 2}, {"column", 11}, {"severity", "error"}, {"message", "expected a ';'"}};
+  json d1 = {{"file", "k.cu"},
+             {"line", 2},
+             {"column", 11},
+             {"severity", "error"},
+             {"message", "expected a ';'"}};
   json warn = {{"file", "k.cu"}, {"line", 1}, {"severity", "warning"}, {"message", "unused"}};
   in.eval = {{"status", "compile_error"}, {"compile", {{"diagnostics", {d1, d1, warn}}}}};
   std::string fb = Compose(in);
@@ -50,7 +54,8 @@ TEST(Feedback, ManyErrorsAreCappedWithACount) {
   FeedbackInput in;
   in.outcome = Outcome::kCompileError;
   json diags = json::array();
-  for (int i = 1; i <= 10; ++i) diags.push_back({{"line", i}, {"severity", "error"}, {"message", "e" + std::to_string(i)}});
+  for (int i = 1; i <= 10; ++i)
+    diags.push_back({{"line", i}, {"severity", "error"}, {"message", "e" + std::to_string(i)}});
   in.eval = {{"status", "compile_error"}, {"compile", {{"diagnostics", diags}}}};
   std::string fb = Compose(in);
   EXPECT_NE(fb.find("(4 more distinct error(s)"), std::string::npos) << fb;
@@ -60,12 +65,20 @@ TEST(Feedback, ManyErrorsAreCappedWithACount) {
 TEST(Feedback, MismatchNamesRanksValuesAndHints) {
   FeedbackInput in;
   in.outcome = Outcome::kMismatch;
-  json mm = {{"rank", 3}, {"output", "y"}, {"bad_count", 12}, {"nan_count", 2}, {"max_abs_err", 0.5},
-             {"max_rel_err", 0.25}, {"first_bad", {{{"index", {3, 7}}, {"got", 1.0}, {"expected", 1.5}}}},
+  json mm = {{"rank", 3},
+             {"output", "y"},
+             {"bad_count", 12},
+             {"nan_count", 2},
+             {"max_abs_err", 0.5},
+             {"max_rel_err", 0.25},
+             {"first_bad", {{{"index", {3, 7}}, {"got", 1.0}, {"expected", 1.5}}}},
              {"hints", {"off by a factor of W (4)"}}};
-  in.eval = {{"status", "mismatch"},
-             {"correctness", {{"trials", 5}, {"passed_trials", 1},
-                              {"checks", {{{"size", "odd"}, {"trial", 1}, {"passed", false}, {"mismatches", {mm}}}}}}}};
+  in.eval = {
+      {"status", "mismatch"},
+      {"correctness",
+       {{"trials", 5},
+        {"passed_trials", 1},
+        {"checks", {{{"size", "odd"}, {"trial", 1}, {"passed", false}, {"mismatches", {mm}}}}}}}};
   std::string fb = Compose(in);
   EXPECT_NE(fb.find("1 of 5 trials passed; wrong output on rank(s) 3"), std::string::npos) << fb;
   EXPECT_NE(fb.find("rank 3, output y: 12 wrong element(s), 2 NaN"), std::string::npos) << fb;
@@ -76,13 +89,15 @@ TEST(Feedback, MismatchNamesRanksValuesAndHints) {
 TEST(Feedback, RuntimeErrorAndHang) {
   FeedbackInput in;
   in.outcome = Outcome::kRuntimeError;
-  in.eval = {{"status", "runtime_error"},
-             {"error", {{"phase", "timing"}, {"rank", 2}, {"message", "CUDA error: misaligned address"}}}};
+  in.eval = {
+      {"status", "runtime_error"},
+      {"error", {{"phase", "timing"}, {"rank", 2}, {"message", "CUDA error: misaligned address"}}}};
   std::string fb = Compose(in);
   EXPECT_NE(fb.find("phase: timing, rank 2"), std::string::npos) << fb;
   EXPECT_NE(fb.find("misaligned address"), std::string::npos);
   in.outcome = Outcome::kHang;
-  in.eval = {{"status", "timeout"}, {"timeout", {{"phase", "correctness"}, {"deadline_s", 60}, {"hung_ranks", {1, 3}}}}};
+  in.eval = {{"status", "timeout"},
+             {"timeout", {{"phase", "correctness"}, {"deadline_s", 60}, {"hung_ranks", {1, 3}}}}};
   fb = Compose(in);
   EXPECT_NE(fb.find("ranks that never finished: 1, 3"), std::string::npos) << fb;
   EXPECT_NE(fb.find("correctness (deadline 60 s)"), std::string::npos) << fb;
@@ -94,9 +109,13 @@ TEST(Feedback, TimingShowsSpeedupBusbwShareOfPeakAndSkew) {
   in.link_peak_gbps = 450;
   in.eval = {{"status", "passed"},
              {"speedup", 0.8},
-             {"timing", {{{"size", "1MiB"}, {"baseline", {{"median_us", 30.0}}},
-                          {"candidate", {{"median_us", 37.5}, {"rank_median_us", {37.5, 30.0}}}},
-                          {"speedup", 0.8}, {"busbw_gbps", 90.0}, {"baseline_busbw_gbps", 112.5}}}}};
+             {"timing",
+              {{{"size", "1MiB"},
+                {"baseline", {{"median_us", 30.0}}},
+                {"candidate", {{"median_us", 37.5}, {"rank_median_us", {37.5, 30.0}}}},
+                {"speedup", 0.8},
+                {"busbw_gbps", 90.0},
+                {"baseline_busbw_gbps", 112.5}}}}};
   std::string fb = Compose(in);
   EXPECT_NE(fb.find("| 1MiB | 30 | 37.5 | 0.8 | 90 | 112.5 | 20 |"), std::string::npos) << fb;
   EXPECT_NE(fb.find("ranks differ by 25%"), std::string::npos) << fb;

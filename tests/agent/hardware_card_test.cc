@@ -17,7 +17,8 @@ TEST(HardwareCard, ShippedProfilesExpandToTheProbeShape) {
     EXPECT_EQ((*card)["p2p"].size(), 8u);
     EXPECT_EQ((*card)["nvlink"].size(), 56u);
     EXPECT_FALSE((*card)["emulated"].get<bool>());
-    for (const char* f : {"cc_major", "sm_count", "smem_per_block_optin", "l2_bytes", "hbm_bandwidth_gbps"}) {
+    for (const char* f :
+         {"cc_major", "sm_count", "smem_per_block_optin", "l2_bytes", "hbm_bandwidth_gbps"}) {
       EXPECT_TRUE((*card)["gpus"][0].contains(f)) << name << " " << f;
     }
   }
@@ -27,7 +28,9 @@ TEST(HardwareCard, RendersTheNumbers) {
   auto card = FindHardwareProfile("h100_8", testing::PromptsDir());
   ASSERT_TRUE(card.ok());
   std::string md = RenderHardwareCard(TrimHardware(*card, 4));
-  EXPECT_NE(md.find("4 x NVIDIA H100 80GB HBM3 (compute capability 9.0, nvcc arch sm_90a), 132 SMs"), std::string::npos)
+  EXPECT_NE(
+      md.find("4 x NVIDIA H100 80GB HBM3 (compute capability 9.0, nvcc arch sm_90a), 132 SMs"),
+      std::string::npos)
       << md;
   EXPECT_NE(md.find("L2 cache 50 MiB"), std::string::npos) << md;
   EXPECT_NE(md.find("at 3350 GB/s"), std::string::npos);
@@ -67,14 +70,16 @@ TEST(HardwareCard, EmulatedAndMissingP2pAreSaid) {
   EXPECT_NE(md.find("NOT available"), std::string::npos) << md;
   EXPECT_NE(md.find("EMULATED"), std::string::npos);
   EXPECT_NE(md.find("over PCIe"), std::string::npos);
-  card["gpus"][0]["nvlink_active_links"] = 18;  // the probe's shape: links per GPU, no per-peer list
+  card["gpus"][0]["nvlink_active_links"] =
+      18;  // the probe's shape: links per GPU, no per-peer list
   EXPECT_NE(RenderHardwareCard(card).find("NVLink: 18 active links per GPU"), std::string::npos);
 }
 
 TEST(HardwareCard, BadProfileNamesFileLineField) {
-  auto r = ParseHardwareProfile("world = 8\nnccl_version = \"x\"\ncuda_driver_version = \"x\"\n"
-                                "cuda_runtime_version = \"x\"\n[gpu]\nname = \"G\"\ncc_major = \"nine\"\n",
-                                "p.toml");
+  auto r = ParseHardwareProfile(
+      "world = 8\nnccl_version = \"x\"\ncuda_driver_version = \"x\"\n"
+      "cuda_runtime_version = \"x\"\n[gpu]\nname = \"G\"\ncc_major = \"nine\"\n",
+      "p.toml");
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().message(), "p.toml:7: gpu.cc_major: expected a non-negative integer");
 }

@@ -41,7 +41,8 @@ TEST(Prompt, ExampleStrategyIncludesTheSolution) {
   auto p = BuildPrompt(*s, Inputs());
   ASSERT_TRUE(p.ok());
   EXPECT_NE(p->user.find("(oneshot.cu)"), std::string::npos);
-  EXPECT_NE(p->user.find("```cuda\nint kf_run(kf_ctx* ctx) { return 0; }\n```"), std::string::npos) << p->user;
+  EXPECT_NE(p->user.find("```cuda\nint kf_run(kf_ctx* ctx) { return 0; }\n```"), std::string::npos)
+      << p->user;
 }
 
 TEST(Prompt, OneShotSaysNothingAboutTurnsAndSkipsMissingHardware) {

@@ -71,7 +71,8 @@ TEST(ReplayRun, CompileOnlyDemoRunRecordsEveryTurn) {
     ASSERT_TRUE(turns.ok());
     ASSERT_EQ(turns->size(), 2u) << s.key.task;
     // Turn 1's real compiler errors are turn 2's prompt.
-    EXPECT_NE((*turns)[0].feedback.find("did not compile"), std::string::npos) << (*turns)[0].feedback;
+    EXPECT_NE((*turns)[0].feedback.find("did not compile"), std::string::npos)
+        << (*turns)[0].feedback;
     EXPECT_EQ((*turns)[1].prompt, (*turns)[0].feedback);
     EXPECT_NE((*turns)[1].feedback.find("evaluation needs a GPU"), std::string::npos);
     auto evals = (*store)->ListEvaluations(s.id);

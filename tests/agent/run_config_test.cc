@@ -7,8 +7,10 @@ namespace {
 
 TEST(RunConfig, ParsesARunFileAndRoundTripsThroughJson) {
   auto c = ParseRunFile(
-      "name = \"n\"\nmodels = [\"a:x\", \"b:y\"]\ntasks = \"category:collective\"\nturns = 6\nworld = 8\n"
-      "gpus = [0, 1]\n[budget]\nusd = 10.0\n[budget.per_model]\ntokens = 1000\n[budget.per_task]\nusd = 0.5\n",
+      "name = \"n\"\nmodels = [\"a:x\", \"b:y\"]\ntasks = \"category:collective\"\nturns = "
+      "6\nworld = 8\n"
+      "gpus = [0, 1]\n[budget]\nusd = 10.0\n[budget.per_model]\ntokens = "
+      "1000\n[budget.per_task]\nusd = 0.5\n",
       "r.toml");
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->models, (std::vector<std::string>{"a:x", "b:y"}));
@@ -27,7 +29,8 @@ TEST(RunConfig, ErrorsNameFileLineAndField) {
   auto c = ParseRunFile("models = [\"a\"]\ntasks = [\"1\"]\nworld = 0\n", "r.toml");
   EXPECT_EQ(c.status().message(), "r.toml:3: world: expected an integer >= 1");
   c = ParseRunFile("models = [\"a\"]\ntasks = [\"1\"]\n[budget]\ndollars = 3\n", "r.toml");
-  EXPECT_EQ(c.status().message(), "r.toml:4: budget.dollars: unknown field (usd, tokens, wall_s, per_model, per_task)");
+  EXPECT_EQ(c.status().message(),
+            "r.toml:4: budget.dollars: unknown field (usd, tokens, wall_s, per_model, per_task)");
   c = ParseRunFile("tasks = [\"1\"]\n", "r.toml");
   EXPECT_EQ(c.status().message(), "r.toml:0: models: at least one model is required");
 }
@@ -36,7 +39,8 @@ TEST(RunConfig, SelectorsPickByKeyNumberNameGlobAndCategory) {
   std::vector<TaskRef> suite = {{"001_allreduce", "allreduce", 1, "collective"},
                                 {"002_allgather", "allgather", 2, "collective"},
                                 {"010_tp_matmul", "tp_matmul", 10, "tensor_parallel"}};
-  EXPECT_EQ(*SelectTasks({"2", "allreduce"}, suite), (std::vector<std::string>{"001_allreduce", "002_allgather"}));
+  EXPECT_EQ(*SelectTasks({"2", "allreduce"}, suite),
+            (std::vector<std::string>{"001_allreduce", "002_allgather"}));
   EXPECT_EQ(*SelectTasks({"*matmul"}, suite), std::vector<std::string>{"010_tp_matmul"});
   EXPECT_EQ(SelectTasks({"category:collective"}, suite)->size(), 2u);
   EXPECT_EQ(SelectTasks({"tensor_parallel"}, suite)->size(), 1u);

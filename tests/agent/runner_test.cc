@@ -15,12 +15,15 @@ using testing::MakeStrategy;
 
 // A run on fake time: fake model, fake evaluators, fake store, simulated executor.
 struct Rig {
-  explicit Rig(const std::string& strategy_toml, int tasks = 2, int gpu_sets = 1, double llm_latency = 30)
+  explicit Rig(const std::string& strategy_toml, int tasks = 2, int gpu_sets = 1,
+               double llm_latency = 30)
       : strategy(MakeStrategy(strategy_toml)), llm(llm_latency) {
     spec.name = "test";
     spec.models = {"fake:a", "fake:b"};
     for (int i = 0; i < tasks; ++i) {
-      spec.tasks.push_back({"00" + std::to_string(i + 1) + "_task", "collective", {"SYS", "PROMPT " + std::to_string(i)}});
+      spec.tasks.push_back({"00" + std::to_string(i + 1) + "_task",
+                            "collective",
+                            {"SYS", "PROMPT " + std::to_string(i)}});
     }
     spec.strategy = &strategy;
     spec.pools.gpu_sets = gpu_sets;
@@ -50,7 +53,8 @@ struct Rig {
   RunSpec spec;
 };
 
-const FakeStore::Session& SessionFor(const FakeStore& store, const std::string& model, const std::string& task) {
+const FakeStore::Session& SessionFor(const FakeStore& store, const std::string& model,
+                                     const std::string& task) {
   for (const auto& [id, s] : store.sessions) {
     if (s.row.key.model == model && s.row.key.task == task) return s;
   }
@@ -71,7 +75,8 @@ TEST(Runner, RefinesThroughEveryOutcomeAndRecordsEachTurn) {
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   const auto& s = SessionFor(rig.store, "fake:a", "001_task");
   ASSERT_EQ(s.turns.size(), 6u);
-  EXPECT_NE(s.turns[0].feedback.find("no fenced code block"), std::string::npos) << s.turns[0].feedback;
+  EXPECT_NE(s.turns[0].feedback.find("no fenced code block"), std::string::npos)
+      << s.turns[0].feedback;
   EXPECT_NE(s.turns[1].feedback.find("did not compile"), std::string::npos);
   EXPECT_NE(s.turns[1].feedback.find("expected a ';'"), std::string::npos);
   EXPECT_NE(s.turns[2].feedback.find("illegal memory access"), std::string::npos);
@@ -141,7 +146,8 @@ TEST(Runner, PerModelBudgetStopsOnlyThatModel) {
   auto r = rig.Run();
   ASSERT_TRUE(r.ok());
   for (const auto& [id, s] : rig.store.sessions) {
-    EXPECT_NE(s.row.stop_reason.find("budget: model " + s.row.key.model), std::string::npos) << s.row.stop_reason;
+    EXPECT_NE(s.row.stop_reason.find("budget: model " + s.row.key.model), std::string::npos)
+        << s.row.stop_reason;
   }
 }
 
@@ -209,7 +215,7 @@ TEST(Runner, ResumeAfterACrashAtEveryStepGivesTheSameRecord) {
   const std::string strategy = "turns = 3\nsamples = 2\nrefine = \"beam\"\nbeam = 2\n";
   auto tags = [] {
     std::map<std::pair<std::string, int>, std::string> m = {
-        {{"001_task", 0}, "SYNTAX"}, {{"001_task", 1}, "WRONG"}, {{"001_task", 2}, "NOKERNEL"},
+        {{"001_task", 0}, "SYNTAX"}, {{"001_task", 1}, "WRONG"},   {{"001_task", 2}, "NOKERNEL"},
         {{"001_task", 3}, "SLOW"},   {{"001_task", 4}, "FAST1.3"}, {{"002_task", 0}, "CRASH"},
         {{"002_task", 1}, "HANG"},   {{"002_task", 2}, "FAST2.0"}};
     return m;

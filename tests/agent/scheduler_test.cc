@@ -105,7 +105,11 @@ TEST(SimExecutor, CompletesInOrderOfSimulatedTime) {
 TEST(ThreadExecutor, RunsWorkOnThreadsAndReportsCompletion) {
   auto ex = MakeThreadExecutor();
   std::atomic<int> ran{0};
-  for (uint64_t i = 1; i <= 3; ++i) ex->Start(i, Pool::kCompile, [&ran] { ++ran; return 0.0; });
+  for (uint64_t i = 1; i <= 3; ++i)
+    ex->Start(i, Pool::kCompile, [&ran] {
+      ++ran;
+      return 0.0;
+    });
   std::vector<uint64_t> done;
   while (done.size() < 3) {
     for (uint64_t id : ex->Wait(std::nullopt)) done.push_back(id);

@@ -59,7 +59,8 @@ TEST(Strategy, TomlSyntaxErrorsCarryTheLine) {
 TEST(Strategy, MissingTemplateFileIsReported) {
   Status st = Parse("[templates]\nmismatch = \"nope.mustache\"\n");
   ASSERT_FALSE(st.ok());
-  EXPECT_NE(st.message().find("s.toml:2: templates.mismatch: cannot read template"), std::string::npos)
+  EXPECT_NE(st.message().find("s.toml:2: templates.mismatch: cannot read template"),
+            std::string::npos)
       << st.message();
 }
 

@@ -11,8 +11,10 @@ TEST(Template, RendersFieldsListsAndSectionsWithoutEscaping) {
                          {"yes", true},
                          {"no", false},
                          {"code", "if (x) { y(); }"}};
-  auto out = RenderTemplate("{{name}}|{{#items}}[{{n}}]{{/items}}|{{#yes}}Y{{/yes}}{{#no}}N{{/no}}{{^no}}n{{/no}}|{{code}}",
-                            view, "t");
+  auto out = RenderTemplate(
+      "{{name}}|{{#items}}[{{n}}]{{/items}}|{{#yes}}Y{{/yes}}{{#no}}N{{/no}}{{^no}}n{{/"
+      "no}}|{{code}}",
+      view, "t");
   ASSERT_TRUE(out.ok()) << out.status().ToString();
   EXPECT_EQ(*out, "a<b>&c|[1][2.5]|Yn|if (x) { y(); }");
 }

@@ -1,8 +1,9 @@
 // Whole-body parsing, error classification and retry decisions on the recorded bodies.
+#include "errors.h"
+
 #include <gtest/gtest.h>
 
 #include "adapter.h"
-#include "errors.h"
 #include "fixtures.h"
 #include "retry.h"
 
@@ -11,7 +12,8 @@ namespace {
 
 using std::chrono::milliseconds;
 
-ProviderError Classify(int status, const std::string& body, std::map<std::string, std::string> headers = {}) {
+ProviderError Classify(int status, const std::string& body,
+                       std::map<std::string, std::string> headers = {}) {
   HttpResponseHead head;
   head.status = status;
   head.headers = std::move(headers);
@@ -82,7 +84,8 @@ TEST(ParseTest, GeminiSkipsThoughtSignatureAndCountsThoughts) {
   KF_FIXTURE(body, "gemini_ok.json");
   auto r = AdapterFor(WireFormat::kGemini).parse(body);
   ASSERT_TRUE(r.ok());
-  EXPECT_EQ(r->text, "There are **3** r's in strawberry.\n\nHere is the breakdown: st**r**awbe**rr**y.");
+  EXPECT_EQ(r->text,
+            "There are **3** r's in strawberry.\n\nHere is the breakdown: st**r**awbe**rr**y.");
   EXPECT_EQ(r->usage.input_tokens, 9);
   EXPECT_EQ(r->usage.output_tokens, 28 + 244);
   EXPECT_EQ(r->usage.reasoning_tokens, 244);
@@ -103,8 +106,9 @@ TEST(ClassifyTest, OpenAiInsufficientQuotaIsFinal) {
 }
 
 TEST(ClassifyTest, UnsupportedParametersAreInvalidInput) {
-  for (const char* name : {"openai_400_unsupported_max_tokens.json", "openai_400_unsupported_temperature.json",
-                           "gemini_400_invalid_argument.json"}) {
+  for (const char* name :
+       {"openai_400_unsupported_max_tokens.json", "openai_400_unsupported_temperature.json",
+        "gemini_400_invalid_argument.json"}) {
     KF_FIXTURE(body, name);
     ProviderError e = Classify(400, body);
     EXPECT_EQ(e.status.kind(), ErrorKind::kInvalidInput) << name;
@@ -146,7 +150,8 @@ TEST(ClassifyTest, GeminiRetryInfoDelay) {
 }
 
 TEST(ClassifyTest, GeminiDailyQuotaIsFinal) {
-  ProviderError e = Classify(429, R"({"error":{"code":429,"status":"RESOURCE_EXHAUSTED","message":"quota",
+  ProviderError e =
+      Classify(429, R"({"error":{"code":429,"status":"RESOURCE_EXHAUSTED","message":"quota",
       "details":[{"@type":"type.googleapis.com/google.rpc.QuotaFailure",
                   "violations":[{"quotaId":"GenerateRequestsPerDayPerProjectPerModel-FreeTier"}]}]}})");
   EXPECT_EQ(e.status.kind(), ErrorKind::kQuota);
@@ -161,19 +166,32 @@ TEST(ClassifyTest, GeminiUnavailableIsOverloaded) {
 
 TEST(ClassifyTest, SpendLimitAndAuth) {
   EXPECT_EQ(Classify(429, R"({"type":"error","error":{"type":"rate_limit_error","message":"spend",
-      "details":{"error_code":"enforced_spend_limit_reached"}}})").status.kind(), ErrorKind::kQuota);
-  EXPECT_EQ(Classify(401, R"({"type":"error","error":{"type":"authentication_error","message":"bad key"}})")
-                .status.kind(), ErrorKind::kAuth);
-  EXPECT_EQ(Classify(400, R"({"error":{"code":400,"message":"API key not valid.","status":"INVALID_ARGUMENT",
+      "details":{"error_code":"enforced_spend_limit_reached"}}})")
+                .status.kind(),
+            ErrorKind::kQuota);
+  EXPECT_EQ(
+      Classify(401,
+               R"({"type":"error","error":{"type":"authentication_error","message":"bad key"}})")
+          .status.kind(),
+      ErrorKind::kAuth);
+  EXPECT_EQ(
+      Classify(400,
+               R"({"error":{"code":400,"message":"API key not valid.","status":"INVALID_ARGUMENT",
       "details":[{"@type":"type.googleapis.com/google.rpc.ErrorInfo","reason":"API_KEY_INVALID"}]}})")
-                .status.kind(), ErrorKind::kAuth);
-  EXPECT_EQ(Classify(429, R"({"error":{"message":"Request too large for gpt-4 on tokens per min (TPM): Limit 30000, Requested 50000.","type":"tokens","code":"rate_limit_exceeded"}})")
-                .status.kind(), ErrorKind::kInvalidInput);
+          .status.kind(),
+      ErrorKind::kAuth);
+  EXPECT_EQ(
+      Classify(
+          429,
+          R"({"error":{"message":"Request too large for gpt-4 on tokens per min (TPM): Limit 30000, Requested 50000.","type":"tokens","code":"rate_limit_exceeded"}})")
+          .status.kind(),
+      ErrorKind::kInvalidInput);
 }
 
 TEST(ClassifyTest, RetryHintsInOrder) {
-  ProviderError e = Classify(429, R"({"error":{"message":"Please try again in 2.5s.","type":"requests"}})",
-                             {{"retry-after-ms", "1200"}, {"retry-after", "3"}});
+  ProviderError e =
+      Classify(429, R"({"error":{"message":"Please try again in 2.5s.","type":"requests"}})",
+               {{"retry-after-ms", "1200"}, {"retry-after", "3"}});
   EXPECT_EQ(e.retry_after->count(), 1200);
   e = Classify(429, R"({"error":{"message":"Please try again in 2.5s.","type":"requests"}})");
   EXPECT_EQ(e.retry_after->count(), 2500);
@@ -214,8 +232,9 @@ TEST(RetryTest, ServerDelayAboveCapIsFinalAndShouldRetryFalseStops) {
 }
 
 TEST(RedactTest, RemovesKeys) {
-  std::string s = Redact("Incorrect API key provided: sk-proj-abcdefghijklmnopqrstuvwx. key=mysecretvalue1",
-                         "mysecretvalue1");
+  std::string s =
+      Redact("Incorrect API key provided: sk-proj-abcdefghijklmnopqrstuvwx. key=mysecretvalue1",
+             "mysecretvalue1");
   EXPECT_EQ(s.find("abcdefghijklmnop"), std::string::npos);
   EXPECT_EQ(s.find("mysecretvalue1"), std::string::npos);
   EXPECT_NE(s.find("[redacted]"), std::string::npos);

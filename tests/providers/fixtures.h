@@ -42,9 +42,9 @@ inline std::string ChunksToSse(const std::string& jsonl) {
 }  // namespace kforge::providers::testing
 
 // Declares `var` with the fixture's text, or skips the test naming what is missing.
-#define KF_FIXTURE(var, name)                                                                        \
-  std::string var;                                                                                   \
-  if (!::kforge::providers::testing::ReadFixture(name, var)) {                                      \
-    GTEST_SKIP() << "fixture " << name << " not found in "                                          \
-                 << ::kforge::providers::testing::FixturesDir() << " (set KFORGE_FIXTURES_DIR)";    \
+#define KF_FIXTURE(var, name)                                                                    \
+  std::string var;                                                                               \
+  if (!::kforge::providers::testing::ReadFixture(name, var)) {                                   \
+    GTEST_SKIP() << "fixture " << name << " not found in "                                       \
+                 << ::kforge::providers::testing::FixturesDir() << " (set KFORGE_FIXTURES_DIR)"; \
   }

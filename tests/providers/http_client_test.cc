@@ -244,13 +244,15 @@ TEST_F(HttpClientTest, OverloadedAndServerErrorsBackOff) {
   KF_FIXTURE(overloaded, "anthropic_overloaded_529.json");
   KF_FIXTURE(ok, "anthropic_stream_ok.sse");
   server_.Push(JsonReply(529, overloaded, {{"x-should-retry", "true"}}));
-  server_.Push(JsonReply(500, R"({"type":"error","error":{"type":"api_error","message":"Internal server error"}})"));
+  server_.Push(JsonReply(
+      500, R"({"type":"error","error":{"type":"api_error","message":"Internal server error"}})"));
   server_.Push(JsonReply(503, "upstream connect error"));
   server_.Push(SseReply(ok));
   auto resp = Ask("anthropic:claude-test");
   ASSERT_TRUE(resp.ok()) << resp.status().ToString();
   EXPECT_EQ(resp->attempts, 4);
-  EXPECT_EQ(retries_, (std::vector<ErrorKind>{ErrorKind::kOverloaded, ErrorKind::kServerError, ErrorKind::kOverloaded}));
+  EXPECT_EQ(retries_, (std::vector<ErrorKind>{ErrorKind::kOverloaded, ErrorKind::kServerError,
+                                              ErrorKind::kOverloaded}));
   // Backoff at the jitter floor: overload 2 s * 0.5; 5xx 2 s * 0.5; overload 8 s * 0.5.
   EXPECT_EQ(waits_ms_, (std::vector<int64_t>{1000, 1000, 4000}));
   EXPECT_EQ(clock_.Elapsed(), std::chrono::milliseconds(6000));
@@ -302,8 +304,9 @@ TEST_F(HttpClientTest, InvalidRequestAndContextOverflowAreFinal) {
 }
 
 TEST_F(HttpClientTest, AuthErrorIsRedacted) {
-  server_.Push(JsonReply(401, std::string(R"({"error":{"message":"Incorrect API key provided: )") + kKey +
-                                  R"(.","type":"invalid_request_error","code":"invalid_api_key"}})"));
+  server_.Push(
+      JsonReply(401, std::string(R"({"error":{"message":"Incorrect API key provided: )") + kKey +
+                         R"(.","type":"invalid_request_error","code":"invalid_api_key"}})"));
   auto resp = Ask("openai:gpt-test");
   ASSERT_FALSE(resp.ok());
   EXPECT_EQ(resp.status().kind(), ErrorKind::kAuth);
@@ -353,8 +356,10 @@ TEST_F(HttpClientTest, StreamCutInsideAnEventIsATransportFailure) {
 TEST_F(HttpClientTest, ErrorEventInsideA200Stream) {
   KF_FIXTURE(ok, "anthropic_stream_ok.sse");
   std::string head = ok.substr(0, ok.find("event: content_block_stop"));
-  server_.Push(SseReply(head + "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\","
-                               "\"message\":\"Overloaded\"}}\n\n"));
+  server_.Push(
+      SseReply(head +
+               "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\","
+               "\"message\":\"Overloaded\"}}\n\n"));
   server_.Push(SseReply(ok));
   auto resp = Ask("anthropic:claude-test");
   ASSERT_TRUE(resp.ok()) << resp.status().ToString();
@@ -409,7 +414,8 @@ TEST_F(HttpClientTest, TruncatedWithTextIsAResponse) {
 }
 
 TEST_F(HttpClientTest, ServerDelayAboveTheCapIsFinal) {
-  server_.Push(JsonReply(429, R"({"error":{"message":"slow down","type":"requests"}})", {{"retry-after", "3600"}}));
+  server_.Push(JsonReply(429, R"({"error":{"message":"slow down","type":"requests"}})",
+                         {{"retry-after", "3600"}}));
   auto resp = Ask("openai:gpt-test");
   ASSERT_FALSE(resp.ok());
   EXPECT_EQ(resp.status().kind(), ErrorKind::kRateLimited);
@@ -418,7 +424,8 @@ TEST_F(HttpClientTest, ServerDelayAboveTheCapIsFinal) {
 }
 
 TEST_F(HttpClientTest, ShouldRetryFalseStops) {
-  server_.Push(JsonReply(500, R"({"error":{"message":"no","type":"server_error"}})", {{"x-should-retry", "false"}}));
+  server_.Push(JsonReply(500, R"({"error":{"message":"no","type":"server_error"}})",
+                         {{"x-should-retry", "false"}}));
   auto resp = Ask("openai:gpt-test");
   EXPECT_EQ(resp.status().kind(), ErrorKind::kServerError);
   EXPECT_EQ(server_.count(), 1u);

@@ -11,7 +11,8 @@ namespace {
 
 void LiveCheck(const char* key_var, const char* spec) {
   const char* live = std::getenv("KFORGE_LIVE_TESTS");
-  if (!live || std::string(live) != "1") GTEST_SKIP() << "set KFORGE_LIVE_TESTS=1 to run live checks";
+  if (!live || std::string(live) != "1")
+    GTEST_SKIP() << "set KFORGE_LIVE_TESTS=1 to run live checks";
   if (!std::getenv(key_var)) GTEST_SKIP() << key_var << " is not set";
   ClientOptions options;
   options.cache_enabled = false;

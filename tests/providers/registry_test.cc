@@ -8,8 +8,8 @@ namespace {
 TEST(RegistryTest, BuiltinRegistryLoadsAndCoversTheDocumentedSpecs) {
   auto r = LoadRegistry({});
   ASSERT_TRUE(r.ok()) << r.status().ToString();
-  for (const char* spec : {"openai:gpt-5.5", "anthropic:claude-opus-4-7", "gemini:gemini-3-pro-preview",
-                           "together:zai-org/GLM-5.1"}) {
+  for (const char* spec : {"openai:gpt-5.5", "anthropic:claude-opus-4-7",
+                           "gemini:gemini-3-pro-preview", "together:zai-org/GLM-5.1"}) {
     const ModelInfo* m = r->FindModel(spec);
     ASSERT_NE(m, nullptr) << spec;
     EXPECT_TRUE(m->input_per_mtok.has_value()) << spec;
@@ -36,7 +36,8 @@ TEST(RegistryTest, UserEntriesOverrideAndErrorsNameTheLine) {
                         "[models.\"box:m\"]\nprice = { input = 1.0, output = 2.0 }\n",
                         "user.toml")
                   .ok());
-  ASSERT_TRUE(r.AddToml("[models.\"box:m\"]\nprice = { input = 3.0, output = 4.0 }\n", "later.toml").ok());
+  ASSERT_TRUE(
+      r.AddToml("[models.\"box:m\"]\nprice = { input = 3.0, output = 4.0 }\n", "later.toml").ok());
   EXPECT_EQ(*r.FindModel("box:m")->input_per_mtok, 3.0);
   Status bad = r.AddToml("[models.\"box:x\"]\ncontext = 10\nreasoning = \"deep\"\n", "bad.toml");
   ASSERT_FALSE(bad.ok());
@@ -54,8 +55,11 @@ TEST(RegistryTest, CostAppliesEachTokenClassItsPrice) {
   m.cached_input_per_mtok = 0.3;
   m.cache_write_per_mtok = 3.75;
   m.output_per_mtok = 15.0;
-  Usage u{.input_tokens = 1'000'000, .cached_input_tokens = 200'000, .output_tokens = 100'000,
-          .reasoning_tokens = 50'000, .cache_write_input_tokens = 300'000};
+  Usage u{.input_tokens = 1'000'000,
+          .cached_input_tokens = 200'000,
+          .output_tokens = 100'000,
+          .reasoning_tokens = 50'000,
+          .cache_write_input_tokens = 300'000};
   // 500k plain * 3 + 200k * 0.3 + 300k * 3.75 + 100k * 15 (reasoning is inside output).
   EXPECT_NEAR(*CostUsd(m, u), 1.5 + 0.06 + 1.125 + 1.5, 1e-9);
   m.output_per_mtok.reset();

@@ -102,7 +102,8 @@ TEST(StreamTest, AnthropicStreamEverySplit) {
   EXPECT_EQ(d.response.text, "[12345,67890]");
   EXPECT_EQ(d.response.finish, FinishReason::kStop);
   EXPECT_EQ(d.response.usage.input_tokens, 135);
-  EXPECT_EQ(d.response.usage.output_tokens, 10);  // message_delta's cumulative count replaces message_start's 1
+  EXPECT_EQ(d.response.usage.output_tokens,
+            10);  // message_delta's cumulative count replaces message_start's 1
   EXPECT_EQ(d.response.request_id, "msg_013nnniYDrJDocdy5nrMU7cH");
 }
 
@@ -112,7 +113,8 @@ TEST(StreamTest, AnthropicMaxTokensStreamEverySplit) {
   EXPECT_TRUE(d.done);
   EXPECT_EQ(d.response.finish, FinishReason::kLength);
   EXPECT_EQ(d.response.text,
-            "I'll create a comprehensive tax guide for someone with multiple W2s and save it in a file called "
+            "I'll create a comprehensive tax guide for someone with multiple W2s and save it in a "
+            "file called "
             "taxes.txt. Let me do that for you now.");
   EXPECT_EQ(d.response.usage.input_tokens, 450);
   EXPECT_EQ(d.response.usage.output_tokens, 124);
@@ -189,11 +191,12 @@ TEST(SseParserTest, CommentOnlyBlocksDispatchNothing) {
 }
 
 TEST(StreamTest, ChatStreamErrorChunkIsAnError) {
-  Decoded d = DecodeSse(WireFormat::kOpenAiChat,
-                        "data: {\"choices\":[{\"delta\":{\"content\":\"x\"}}]}\n\n"
-                        "data: {\"error\":{\"message\":\"Rate limit reached. Please try again in 250ms.\","
-                        "\"type\":\"tokens\",\"code\":\"rate_limit_exceeded\"}}\n\n",
-                        {});
+  Decoded d =
+      DecodeSse(WireFormat::kOpenAiChat,
+                "data: {\"choices\":[{\"delta\":{\"content\":\"x\"}}]}\n\n"
+                "data: {\"error\":{\"message\":\"Rate limit reached. Please try again in 250ms.\","
+                "\"type\":\"tokens\",\"code\":\"rate_limit_exceeded\"}}\n\n",
+                {});
   ASSERT_TRUE(d.error);
   EXPECT_EQ(d.error->status.kind(), ErrorKind::kRateLimited);
   ASSERT_TRUE(d.error->retry_after);
@@ -201,12 +204,13 @@ TEST(StreamTest, ChatStreamErrorChunkIsAnError) {
 }
 
 TEST(StreamTest, ReasoningFieldsOfCompatServers) {
-  Decoded d = DecodeSse(WireFormat::kOpenAiChat,
-                        "data: {\"choices\":[{\"delta\":{\"reasoning\":\"think \"}}]}\n\n"
-                        "data: {\"choices\":[{\"delta\":{\"reasoning_content\":\"more\"}}]}\n\n"
-                        "data: {\"choices\":[{\"delta\":{\"content\":\"ok\"},\"finish_reason\":\"stop\"}]}\n\n"
-                        "data: [DONE]\n\n",
-                        {});
+  Decoded d = DecodeSse(
+      WireFormat::kOpenAiChat,
+      "data: {\"choices\":[{\"delta\":{\"reasoning\":\"think \"}}]}\n\n"
+      "data: {\"choices\":[{\"delta\":{\"reasoning_content\":\"more\"}}]}\n\n"
+      "data: {\"choices\":[{\"delta\":{\"content\":\"ok\"},\"finish_reason\":\"stop\"}]}\n\n"
+      "data: [DONE]\n\n",
+      {});
   EXPECT_EQ(d.response.reasoning, "think more");
   EXPECT_EQ(d.response.text, "ok");
   EXPECT_TRUE(d.done);

@@ -21,9 +21,9 @@ struct Reply {
   std::string content_type = "application/json";
   std::string body;
   std::map<std::string, std::string> headers;
-  size_t piece = 0;             // >0: send the body chunked in pieces of this size
-  long cut_after = -1;          // >=0: after this many bytes, drop the connection (reset)
-  long stall_after = -1;        // >=0: after this many bytes, go silent until the test ends
+  size_t piece = 0;       // >0: send the body chunked in pieces of this size
+  long cut_after = -1;    // >=0: after this many bytes, drop the connection (reset)
+  long stall_after = -1;  // >=0: after this many bytes, go silent until the test ends
 };
 
 struct Received {
@@ -34,7 +34,8 @@ struct Received {
 class TestServer {
  public:
   TestServer() {
-    server_.Post(".*", [this](const httplib::Request& req, httplib::Response& res) { Handle(req, res); });
+    server_.Post(".*",
+                 [this](const httplib::Request& req, httplib::Response& res) { Handle(req, res); });
     port_ = server_.bind_to_any_port("127.0.0.1");
     thread_ = std::thread([this] { server_.listen_after_bind(); });
     while (!server_.is_running()) std::this_thread::yield();
@@ -68,11 +69,13 @@ class TestServer {
     Reply r;
     {
       std::lock_guard lock(mu_);
-      received_.push_back({req.path + (req.params.empty() ? "" : "?alt=" + req.get_param_value("alt")), req.body,
-                           req.headers});
+      received_.push_back(
+          {req.path + (req.params.empty() ? "" : "?alt=" + req.get_param_value("alt")), req.body,
+           req.headers});
       if (replies_.empty()) {
         res.status = 500;
-        res.set_content(R"({"error":{"message":"no scripted reply","type":"server_error"}})", "application/json");
+        res.set_content(R"({"error":{"message":"no scripted reply","type":"server_error"}})",
+                        "application/json");
         return;
       }
       r = std::move(replies_.front());
@@ -86,26 +89,27 @@ class TestServer {
     }
     size_t piece = r.piece ? r.piece : 64;
     auto reply = std::make_shared<Reply>(std::move(r));
-    res.set_chunked_content_provider(reply->content_type.c_str(),
-                                     [this, reply, piece](size_t offset, httplib::DataSink& sink) {
-      const std::string& b = reply->body;
-      size_t limit = b.size();
-      if (reply->cut_after >= 0) limit = std::min(limit, static_cast<size_t>(reply->cut_after));
-      if (reply->stall_after >= 0) limit = std::min(limit, static_cast<size_t>(reply->stall_after));
-      if (offset < limit) {
-        size_t n = std::min(piece, limit - offset);
-        sink.write(b.data() + offset, n);
-        return true;
-      }
-      if (reply->stall_after >= 0) {
-        std::unique_lock lock(mu_);
-        cv_.wait_for(lock, std::chrono::seconds(20), [this] { return releasing_; });
-        return false;
-      }
-      if (reply->cut_after >= 0) return false;  // abort: no terminating chunk
-      sink.done();
-      return true;
-    });
+    res.set_chunked_content_provider(
+        reply->content_type.c_str(), [this, reply, piece](size_t offset, httplib::DataSink& sink) {
+          const std::string& b = reply->body;
+          size_t limit = b.size();
+          if (reply->cut_after >= 0) limit = std::min(limit, static_cast<size_t>(reply->cut_after));
+          if (reply->stall_after >= 0)
+            limit = std::min(limit, static_cast<size_t>(reply->stall_after));
+          if (offset < limit) {
+            size_t n = std::min(piece, limit - offset);
+            sink.write(b.data() + offset, n);
+            return true;
+          }
+          if (reply->stall_after >= 0) {
+            std::unique_lock lock(mu_);
+            cv_.wait_for(lock, std::chrono::seconds(20), [this] { return releasing_; });
+            return false;
+          }
+          if (reply->cut_after >= 0) return false;  // abort: no terminating chunk
+          sink.done();
+          return true;
+        });
   }
 
   httplib::Server server_;

@@ -64,7 +64,8 @@ TEST(ChannelTest, APartialFrameSurvivesATimeout) {
   auto m = b.Receive(std::chrono::milliseconds(20));
   ASSERT_FALSE(m.ok());
   EXPECT_EQ(m.status().kind(), ErrorKind::kTimeout);
-  ASSERT_EQ(write(pair->first, frame.data() + half, frame.size() - half), static_cast<ssize_t>(frame.size() - half));
+  ASSERT_EQ(write(pair->first, frame.data() + half, frame.size() - half),
+            static_cast<ssize_t>(frame.size() - half));
   m = b.Receive(std::chrono::seconds(1));
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   EXPECT_EQ(m->body["n"], 42);

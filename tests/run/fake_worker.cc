@@ -18,7 +18,8 @@ int main(int argc, char** argv) {
   const char* b = std::getenv(("KFORGE_FAKE_" + std::to_string(rank)).c_str());
   std::string behaviour = b ? b : "ok";
   kforge::eval::Channel ch(3);
-  if (!ch.Send({{"op", "hello"}, {"rank", rank}, {"pid", static_cast<int>(getpid())}}).ok()) return 1;
+  if (!ch.Send({{"op", "hello"}, {"rank", rank}, {"pid", static_cast<int>(getpid())}}).ok())
+    return 1;
   while (true) {
     auto m = ch.Receive(std::chrono::hours(1));
     if (!m.ok()) return 0;
@@ -31,7 +32,9 @@ int main(int argc, char** argv) {
     }
     if (behaviour == "crash") raise(SIGSEGV);
     if (behaviour == "error") {
-      (void)ch.Send({{"ok", false}, {"kind", "runtime_error"}, {"error", "CUDA error: an illegal memory access"},
+      (void)ch.Send({{"ok", false},
+                     {"kind", "runtime_error"},
+                     {"error", "CUDA error: an illegal memory access"},
                      {"rank", rank}});
       continue;
     }

@@ -60,7 +60,8 @@ TEST_F(GpuEvalTest, EveryReferenceMatchesItsOracleAtW2AndW4) {
       o.timing = false;
       o.trusted = true;
       auto doc = Eval(t, t.reference, w, o);
-      EXPECT_EQ(doc.value("status", ""), "passed") << t.key << " W=" << w << "\n" << RenderEvalReport(doc);
+      EXPECT_EQ(doc.value("status", ""), "passed") << t.key << " W=" << w << "\n"
+                                                   << RenderEvalReport(doc);
     }
   }
 }
@@ -75,7 +76,8 @@ TEST_F(GpuEvalTest, EveryHandWrittenSolutionPasses) {
           o.dtype = dt;
           auto doc = Eval(t, sol, w, o);
           EXPECT_EQ(doc.value("status", ""), "passed")
-              << t.key << "/" << sol.filename() << " W=" << w << " " << DtypeName(dt) << "\n" << RenderEvalReport(doc);
+              << t.key << "/" << sol.filename() << " W=" << w << " " << DtypeName(dt) << "\n"
+              << RenderEvalReport(doc);
         }
       }
     }
@@ -83,7 +85,8 @@ TEST_F(GpuEvalTest, EveryHandWrittenSolutionPasses) {
 }
 
 TEST_F(GpuEvalTest, WrongKernelIsRejectedWithHints) {
-  auto doc = Eval(Find("allreduce"), std::filesystem::path(KFORGE_TEST_DATA) / "copy_own_input.cu", 2);
+  auto doc =
+      Eval(Find("allreduce"), std::filesystem::path(KFORGE_TEST_DATA) / "copy_own_input.cu", 2);
   ASSERT_EQ(doc.value("status", ""), "mismatch") << RenderEvalReport(doc);
   std::string hints;
   for (const auto& c : doc["correctness"]["checks"]) {
@@ -113,7 +116,8 @@ TEST_F(GpuEvalTest, DeadlockingKernelIsKilledWithinItsDeadline) {
 }
 
 TEST_F(GpuEvalTest, CrashNamesTheRank) {
-  auto doc = Eval(Find("allreduce"), std::filesystem::path(KFORGE_TEST_DATA) / "illegal_address.cu", 2);
+  auto doc =
+      Eval(Find("allreduce"), std::filesystem::path(KFORGE_TEST_DATA) / "illegal_address.cu", 2);
   ASSERT_EQ(doc.value("status", ""), "runtime_error") << RenderEvalReport(doc);
   EXPECT_EQ(doc["error"]["rank"], 1) << doc.dump(2);
 }
@@ -130,8 +134,8 @@ TEST_F(GpuEvalTest, BaselineAgainstItselfTimesStably) {
   double cv = e["baseline"]["cv"].get<double>();
   double speedup = e["speedup"].get<double>();
   std::printf("baseline self-timing at %s (emulated=%d): median %.2f us, cv %.4f, speedup %.3f\n",
-              e["size"].get<std::string>().c_str(), doc.value("emulated", false), e["baseline"]["median_us"].get<double>(),
-              cv, speedup);
+              e["size"].get<std::string>().c_str(), doc.value("emulated", false),
+              e["baseline"]["median_us"].get<double>(), cv, speedup);
   EXPECT_LT(cv, 0.2);
   EXPECT_NEAR(speedup, 1.0, 0.15);  // the same kernel, interleaved: no systematic difference
 }

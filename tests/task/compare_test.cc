@@ -9,7 +9,8 @@
 namespace kforge::eval {
 namespace {
 
-ConcreteTensor Out(std::vector<int64_t> shape, Dtype dt = Dtype::kF32, Tolerance tol = {1e-3, 1e-3}) {
+ConcreteTensor Out(std::vector<int64_t> shape, Dtype dt = Dtype::kF32,
+                   Tolerance tol = {1e-3, 1e-3}) {
   ConcreteTensor t;
   t.name = "y";
   t.dtype = dt;
@@ -21,7 +22,9 @@ ConcreteTensor Out(std::vector<int64_t> shape, Dtype dt = Dtype::kF32, Tolerance
   return t;
 }
 
-std::vector<float> F32(const std::vector<double>& v) { return std::vector<float>(v.begin(), v.end()); }
+std::vector<float> F32(const std::vector<double>& v) {
+  return std::vector<float>(v.begin(), v.end());
+}
 
 bool HasHint(const CompareReport& r, const std::string& h) {
   for (const auto& x : r.hints) {
@@ -94,7 +97,8 @@ TEST(Compare, ReportsCountsAndFirstBadWithMultiDimensionalIndex) {
 TEST(Compare, NanAndInfNeverPass) {
   const auto out = Out({3}, Dtype::kF32, {1e30, 1});
   const std::vector<double> exp = {1, std::numeric_limits<double>::infinity(), 3};
-  const auto got = F32({std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity(), 3});
+  const auto got =
+      F32({std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity(), 3});
   auto r = CompareOutput(out, got.data(), exp, {});
   EXPECT_FALSE(r.passed);
   EXPECT_EQ(r.bad_count, 2);
@@ -119,7 +123,8 @@ TEST(Compare, HintUnwrittenAndPartiallyWritten) {
   auto r = CompareOutput(out, raw.data(), exp, {});
   EXPECT_FALSE(r.passed);
   EXPECT_EQ(r.nan_count, 6);  // 0xFFFF is a bf16 NaN
-  EXPECT_EQ(r.hints, std::vector<std::string>{"unwritten (still holds the poison pattern 0xFF bytes)"});
+  EXPECT_EQ(r.hints,
+            std::vector<std::string>{"unwritten (still holds the poison pattern 0xFF bytes)"});
 
   for (int i = 0; i < 4; ++i) StoreFromDouble(raw.data(), Dtype::kBF16, i, exp[i]);
   r = CompareOutput(out, raw.data(), exp, {});

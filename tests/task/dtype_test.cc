@@ -27,7 +27,8 @@ double Value(Dtype dt, uint32_t bits) {
 }
 
 TEST(Dtype, NamesAndSizes) {
-  const char* names[] = {"f64", "f32", "f16", "bf16", "fp8_e4m3", "fp8_e5m2", "i64", "i32", "i8", "u8", "bool"};
+  const char* names[] = {"f64", "f32", "f16", "bf16", "fp8_e4m3", "fp8_e5m2",
+                         "i64", "i32", "i8",  "u8",   "bool"};
   const size_t sizes[] = {8, 4, 2, 2, 1, 1, 8, 4, 1, 1, 1};
   for (int i = 0; i < 11; ++i) {
     auto dt = ParseDtype(names[i]);
@@ -40,7 +41,8 @@ TEST(Dtype, NamesAndSizes) {
   auto bad = ParseDtype("bf17");
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().message(),
-            "unknown dtype 'bf17' (expected one of f64, f32, f16, bf16, fp8_e4m3, fp8_e5m2, i64, i32, i8, u8, bool)");
+            "unknown dtype 'bf17' (expected one of f64, f32, f16, bf16, fp8_e4m3, fp8_e5m2, i64, "
+            "i32, i8, u8, bool)");
 }
 
 TEST(Dtype, Bf16BitPatterns) {
@@ -48,12 +50,15 @@ TEST(Dtype, Bf16BitPatterns) {
   EXPECT_EQ(Bits(Dtype::kBF16, -2.0), 0xC000u);
   EXPECT_EQ(Bits(Dtype::kBF16, 0.0), 0x0000u);
   EXPECT_EQ(Bits(Dtype::kBF16, -0.0), 0x8000u);
-  EXPECT_EQ(Bits(Dtype::kBF16, std::ldexp(1.0, -133)), 0x0001u);      // smallest subnormal
-  EXPECT_EQ(Bits(Dtype::kBF16, std::ldexp(1.0, -134)), 0x0000u);      // half of it: tie to even (0)
-  EXPECT_EQ(Bits(Dtype::kBF16, std::ldexp(3.0, -134)), 0x0002u);      // 1.5 units: tie to even (2)
-  EXPECT_EQ(Bits(Dtype::kBF16, 1.0 + std::ldexp(1.0, -8)), 0x3F80u);  // tie between 0x3F80 and 0x3F81
-  EXPECT_EQ(Bits(Dtype::kBF16, 1.0 + std::ldexp(3.0, -8)), 0x3F82u);  // tie between 0x3F81 and 0x3F82
-  EXPECT_EQ(Bits(Dtype::kBF16, 1.0 + std::ldexp(1.0, -8) + std::ldexp(1.0, -30)), 0x3F81u);  // just above a tie
+  EXPECT_EQ(Bits(Dtype::kBF16, std::ldexp(1.0, -133)), 0x0001u);  // smallest subnormal
+  EXPECT_EQ(Bits(Dtype::kBF16, std::ldexp(1.0, -134)), 0x0000u);  // half of it: tie to even (0)
+  EXPECT_EQ(Bits(Dtype::kBF16, std::ldexp(3.0, -134)), 0x0002u);  // 1.5 units: tie to even (2)
+  EXPECT_EQ(Bits(Dtype::kBF16, 1.0 + std::ldexp(1.0, -8)),
+            0x3F80u);  // tie between 0x3F80 and 0x3F81
+  EXPECT_EQ(Bits(Dtype::kBF16, 1.0 + std::ldexp(3.0, -8)),
+            0x3F82u);  // tie between 0x3F81 and 0x3F82
+  EXPECT_EQ(Bits(Dtype::kBF16, 1.0 + std::ldexp(1.0, -8) + std::ldexp(1.0, -30)),
+            0x3F81u);  // just above a tie
   EXPECT_EQ(Bits(Dtype::kBF16, kInf), 0x7F80u);
   EXPECT_EQ(Bits(Dtype::kBF16, -1e39), 0xFF80u);  // overflow: IEEE rounds to inf
   EXPECT_TRUE(std::isnan(Value(Dtype::kBF16, Bits(Dtype::kBF16, kNaN))));
@@ -70,7 +75,8 @@ TEST(Dtype, F16BitPatterns) {
   EXPECT_EQ(Bits(Dtype::kF16, std::ldexp(1.0, -25)), 0x0000u);
   EXPECT_EQ(Bits(Dtype::kF16, std::ldexp(3.0, -25)), 0x0002u);
   EXPECT_EQ(Bits(Dtype::kF16, std::ldexp(1023.0, -24)), 0x03FFu);  // largest subnormal
-  EXPECT_EQ(Bits(Dtype::kF16, std::ldexp(2047.0, -25)), 0x0400u);  // rounds up into the smallest normal
+  EXPECT_EQ(Bits(Dtype::kF16, std::ldexp(2047.0, -25)),
+            0x0400u);  // rounds up into the smallest normal
   EXPECT_EQ(Bits(Dtype::kF16, std::ldexp(1.0, -14)), 0x0400u);
   EXPECT_EQ(Bits(Dtype::kF16, 1e-10), 0x0000u);
   EXPECT_EQ(Bits(Dtype::kF16, 2049.0), 0x6800u);  // tie: 2048 (even) not 2050
@@ -88,10 +94,10 @@ TEST(Dtype, Fp8E4m3BitPatterns) {
   EXPECT_EQ(Bits(Dtype::kFp8E4M3, -1.0), 0xB8u);
   EXPECT_EQ(Bits(Dtype::kFp8E4M3, 448.0), 0x7Eu);
   EXPECT_EQ(Bits(Dtype::kFp8E4M3, -448.0), 0xFEu);
-  EXPECT_EQ(Bits(Dtype::kFp8E4M3, 464.0), 0x7Eu);   // tie between 448 and (unrepresentable) 480
-  EXPECT_EQ(Bits(Dtype::kFp8E4M3, 500.0), 0x7Eu);   // saturates
+  EXPECT_EQ(Bits(Dtype::kFp8E4M3, 464.0), 0x7Eu);  // tie between 448 and (unrepresentable) 480
+  EXPECT_EQ(Bits(Dtype::kFp8E4M3, 500.0), 0x7Eu);  // saturates
   EXPECT_EQ(Bits(Dtype::kFp8E4M3, 1e9), 0x7Eu);
-  EXPECT_EQ(Bits(Dtype::kFp8E4M3, kInf), 0x7Eu);    // no inf in e4m3: saturate
+  EXPECT_EQ(Bits(Dtype::kFp8E4M3, kInf), 0x7Eu);  // no inf in e4m3: saturate
   EXPECT_EQ(Bits(Dtype::kFp8E4M3, -kInf), 0xFEu);
   EXPECT_EQ(Bits(Dtype::kFp8E4M3, kNaN), 0x7Fu);
   EXPECT_EQ(Bits(Dtype::kFp8E4M3, std::ldexp(1.0, -9)), 0x01u);   // smallest subnormal

@@ -36,7 +36,7 @@ TEST(Expr, OperatorsPrecedenceAndVariables) {
   EXPECT_EQ(Eval("(2 + 3) * 4"), 20);
   EXPECT_EQ(Eval("10 - 4 - 3"), 3);  // left associative
   EXPECT_EQ(Eval("64 / 4 / 2"), 8);
-  EXPECT_EQ(Eval("7 / 2"), 3.5);     // true division
+  EXPECT_EQ(Eval("7 / 2"), 3.5);  // true division
   EXPECT_EQ(Eval("7 % 3"), 1);
   EXPECT_EQ(Eval("-7 % 3"), -1);
   EXPECT_EQ(Eval("-3 + 5"), 2);
@@ -66,7 +66,9 @@ TEST(Expr, ErrorsSayWhatAndWhere) {
   EXPECT_EQ(ErrorOf("cdiv(N, 0)"), "division by zero at column 1 in 'cdiv(N, 0)'");
   EXPECT_EQ(ErrorOf("N % 0"), "modulo by zero at column 3 in 'N % 0'");
   EXPECT_EQ(ErrorOf("2.5 % 2"), "'%' needs integers, got 2.5 % 2 at column 5 in '2.5 % 2'");
-  EXPECT_EQ(ErrorOf("sqrt(N)"), "unknown function 'sqrt' (known: min, max, cdiv, floor, ceil) at column 1 in 'sqrt(N)'");
+  EXPECT_EQ(
+      ErrorOf("sqrt(N)"),
+      "unknown function 'sqrt' (known: min, max, cdiv, floor, ceil) at column 1 in 'sqrt(N)'");
   EXPECT_EQ(ErrorOf("min(N)"), "min() takes 2 arguments, got 1 at column 1 in 'min(N)'");
   EXPECT_EQ(ErrorOf("floor(1, 2)"), "floor() takes 1 argument, got 2 at column 1 in 'floor(1, 2)'");
   EXPECT_EQ(ErrorOf("(N + 1"), "expected ')' at the end of '(N + 1'");
@@ -75,7 +77,8 @@ TEST(Expr, ErrorsSayWhatAndWhere) {
   EXPECT_EQ(ErrorOf("N *"), "unexpected end of expression 'N *'");
   EXPECT_EQ(ErrorOf("   "), "empty expression");
   EXPECT_EQ(ErrorOf("1e"), "malformed number '1e' at column 1 in '1e'");
-  EXPECT_EQ(ErrorOf("4Kb"), "malformed number '4Kb' (suffixes are Ki, Mi, Gi) at column 1 in '4Kb'");
+  EXPECT_EQ(ErrorOf("4Kb"),
+            "malformed number '4Kb' (suffixes are Ki, Mi, Gi) at column 1 in '4Kb'");
   EXPECT_EQ(ErrorOf("1.2.3"), "unexpected '.' at column 4 in '1.2.3'");
   EXPECT_NE(ErrorOf("1e308 * 10").find("is not finite"), std::string::npos);
 }
@@ -89,7 +92,8 @@ TEST(Expr, HostileInputGetsAnErrorNotACrash) {
   EXPECT_NE(ErrorOf(chain).find("too long"), std::string::npos);
   std::string nested_calls;
   for (int i = 0; i < 10000; ++i) nested_calls += "floor(";
-  EXPECT_NE(ErrorOf(nested_calls + "1" + std::string(10000, ')')).find("nested too deeply"), std::string::npos);
+  EXPECT_NE(ErrorOf(nested_calls + "1" + std::string(10000, ')')).find("nested too deeply"),
+            std::string::npos);
   // Within the limits, a long but legal expression still works.
   std::string ok = "1";
   for (int i = 0; i < 200; ++i) ok += "+1";

@@ -3,8 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cstring>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 
 #include "kforge/evaluator/task_check.h"
@@ -52,10 +52,14 @@ using testing::Replace;
 using testing::SumToml;
 using testing::TempDir;
 
-std::string Named(const std::string& name) { return Replace(SumToml(), "name = \"sum\"", "name = \"" + name + "\""); }
+std::string Named(const std::string& name) {
+  return Replace(SumToml(), "name = \"sum\"", "name = \"" + name + "\"");
+}
 
-std::string WithInit(const std::string& toml, const std::string& init, const std::string& dtype = "T") {
-  std::string t = Replace(toml, R"(init = { kind = "normal", mean = 0.0, std = 1.0 })", "init = " + init);
+std::string WithInit(const std::string& toml, const std::string& init,
+                     const std::string& dtype = "T") {
+  std::string t =
+      Replace(toml, R"(init = { kind = "normal", mean = 0.0, std = 1.0 })", "init = " + init);
   return Replace(t, "name = \"x\"\ndtype = \"T\"", "name = \"x\"\ndtype = \"" + dtype + "\"");
 }
 
@@ -64,7 +68,8 @@ struct Fixture {
   TempDir tmp;
   Task task;
   Problem p;
-  Fixture(const std::string& toml, int64_t n, Dtype dt = Dtype::kF32, const std::string& name = "001_ttsum") {
+  Fixture(const std::string& toml, int64_t n, Dtype dt = Dtype::kF32,
+          const std::string& name = "001_ttsum") {
     task = LoadOrDie(tmp.path(), name, toml);
     SizeSpec size{"n", {{"N", std::to_string(n)}}};
     auto r = Instantiate(task, 4, dt, size, true);
@@ -96,7 +101,8 @@ TEST(Inputs, DeterministicAndIndependentOfThreadCount) {
 }
 
 TEST(Inputs, NormalHasTheRequestedMoments) {
-  Fixture f(WithInit(Named("ttsum"), R"({ kind = "normal", mean = 3.0, std = 2.0 })", "f64"), 200000);
+  Fixture f(WithInit(Named("ttsum"), R"({ kind = "normal", mean = 3.0, std = 2.0 })", "f64"),
+            200000);
   const auto v = f.Values(f.Gen(0, 7));
   const double mean = std::accumulate(v.begin(), v.end(), 0.0) / v.size();
   double var = 0;
@@ -121,14 +127,16 @@ TEST(Inputs, ValuesAreRoundedToTheDtype) {
 }
 
 TEST(Inputs, SameOnAllRanks) {
-  const std::string toml = Replace(Named("ttsum"), "init = {", "same_on_all_ranks = true\ninit = {");
+  const std::string toml =
+      Replace(Named("ttsum"), "init = {", "same_on_all_ranks = true\ninit = {");
   Fixture f(toml, 5000);
   EXPECT_EQ(f.Gen(0, 5), f.Gen(3, 5));
   EXPECT_NE(f.Gen(0, 5), f.Gen(0, 6));
 }
 
 TEST(Inputs, UniformStaysInRange) {
-  Fixture f(WithInit(Named("ttsum"), R"({ kind = "uniform", low = -2.0, high = 5.0 })", "f64"), 100000);
+  Fixture f(WithInit(Named("ttsum"), R"({ kind = "uniform", low = -2.0, high = 5.0 })", "f64"),
+            100000);
   const auto v = f.Values(f.Gen(0, 11));
   const auto [lo, hi] = std::minmax_element(v.begin(), v.end());
   EXPECT_GE(*lo, -2.0);
@@ -138,7 +146,8 @@ TEST(Inputs, UniformStaysInRange) {
 }
 
 TEST(Inputs, IntHitsBothInclusiveBoundsFromExpressions) {
-  Fixture f(WithInit(Named("ttsum"), R"({ kind = "int", low = "-W", high = "W + 1" })", "i32"), 20000);
+  Fixture f(WithInit(Named("ttsum"), R"({ kind = "int", low = "-W", high = "W + 1" })", "i32"),
+            20000);
   const auto v = f.Values(f.Gen(0, 3));
   std::vector<int> counts(10, 0);
   for (double x : v) {
@@ -172,7 +181,8 @@ TEST(Inputs, PermutationThatDoesNotFitTheDtypeFails) {
   std::vector<uint8_t> bytes(f.p.inputs[0].nbytes);
   Status s = GenerateInput(f.p, 0, 0, 1, bytes.data());
   ASSERT_FALSE(s.ok());
-  EXPECT_NE(s.message().find("a permutation of 1000 elements does not fit bf16"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("a permutation of 1000 elements does not fit bf16"), std::string::npos)
+      << s.message();
 }
 
 TEST(Inputs, CustomUsesTheRegisteredGenerator) {
@@ -180,7 +190,8 @@ TEST(Inputs, CustomUsesTheRegisteredGenerator) {
   const auto v = f.Values(f.Gen(2, 1));
   for (size_t i = 0; i < v.size(); ++i) EXPECT_EQ(v[i], 2000 + static_cast<double>(i) + 0.25);
 
-  Fixture missing(WithInit(Named("ttnogen"), R"({ kind = "custom" })"), 10, Dtype::kF32, "001_ttnogen");
+  Fixture missing(WithInit(Named("ttnogen"), R"({ kind = "custom" })"), 10, Dtype::kF32,
+                  "001_ttnogen");
   std::vector<uint8_t> bytes(missing.p.inputs[0].nbytes);
   Status s = GenerateInput(missing.p, 0, 0, 1, bytes.data());
   ASSERT_FALSE(s.ok());
@@ -219,7 +230,8 @@ TEST(Inputs, RunOracleFailsWithoutAnOracle) {
   Status s = RunOracle(f.p, *io);
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.kind(), ErrorKind::kNotFound);
-  EXPECT_NE(s.message().find("no oracle registered under 'ttnone'"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("no oracle registered under 'ttnone'"), std::string::npos)
+      << s.message();
 }
 
 TEST(Inputs, CheckOracleRunsEveryCheckProblemAndCatchesUnwrittenOutputs) {
@@ -239,15 +251,18 @@ TEST(Inputs, CheckOracleRunsEveryCheckProblemAndCatchesUnwrittenOutputs) {
   EXPECT_EQ(quick->problems, 2 * 2);
   EXPECT_EQ(quick->skipped, 3 * 2 * 2 - 4);
 
-  Task lazy = testing::LoadOrDie(tmp.path(), "002_ttlazy", Replace(Named("ttlazy"), "id = 1", "id = 2"));
+  Task lazy =
+      testing::LoadOrDie(tmp.path(), "002_ttlazy", Replace(Named("ttlazy"), "id = 1", "id = 2"));
   auto bad = CheckOracle(lazy, 5);
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("oracle left rank 1's output 'y' element 0 = nan"), std::string::npos)
+  EXPECT_NE(bad.status().message().find("oracle left rank 1's output 'y' element 0 = nan"),
+            std::string::npos)
       << bad.status().message();
 
   // Checked only on rank 0: the lazy oracle is enough.
   Task rooted = testing::LoadOrDie(tmp.path(), "003_ttlazy",
-                                   Replace(Replace(Named("ttlazy"), "id = 1", "id = 3"), "name = \"y\"", "name = \"y\"\nranks = \"0\""));
+                                   Replace(Replace(Named("ttlazy"), "id = 1", "id = 3"),
+                                           "name = \"y\"", "name = \"y\"\nranks = \"0\""));
   EXPECT_TRUE(CheckOracle(rooted, 5).ok());
 }
 

@@ -20,8 +20,10 @@ std::string ShardToml() {
               "name = \"y\"\ndtype = \"T\"\nshape = [\"N / W\"]\nranks = \"root\"\n\n"
               "[[outputs]]\nname = \"idx\"\ndtype = \"i32\"\nshape = [\"R\", \"C\"]");
   t = Replace(t, "root = 0", "root = 1\nrows = 3");
-  t = Replace(t, R"({ label = "tiny", N = "8" })", R"({ label = "tiny", N = "8 * 8", R = "rows", C = "R * W" })");
-  t = Replace(t, R"({ label = "odd", N = "1001" })", R"({ label = "odd", N = "12", R = "1", C = "W" })");
+  t = Replace(t, R"({ label = "tiny", N = "8" })",
+              R"({ label = "tiny", N = "8 * 8", R = "rows", C = "R * W" })");
+  t = Replace(t, R"({ label = "odd", N = "1001" })",
+              R"({ label = "odd", N = "12", R = "1", C = "W" })");
   t = Replace(t, R"({ label = "1MiB", N = "1Mi / elem" })",
               R"x({ label = "1MiB", N = "1Mi / elem", R = "2", C = "cdiv(N, 8)" })x");
   return t;
@@ -78,7 +80,8 @@ TEST(Instantiate, ShapeThatIsNotIntegralAtSomeWorldSizeIsAnError) {
   auto p = Instantiate(t, 8, Dtype::kF32, t.check_sizes[1], true);
   ASSERT_FALSE(p.ok());
   EXPECT_EQ(p.status().message(),
-            "001_sum at W=8, f32, check size 'odd': outputs[0] 'y': shape 'N / W' = 1.5 is not an integer");
+            "001_sum at W=8, f32, check size 'odd': outputs[0] 'y': shape 'N / W' = 1.5 is not an "
+            "integer");
   Status all = ValidateShapes(t);
   ASSERT_FALSE(all.ok());
   EXPECT_NE(all.message().find("W=8"), std::string::npos) << all.message();
@@ -127,27 +130,32 @@ TEST(Instantiate, OutputToleranceOverridesAndWorkspaceExpression) {
 TEST(Instantiate, SizeVariablesResolveInDependencyOrderAndCyclesFail) {
   TempDir tmp;
   // Keys are stored sorted (A before B); A depends on B, so order must come from dependencies.
-  std::string toml = Replace(SumToml(), R"({ label = "tiny", N = "8" })", R"({ label = "tiny", N = "A", A = "B * 2", B = "W" })");
+  std::string toml = Replace(SumToml(), R"({ label = "tiny", N = "8" })",
+                             R"({ label = "tiny", N = "A", A = "B * 2", B = "W" })");
   Task t = LoadOrDie(tmp.path(), "001_sum", toml);
   auto p = Instantiate(t, 4, Dtype::kF32, t.check_sizes[0], true);
   ASSERT_TRUE(p.ok()) << p.status().ToString();
   EXPECT_EQ(p->inputs[0].numel, 8);
 
   TempDir tmp2;
-  toml = Replace(SumToml(), R"({ label = "tiny", N = "8" })", R"({ label = "tiny", N = "A", A = "N + 1" })");
+  toml = Replace(SumToml(), R"({ label = "tiny", N = "8" })",
+                 R"({ label = "tiny", N = "A", A = "N + 1" })");
   Task c = LoadOrDie(tmp2.path(), "001_sum", toml);
   auto cyc = Instantiate(c, 4, Dtype::kF32, c.check_sizes[0], true);
   ASSERT_FALSE(cyc.ok());
-  EXPECT_NE(cyc.status().message().find("cycle: A, N"), std::string::npos) << cyc.status().message();
+  EXPECT_NE(cyc.status().message().find("cycle: A, N"), std::string::npos)
+      << cyc.status().message();
 }
 
 TEST(Instantiate, NegativeOrFractionalSizeVariableFails) {
   TempDir tmp;
-  std::string toml = Replace(SumToml(), R"({ label = "tiny", N = "8" })", R"({ label = "tiny", N = "7 / W" })");
+  std::string toml =
+      Replace(SumToml(), R"({ label = "tiny", N = "8" })", R"({ label = "tiny", N = "7 / W" })");
   Task t = LoadOrDie(tmp.path(), "001_sum", toml);
   auto p = Instantiate(t, 2, Dtype::kF32, t.check_sizes[0], true);
   ASSERT_FALSE(p.ok());
-  EXPECT_NE(p.status().message().find("size variable N '7 / W' = 3.5 is not an integer"), std::string::npos)
+  EXPECT_NE(p.status().message().find("size variable N '7 / W' = 3.5 is not an integer"),
+            std::string::npos)
       << p.status().message();
 }
 

@@ -12,11 +12,14 @@ using testing::Replace;
 using testing::SumToml;
 using testing::TempDir;
 
-bool Has(const std::string& card, const std::string& s) { return card.find(s) != std::string::npos; }
+bool Has(const std::string& card, const std::string& s) {
+  return card.find(s) != std::string::npos;
+}
 
 TEST(TaskCard, ShowsWhatAModelNeeds) {
   TempDir tmp;
-  std::string toml = Replace(SumToml(), "shape = [\"N\"]\n\n[tol", "shape = [\"N / W\"]\nranks = \"root\"\n\n[tol");
+  std::string toml = Replace(SumToml(), "shape = [\"N\"]\n\n[tol",
+                             "shape = [\"N / W\"]\nranks = \"root\"\n\n[tol");
   toml = Replace(toml, "[policy]\nnccl = false", "[policy]\nharness_collectives = true");
   toml = Replace(toml, R"({ label = "odd", N = "1001" })", R"({ label = "odd", N = "1000" })");
   Task t = LoadOrDie(tmp.path(), "001_sum", toml);
@@ -25,7 +28,8 @@ TEST(TaskCard, ShowsWhatAModelNeeds) {
   EXPECT_TRUE(Has(card, "W = 4 ranks")) << card;
   EXPECT_TRUE(Has(card, "T = bf16 (2 bytes")) << card;
   EXPECT_TRUE(Has(card, "Every rank holds x[N]")) << card;
-  EXPECT_TRUE(Has(card, "| input (read-only) | x | T = bf16 | [N] | normal(mean 0, std 1)")) << card;
+  EXPECT_TRUE(Has(card, "| input (read-only) | x | T = bf16 | [N] | normal(mean 0, std 1)"))
+      << card;
   EXPECT_TRUE(Has(card, "| output | y | T = bf16 | [N / W] | checked only on rank root |")) << card;
   EXPECT_TRUE(Has(card, "`root` = 0")) << card;
   // Concrete shapes at W = 4: odd has N = 1000 (y = 250), 1MiB has N = 524288 (y = 131072).
@@ -35,7 +39,9 @@ TEST(TaskCard, ShowsWhatAModelNeeds) {
   EXPECT_TRUE(Has(card, "speedup = baseline median time / your median time")) << card;
   EXPECT_TRUE(Has(card, "bytes = `N * elem`")) << card;
   EXPECT_TRUE(Has(card, "busbw = algbw * `2 * (W - 1) / W`")) << card;
-  EXPECT_TRUE(Has(card, "- Harness collectives (`kf_all_reduce`, `kf_all_gather`, ..., `kf_barrier`): allowed")) << card;
+  EXPECT_TRUE(Has(
+      card, "- Harness collectives (`kf_all_reduce`, `kf_all_gather`, ..., `kf_barrier`): allowed"))
+      << card;
   EXPECT_TRUE(Has(card, "- NCCL: not allowed")) << card;
   EXPECT_TRUE(Has(card, "kforge/kernel.h")) << card;
   EXPECT_TRUE(Has(card, "0xFF")) << card;

@@ -75,8 +75,8 @@ int LineOf(std::string_view text, std::string_view needle) {
   return line;
 }
 
-std::filesystem::path WriteTask(const std::filesystem::path& root, const std::string& key, const std::string& toml,
-                                bool with_reference) {
+std::filesystem::path WriteTask(const std::filesystem::path& root, const std::string& key,
+                                const std::string& toml, bool with_reference) {
   const auto dir = root / key;
   std::filesystem::create_directories(dir);
   std::ofstream(dir / "task.toml") << toml;

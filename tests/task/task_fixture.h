@@ -34,8 +34,8 @@ std::string Replace(std::string text, std::string_view from, std::string_view to
 int LineOf(std::string_view text, std::string_view needle);
 
 // Writes root/key/task.toml (and reference.cu unless told not to); returns the folder.
-std::filesystem::path WriteTask(const std::filesystem::path& root, const std::string& key, const std::string& toml,
-                                bool with_reference = true);
+std::filesystem::path WriteTask(const std::filesystem::path& root, const std::string& key,
+                                const std::string& toml, bool with_reference = true);
 
 // Writes and loads; fails the calling test on a load error.
 Task LoadOrDie(const std::filesystem::path& root, const std::string& key, const std::string& toml);

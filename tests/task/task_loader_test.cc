@@ -50,14 +50,18 @@ TEST(TaskLoader, LoadsAValidTask) {
 TEST(TaskLoader, AcceptsNumbersAsExpressionsAndOptionalFields) {
   TempDir tmp;
   std::string toml = Replace(SumToml(), R"(shape = ["N"]
-init)", R"(shape = [2, "N"]
+init)",
+                             R"(shape = [2, "N"]
 same_on_all_ranks = true
 init)");
-  toml = Replace(toml, R"(init = { kind = "normal", mean = 0.0, std = 1.0 })", R"(init = { kind = "int", low = "-W", high = 9 })");
-  toml = Replace(toml, "[policy]\nnccl = false", "[policy]\nnccl = true\ncublas = true\nworkspace_x = 1");
+  toml = Replace(toml, R"(init = { kind = "normal", mean = 0.0, std = 1.0 })",
+                 R"(init = { kind = "int", low = "-W", high = 9 })");
+  toml = Replace(toml, "[policy]\nnccl = false",
+                 "[policy]\nnccl = true\ncublas = true\nworkspace_x = 1");
   toml = Replace(toml, "workspace_x = 1", "");
   toml += "\n";
-  auto t = LoadTask(WriteTask(tmp.path(), "001_sum", Replace(toml, "[params]", "workspace = \"4Mi\"\n\n[params]")));
+  auto t = LoadTask(WriteTask(tmp.path(), "001_sum",
+                              Replace(toml, "[params]", "workspace = \"4Mi\"\n\n[params]")));
   ASSERT_TRUE(t.ok()) << t.status().ToString();
   EXPECT_EQ(t->inputs[0].shape, (std::vector<std::string>{"2", "N"}));
   EXPECT_TRUE(t->inputs[0].same_on_all_ranks);
@@ -92,78 +96,91 @@ TEST_P(TaskLoaderErrors, NameFileLineAndField) {
   EXPECT_EQ(t.status().kind(), ErrorKind::kInvalidInput);
   const int line = c.line_of ? LineOf(toml, c.line_of) : 1;
   ASSERT_GT(line, 0) << "fixture bug in " << c.what;
-  const std::string prefix = (dir / "task.toml").string() + ":" + std::to_string(line) + ": " + c.field + ": ";
-  EXPECT_EQ(t.status().message().rfind(prefix, 0), 0u) << c.what << "\n  got: " << t.status().message()
-                                                       << "\n  want prefix: " << prefix;
+  const std::string prefix =
+      (dir / "task.toml").string() + ":" + std::to_string(line) + ": " + c.field + ": ";
+  EXPECT_EQ(t.status().message().rfind(prefix, 0), 0u)
+      << c.what << "\n  got: " << t.status().message() << "\n  want prefix: " << prefix;
   EXPECT_NE(t.status().message().find(c.message), std::string::npos)
       << c.what << "\n  got: " << t.status().message() << "\n  want: " << c.message;
 }
 
 const BadCase kBadCases[] = {
     {"unknown dtype", "dtype = \"T\"\nshape", "dtype = \"bf17\"\nshape", "bf17", "inputs[0].dtype",
-     "unknown dtype 'bf17' (expected one of f64, f32, f16, bf16, fp8_e4m3, fp8_e5m2, i64, i32, i8, u8, bool)"},
-    {"unknown dtype in dtypes", R"(dtypes = ["f32", "bf16"])", R"(dtypes = ["f32", "f31"])", "dtypes", "dtypes[1]",
-     "unknown dtype 'f31'"},
-    {"unknown top-level key", "world_sizes = [2, 4, 8]", "world_sizes = [2, 4, 8]\nwrold_sizes = [2]", "wrold",
-     "wrold_sizes", "unknown field"},
-    {"id does not match the folder", "id = 1", "id = 2", "id = 2", "id", "2 does not match the folder prefix"},
-    {"id not an integer", "id = 1", "id = \"1\"", "id = ", "id", "expected an integer, found string"},
+     "unknown dtype 'bf17' (expected one of f64, f32, f16, bf16, fp8_e4m3, fp8_e5m2, i64, i32, i8, "
+     "u8, bool)"},
+    {"unknown dtype in dtypes", R"(dtypes = ["f32", "bf16"])", R"(dtypes = ["f32", "f31"])",
+     "dtypes", "dtypes[1]", "unknown dtype 'f31'"},
+    {"unknown top-level key", "world_sizes = [2, 4, 8]",
+     "world_sizes = [2, 4, 8]\nwrold_sizes = [2]", "wrold", "wrold_sizes", "unknown field"},
+    {"id does not match the folder", "id = 1", "id = 2", "id = 2", "id",
+     "2 does not match the folder prefix"},
+    {"id not an integer", "id = 1", "id = \"1\"", "id = ", "id",
+     "expected an integer, found string"},
     {"name does not match the folder", "name = \"sum\"", "name = \"summ\"", "summ", "name",
      "'summ' does not match the folder name '001_sum'"},
-    {"name with capitals", "name = \"sum\"", "name = \"Sum\"", "name = \"Sum\"", "name", "[a-z0-9_]"},
-    {"missing title", "title = \"Sum over ranks\"\n", "", nullptr, "title", "required field is missing"},
+    {"name with capitals", "name = \"sum\"", "name = \"Sum\"", "name = \"Sum\"", "name",
+     "[a-z0-9_]"},
+    {"missing title", "title = \"Sum over ranks\"\n", "", nullptr, "title",
+     "required field is missing"},
     {"title of the wrong type", "title = \"Sum over ranks\"", "title = 3", "title", "title",
      "expected a string, found integer"},
-    {"world size out of range", "world_sizes = [2, 4, 8]", "world_sizes = [2, 17]", "world_sizes", "world_sizes[1]",
-     "17 is out of range (1..16)"},
-    {"world sizes empty", "world_sizes = [2, 4, 8]", "world_sizes = []", "world_sizes", "world_sizes",
-     "must not be empty"},
-    {"world size twice", "world_sizes = [2, 4, 8]", "world_sizes = [2, 2]", "world_sizes", "world_sizes[1]",
-     "listed twice"},
-    {"unknown init kind", "kind = \"normal\"", "kind = \"gaussian\"", "gaussian", "inputs[0].init.kind",
-     "unknown init kind 'gaussian'"},
-    {"unknown init field", "mean = 0.0, std = 1.0", "mean = 0.0, stdev = 1.0", "stdev", "inputs[0].init.stdev",
-     "unknown field (expected one of: kind, mean, std)"},
+    {"world size out of range", "world_sizes = [2, 4, 8]", "world_sizes = [2, 17]", "world_sizes",
+     "world_sizes[1]", "17 is out of range (1..16)"},
+    {"world sizes empty", "world_sizes = [2, 4, 8]", "world_sizes = []", "world_sizes",
+     "world_sizes", "must not be empty"},
+    {"world size twice", "world_sizes = [2, 4, 8]", "world_sizes = [2, 2]", "world_sizes",
+     "world_sizes[1]", "listed twice"},
+    {"unknown init kind", "kind = \"normal\"", "kind = \"gaussian\"", "gaussian",
+     "inputs[0].init.kind", "unknown init kind 'gaussian'"},
+    {"unknown init field", "mean = 0.0, std = 1.0", "mean = 0.0, stdev = 1.0", "stdev",
+     "inputs[0].init.stdev", "unknown field (expected one of: kind, mean, std)"},
     {"negative std", "std = 1.0", "std = -1.0", "std = -1.0", "inputs[0].init.std", "must be >= 0"},
     {"uniform low >= high", R"(init = { kind = "normal", mean = 0.0, std = 1.0 })",
-     R"(init = { kind = "uniform", low = 1.0, high = 1.0 })", "uniform", "inputs[0].init", "needs low < high"},
-    {"empty shape", "shape = [\"N\"]\ninit", "shape = []\ninit", "shape = []", "inputs[0].shape", "must not be empty"},
-    {"bad shape expression", "shape = [\"N\"]\ninit", "shape = [\"N*\"]\ninit", "N*", "inputs[0].shape[0]",
-     "unexpected end of expression 'N*'"},
+     R"(init = { kind = "uniform", low = 1.0, high = 1.0 })", "uniform", "inputs[0].init",
+     "needs low < high"},
+    {"empty shape", "shape = [\"N\"]\ninit", "shape = []\ninit", "shape = []", "inputs[0].shape",
+     "must not be empty"},
+    {"bad shape expression", "shape = [\"N\"]\ninit", "shape = [\"N*\"]\ninit", "N*",
+     "inputs[0].shape[0]", "unexpected end of expression 'N*'"},
     {"shape of the wrong type", "shape = [\"N\"]\ninit", "shape = [true]\ninit", "shape = [true]",
      "inputs[0].shape[0]", "expected an expression (string or number), found boolean"},
-    {"duplicate tensor name", "name = \"y\"", "name = \"x\"", "name = \"x\"\ndtype = \"T\"\nshape = [\"N\"]\n\n[tol",
-     "outputs[0].name", "tensor name 'x' is used twice"},
-    {"unknown field on an output", "name = \"y\"", "name = \"y\"\ninit = { kind = \"normal\" }", "init = { kind = \"normal\" }",
-     "outputs[0].init", "unknown field (expected one of: name, dtype, shape, ranks, tolerance)"},
+    {"duplicate tensor name", "name = \"y\"", "name = \"x\"",
+     "name = \"x\"\ndtype = \"T\"\nshape = [\"N\"]\n\n[tol", "outputs[0].name",
+     "tensor name 'x' is used twice"},
+    {"unknown field on an output", "name = \"y\"", "name = \"y\"\ninit = { kind = \"normal\" }",
+     "init = { kind = \"normal\" }", "outputs[0].init",
+     "unknown field (expected one of: name, dtype, shape, ranks, tolerance)"},
     {"missing tolerance for a dtype", "bf16 = { atol = 2e-2, rtol = 2e-2 }\n", "", "[[outputs]]",
      "outputs[0].tolerance", "output 'y' can be bf16 but there is no tolerance for it"},
     {"tolerance for an unknown dtype", "bf16 = { atol", "bf61 = { atol", "bf61", "tolerance.bf61",
      "unknown dtype 'bf61'"},
-    {"tolerance with an unknown field", "f32 = { atol = 1e-5, rtol = 1e-5 }", "f32 = { atol = 1e-5, rel = 1e-5 }",
-     "rel =", "tolerance.f32.rel", "unknown field (expected one of: atol, rtol)"},
-    {"negative tolerance", "f32 = { atol = 1e-5", "f32 = { atol = -1e-5", "f32 = {", "tolerance.f32",
-     "atol and rtol must be >= 0"},
-    {"size does not bind a variable", R"({ label = "tiny", N = "8" })", R"({ label = "tiny", M = "8" })", "tiny",
-     "sizes.check[0]", "size 'tiny' does not bind 'N', which inputs[0].shape[0] ('N', line 16) uses"},
-    {"size binds W", R"({ label = "tiny", N = "8" })", R"({ label = "tiny", N = "8", W = "2" })", "tiny",
-     "sizes.check[0].W", "other than W, elem and the params"},
-    {"size without a label", R"({ label = "tiny", N = "8" })", R"({ N = "8" })", "check =", "sizes.check[0].label",
-     "required field is missing"},
-    {"duplicate size label", R"(label = "odd")", R"(label = "tiny")", "check =", "sizes.check[1].label",
-     "'tiny' is used twice"},
+    {"tolerance with an unknown field", "f32 = { atol = 1e-5, rtol = 1e-5 }",
+     "f32 = { atol = 1e-5, rel = 1e-5 }", "rel =", "tolerance.f32.rel",
+     "unknown field (expected one of: atol, rtol)"},
+    {"negative tolerance", "f32 = { atol = 1e-5", "f32 = { atol = -1e-5", "f32 = {",
+     "tolerance.f32", "atol and rtol must be >= 0"},
+    {"size does not bind a variable", R"({ label = "tiny", N = "8" })",
+     R"({ label = "tiny", M = "8" })", "tiny", "sizes.check[0]",
+     "size 'tiny' does not bind 'N', which inputs[0].shape[0] ('N', line 16) uses"},
+    {"size binds W", R"({ label = "tiny", N = "8" })", R"({ label = "tiny", N = "8", W = "2" })",
+     "tiny", "sizes.check[0].W", "other than W, elem and the params"},
+    {"size without a label", R"({ label = "tiny", N = "8" })", R"({ N = "8" })",
+     "check =", "sizes.check[0].label", "required field is missing"},
+    {"duplicate size label", R"(label = "odd")", R"(label = "tiny")",
+     "check =", "sizes.check[1].label", "'tiny' is used twice"},
     {"unknown sizes list", "bench = [", "bnech = [", "bnech", "sizes.bnech", "unknown field"},
-    {"perf formula with an unknown function", "bytes = \"N * elem\"", "bytes = \"sqrt(N) * elem\"", "sqrt",
-     "perf.bytes", "unknown function 'sqrt'"},
-    {"perf formula reads an unbound variable", "bytes = \"N * elem\"", "bytes = \"K * elem\"", "tiny",
-     "sizes.check[0]", "does not bind 'K', which perf.bytes"},
+    {"perf formula with an unknown function", "bytes = \"N * elem\"", "bytes = \"sqrt(N) * elem\"",
+     "sqrt", "perf.bytes", "unknown function 'sqrt'"},
+    {"perf formula reads an unbound variable", "bytes = \"N * elem\"", "bytes = \"K * elem\"",
+     "tiny", "sizes.check[0]", "does not bind 'K', which perf.bytes"},
     {"policy typo", "nccl = false", "ncl = false", "ncl", "policy.ncl", "unknown field"},
     {"policy of the wrong type", "nccl = false", "nccl = \"no\"", "nccl", "policy.nccl",
      "expected true or false, found string"},
-    {"output ranks reads an unbound variable", "name = \"y\"", "name = \"y\"\nranks = \"dst\"", "tiny",
-     "sizes.check[0]", "does not bind 'dst', which outputs[0].ranks"},
+    {"output ranks reads an unbound variable", "name = \"y\"", "name = \"y\"\nranks = \"dst\"",
+     "tiny", "sizes.check[0]", "does not bind 'dst', which outputs[0].ranks"},
     {"param named W", "root = 0", "W = 2", "W = 2", "params.W", "other than W and elem"},
-    {"param not a number", "root = 0", "root = \"zero\"", "root", "params.root", "expected a number, found string"},
+    {"param not a number", "root = 0", "root = \"zero\"", "root", "params.root",
+     "expected a number, found string"},
 };
 
 INSTANTIATE_TEST_SUITE_P(All, TaskLoaderErrors, ::testing::ValuesIn(kBadCases));
@@ -173,18 +190,21 @@ TEST(TaskLoader, InputRejectsOutputFields) {
   const std::string toml = Replace(SumToml(), "init = {", "ranks = \"0\"\ninit = {");
   auto t = LoadTask(WriteTask(tmp.path(), "001_sum", toml));
   ASSERT_FALSE(t.ok());
-  EXPECT_NE(t.status().message().find(":" + std::to_string(LineOf(toml, "ranks = ")) + ": inputs[0].ranks: unknown field"),
+  EXPECT_NE(t.status().message().find(":" + std::to_string(LineOf(toml, "ranks = ")) +
+                                      ": inputs[0].ranks: unknown field"),
             std::string::npos)
       << t.status().message();
 }
 
 TEST(TaskLoader, TomlSyntaxErrorNamesFileAndLine) {
   TempDir tmp;
-  const std::string toml = Replace(SumToml(), "category = \"collective\"", "category = \"collective");
+  const std::string toml =
+      Replace(SumToml(), "category = \"collective\"", "category = \"collective");
   auto dir = WriteTask(tmp.path(), "001_sum", toml);
   auto t = LoadTask(dir);
   ASSERT_FALSE(t.ok());
-  const std::string prefix = (dir / "task.toml").string() + ":" + std::to_string(LineOf(toml, "category")) + ":";
+  const std::string prefix =
+      (dir / "task.toml").string() + ":" + std::to_string(LineOf(toml, "category")) + ":";
   EXPECT_EQ(t.status().message().rfind(prefix, 0), 0u) << t.status().message();
   EXPECT_NE(t.status().message().find("TOML syntax error"), std::string::npos);
 }
@@ -194,7 +214,8 @@ TEST(TaskLoader, MissingReferenceIsAnError) {
   auto dir = WriteTask(tmp.path(), "001_sum", SumToml(), /*with_reference=*/false);
   auto t = LoadTask(dir);
   ASSERT_FALSE(t.ok());
-  EXPECT_NE(t.status().message().find((dir / "reference.cu").string() + ": missing"), std::string::npos)
+  EXPECT_NE(t.status().message().find((dir / "reference.cu").string() + ": missing"),
+            std::string::npos)
       << t.status().message();
 }
 
@@ -202,7 +223,8 @@ TEST(TaskLoader, FolderMustBeNamedLikeATask) {
   TempDir tmp;
   auto t = LoadTask(WriteTask(tmp.path(), "sum", SumToml()));
   ASSERT_FALSE(t.ok());
-  EXPECT_NE(t.status().message().find(":1: id: the task folder 'sum' is not named <NNN>_<name>"), std::string::npos)
+  EXPECT_NE(t.status().message().find(":1: id: the task folder 'sum' is not named <NNN>_<name>"),
+            std::string::npos)
       << t.status().message();
 }
 
@@ -243,13 +265,15 @@ TEST(TaskLoader, LoadTasksRejectsDuplicateIdsAndBadTasks) {
   WriteTask(tmp.path(), "02_gather", Renamed(2, "gather"));
   auto tasks = LoadTasks(tmp.path());
   ASSERT_FALSE(tasks.ok());
-  EXPECT_NE(tasks.status().message().find("id 2 is already used by"), std::string::npos) << tasks.status().message();
+  EXPECT_NE(tasks.status().message().find("id 2 is already used by"), std::string::npos)
+      << tasks.status().message();
 
   TempDir tmp2;
   std::filesystem::create_directories(tmp2.path() / "003_half_written");
   auto half = LoadTasks(tmp2.path());
   ASSERT_FALSE(half.ok());
-  EXPECT_NE(half.status().message().find("003_half_written/task.toml"), std::string::npos) << half.status().message();
+  EXPECT_NE(half.status().message().find("003_half_written/task.toml"), std::string::npos)
+      << half.status().message();
 
   EXPECT_EQ(LoadTasks(tmp.path() / "nope").status().kind(), ErrorKind::kNotFound);
 }

@@ -2,12 +2,12 @@
 // at every world size, dtype and size; its oracle fills every output at every
 // check size; and the reduction tolerances accept a ring-order bf16 sum while
 // rejecting a sum with a rank missing or counted twice.
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <filesystem>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "kforge/evaluator/compare.h"
 #include "kforge/evaluator/dtype.h"
@@ -17,8 +17,8 @@
 namespace kforge::eval {
 namespace {
 
-const char* const kCollectives[] = {"001_allreduce", "002_allgather",     "003_broadcast",
-                                    "004_reduce",    "005_scatter",       "006_gather",
+const char* const kCollectives[] = {"001_allreduce",     "002_allgather", "003_broadcast",
+                                    "004_reduce",        "005_scatter",   "006_gather",
                                     "007_reducescatter", "008_alltoall"};
 
 Task Load(const std::string& key) {
@@ -66,7 +66,8 @@ TEST(CollectiveTasks, OraclesFillEveryOutputAtEveryCheckSize) {
           for (int r = 0; r < world; ++r) {
             for (const OracleTensor& out : io->outputs[r]) {
               for (double v : out.data) {
-                ASSERT_FALSE(std::isnan(v)) << key << " W=" << world << " " << size.label << " rank " << r;
+                ASSERT_FALSE(std::isnan(v))
+                    << key << " W=" << world << " " << size.label << " rank " << r;
               }
             }
           }

@@ -1,10 +1,10 @@
 // The collective oracles (tasks 001-008) on tiny hand-computed inputs, called
 // through the registry so that each task's KF_ORACLE registration is tested too.
+#include <gtest/gtest.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "kforge/oracle.h"
 

@@ -50,8 +50,17 @@ extern "C" {
 #endif
 
 typedef enum kf_dtype {
-  KF_F64 = 0, KF_F32, KF_F16, KF_BF16, KF_FP8_E4M3, KF_FP8_E5M2,
-  KF_I64, KF_I32, KF_I8, KF_U8, KF_BOOL
+  KF_F64 = 0,
+  KF_F32,
+  KF_F16,
+  KF_BF16,
+  KF_FP8_E4M3,
+  KF_FP8_E5M2,
+  KF_I64,
+  KF_I32,
+  KF_I8,
+  KF_U8,
+  KF_BOOL
 } kf_dtype;
 
 typedef enum kf_redop { KF_SUM = 0, KF_PROD, KF_MAX, KF_MIN, KF_AVG } kf_redop;
@@ -63,8 +72,8 @@ typedef struct kf_tensor {
   int64_t shape[KF_MAX_DIMS]; /* row-major, contiguous */
   int64_t numel;
   size_t nbytes;
-  void* data;                 /* this rank's buffer (device memory) */
-  void* peers[KF_MAX_RANKS];  /* peers[r]: rank r's buffer, valid for r < world_size */
+  void* data;                /* this rank's buffer (device memory) */
+  void* peers[KF_MAX_RANKS]; /* peers[r]: rank r's buffer, valid for r < world_size */
 } kf_tensor;
 
 typedef struct kf_buffer {
@@ -82,32 +91,32 @@ typedef struct kf_gpu_info {
   size_t smem_per_sm;
   size_t l2_bytes;
   size_t hbm_bytes;
-  int p2p_all;                 /* 1 if every rank's device can access every peer's memory */
+  int p2p_all; /* 1 if every rank's device can access every peer's memory */
 } kf_gpu_info;
 
 typedef struct kf_ctx {
   int abi_version; /* KF_ABI_VERSION */
   int rank;
   int world_size;
-  int device;      /* CUDA device ordinal of this rank (already current) */
-  int emulated;    /* 1 when ranks share a GPU: correctness only, timings are not NVLink's */
+  int device;   /* CUDA device ordinal of this rank (already current) */
+  int emulated; /* 1 when ranks share a GPU: correctness only, timings are not NVLink's */
   cudaStream_t stream;
 
   int num_inputs;
-  kf_tensor inputs[KF_MAX_TENSORS];   /* in task.toml order */
+  kf_tensor inputs[KF_MAX_TENSORS]; /* in task.toml order */
   int num_outputs;
-  kf_tensor outputs[KF_MAX_TENSORS];  /* in task.toml order */
+  kf_tensor outputs[KF_MAX_TENSORS]; /* in task.toml order */
 
   int num_params;
   const char* param_names[KF_MAX_PARAMS];
-  double param_values[KF_MAX_PARAMS];  /* the task's scalar params (integers are exact) */
+  double param_values[KF_MAX_PARAMS]; /* the task's scalar params (integers are exact) */
 
   kf_buffer workspace;  /* symmetric scratch; contents persist between calls */
   kf_buffer signal_pad; /* symmetric, zeroed once before kf_setup; use uint32_t/uint64_t slots */
 
   kf_gpu_info gpu;
-  void* user;           /* the kernel's own state */
-  void* harness;        /* opaque to the kernel */
+  void* user;    /* the kernel's own state */
+  void* harness; /* opaque to the kernel */
 } kf_ctx;
 
 /* The entry points a kernel defines. */
@@ -119,7 +128,8 @@ int kf_teardown(kf_ctx* ctx);
  * this rank (symmetric or not); counts are in elements. They map 1:1 onto NCCL
  * when every rank has its own GPU, and onto a built-in peer-copy backend when
  * ranks share one. A task's policy says whether a kernel may call them. */
-int kf_all_reduce(kf_ctx* ctx, const void* send, void* recv, size_t count, kf_dtype dt, kf_redop op);
+int kf_all_reduce(kf_ctx* ctx, const void* send, void* recv, size_t count, kf_dtype dt,
+                  kf_redop op);
 int kf_all_gather(kf_ctx* ctx, const void* send, void* recv, size_t send_count, kf_dtype dt);
 int kf_reduce_scatter(kf_ctx* ctx, const void* send, void* recv, size_t recv_count, kf_dtype dt,
                       kf_redop op);
@@ -139,10 +149,17 @@ int kf_barrier(kf_ctx* ctx);
 /* Bytes per element. */
 static inline size_t kf_dtype_size(kf_dtype dt) {
   switch (dt) {
-    case KF_F64: case KF_I64: return 8;
-    case KF_F32: case KF_I32: return 4;
-    case KF_F16: case KF_BF16: return 2;
-    default: return 1;
+    case KF_F64:
+    case KF_I64:
+      return 8;
+    case KF_F32:
+    case KF_I32:
+      return 4;
+    case KF_F16:
+    case KF_BF16:
+      return 2;
+    default:
+      return 1;
   }
 }
 

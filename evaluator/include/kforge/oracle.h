@@ -26,7 +26,7 @@ struct OracleTensor {
 class OracleIo {
  public:
   int world = 0;
-  std::map<std::string, double> params;         // [params] plus bound size variables (N, ...)
+  std::map<std::string, double> params;            // [params] plus bound size variables (N, ...)
   std::vector<std::vector<OracleTensor>> inputs;   // [rank][input index]
   std::vector<std::vector<OracleTensor>> outputs;  // [rank][output index]
 
@@ -43,8 +43,8 @@ class OracleRng {
  public:
   explicit OracleRng(uint64_t seed) : state_(seed) {}
   uint64_t NextU64();
-  double Uniform();                  // [0, 1)
-  double Normal();                   // N(0, 1)
+  double Uniform();                     // [0, 1)
+  double Normal();                      // N(0, 1)
   int64_t Int(int64_t lo, int64_t hi);  // [lo, hi]
 
  private:
@@ -54,7 +54,7 @@ class OracleRng {
 struct GeneratorIo {
   int world = 0;
   int rank = 0;
-  int input = 0;                 // index into the task's [[inputs]]
+  int input = 0;  // index into the task's [[inputs]]
   std::string input_name;
   std::map<std::string, double> params;
   OracleTensor* tensor = nullptr;  // pre-sized; fill tensor->data
@@ -74,14 +74,14 @@ std::vector<std::string> RegisteredOracles();
 
 }  // namespace kforge
 
-#define KF_ORACLE(task_name)                                                          \
-  static ::kforge::Status kf_oracle_##task_name(::kforge::OracleIo& io);              \
-  static const bool kf_oracle_registered_##task_name =                                \
-      ::kforge::RegisterOracle(#task_name, kf_oracle_##task_name);                     \
+#define KF_ORACLE(task_name)                                             \
+  static ::kforge::Status kf_oracle_##task_name(::kforge::OracleIo& io); \
+  static const bool kf_oracle_registered_##task_name =                   \
+      ::kforge::RegisterOracle(#task_name, kf_oracle_##task_name);       \
   static ::kforge::Status kf_oracle_##task_name(::kforge::OracleIo& io)
 
-#define KF_INPUT_GENERATOR(task_name)                                                 \
-  static ::kforge::Status kf_generator_##task_name(::kforge::GeneratorIo& gen);       \
-  static const bool kf_generator_registered_##task_name =                             \
-      ::kforge::RegisterGenerator(#task_name, kf_generator_##task_name);               \
+#define KF_INPUT_GENERATOR(task_name)                                           \
+  static ::kforge::Status kf_generator_##task_name(::kforge::GeneratorIo& gen); \
+  static const bool kf_generator_registered_##task_name =                       \
+      ::kforge::RegisterGenerator(#task_name, kf_generator_##task_name);        \
   static ::kforge::Status kf_generator_##task_name(::kforge::GeneratorIo& gen)

@@ -6,5 +6,6 @@ extern "C" int kf_run(kf_ctx* ctx) {
   kf_tensor* x = kf_input(ctx, "x");
   kf_tensor* y = kf_output(ctx, "y");
   if (!x || !y) return 1;
-  return cudaMemcpyAsync(y->data, x->data, x->nbytes, cudaMemcpyDeviceToDevice, ctx->stream) != cudaSuccess;
+  return cudaMemcpyAsync(y->data, x->data, x->nbytes, cudaMemcpyDeviceToDevice, ctx->stream) !=
+         cudaSuccess;
 }

@@ -5,10 +5,9 @@
 
 #include <filesystem>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "kforge/agent/ports.h"
 #include "kforge/agent/prompt.h"
@@ -26,7 +25,8 @@ std::unique_ptr<LlmPort> MakeProviderLlm();
 
 // An evaluator over `tasks` (which must outlive it), bound to `gpus`
 // (empty: the evaluator's default). One evaluation at a time.
-std::unique_ptr<EvalPort> MakeEvaluatorPort(const std::vector<eval::Task>* tasks, std::vector<int> gpus);
+std::unique_ptr<EvalPort> MakeEvaluatorPort(const std::vector<eval::Task>* tasks,
+                                            std::vector<int> gpus);
 
 // The run store at `run_dir` (results::RunStore).
 Result<std::unique_ptr<StorePort>> OpenRunStore(const std::filesystem::path& run_dir);

@@ -32,7 +32,8 @@ class BudgetBook {
   void Charge(const std::string& model, const std::string& task, double usd, int64_t tokens);
 
   // Why a new call for (model, task) may not start, or nullopt when it may.
-  std::optional<std::string> Exhausted(const std::string& model, const std::string& task, double now_s) const;
+  std::optional<std::string> Exhausted(const std::string& model, const std::string& task,
+                                       double now_s) const;
 
   struct Spend {
     double usd = 0;
@@ -43,8 +44,9 @@ class BudgetBook {
   Spend model(const std::string& m) const;
 
  private:
-  static std::optional<std::string> Check(const char* scope, const std::string& name, const BudgetLimits& limits,
-                                          const Spend& spend, double now_s);
+  static std::optional<std::string> Check(const char* scope, const std::string& name,
+                                          const BudgetLimits& limits, const Spend& spend,
+                                          double now_s);
 
   Budgets limits_;
   Spend run_;

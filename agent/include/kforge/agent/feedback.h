@@ -2,9 +2,8 @@
 // model reads next, through the strategy's template for the outcome.
 #pragma once
 
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "kforge/agent/outcome.h"
 #include "kforge/agent/strategy.h"

@@ -5,10 +5,9 @@
 #pragma once
 
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "kforge/core/status.h"
 
@@ -17,7 +16,8 @@ namespace kforge::agent {
 // Reads a profile TOML and expands it to the probe's JSON shape. Errors name
 // the file, the line and the field.
 Result<nlohmann::json> LoadHardwareProfile(const std::filesystem::path& path);
-Result<nlohmann::json> ParseHardwareProfile(std::string_view toml_text, const std::filesystem::path& origin);
+Result<nlohmann::json> ParseHardwareProfile(std::string_view toml_text,
+                                            const std::filesystem::path& origin);
 
 // A profile by name (prompts/hardware/NAME.toml) or path.
 Result<nlohmann::json> FindHardwareProfile(const std::string& name_or_path,

@@ -2,30 +2,30 @@
 // the feedback templates branch on.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string_view>
-
-#include <nlohmann/json.hpp>
 
 namespace kforge::agent {
 
 enum class Outcome {
-  kNoKernel,         // the reply held no usable kernel
+  kNoKernel,  // the reply held no usable kernel
   kCompileError,
   kPolicyViolation,
   kRuntimeError,
-  kHang,             // a rank missed a phase deadline
+  kHang,  // a rank missed a phase deadline
   kMismatch,
-  kSlow,             // correct, not faster than the baseline
-  kFast,             // correct and faster than the baseline
-  kCompiled,         // compiled; not evaluated (no GPU)
-  kHarnessError,     // kforge failed, not the kernel
+  kSlow,          // correct, not faster than the baseline
+  kFast,          // correct and faster than the baseline
+  kCompiled,      // compiled; not evaluated (no GPU)
+  kHarnessError,  // kforge failed, not the kernel
 };
 
 inline constexpr Outcome kAllOutcomes[] = {
-    Outcome::kNoKernel,     Outcome::kCompileError, Outcome::kPolicyViolation, Outcome::kRuntimeError,
-    Outcome::kHang,         Outcome::kMismatch,     Outcome::kSlow,            Outcome::kFast,
-    Outcome::kCompiled,     Outcome::kHarnessError};
+    Outcome::kNoKernel,     Outcome::kCompileError, Outcome::kPolicyViolation,
+    Outcome::kRuntimeError, Outcome::kHang,         Outcome::kMismatch,
+    Outcome::kSlow,         Outcome::kFast,         Outcome::kCompiled,
+    Outcome::kHarnessError};
 
 // "no_kernel", "compile_error", ... (also the feedback template keys).
 std::string_view OutcomeName(Outcome outcome);

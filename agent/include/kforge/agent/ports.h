@@ -5,11 +5,10 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "kforge/core/status.h"
 
@@ -58,7 +57,7 @@ struct EvalJob {
   std::string source;       // the kernel
   std::string kernel_name;  // file name for diagnostics, e.g. "turn2.cu"
   int world = 0;
-  std::string dtype;        // empty: the task's default
+  std::string dtype;  // empty: the task's default
   bool compile_only = false;
 };
 
@@ -130,7 +129,8 @@ class StorePort {
                                            const nlohmann::json& doc) = 0;
   virtual Result<std::vector<EvaluationRow>> ListEvaluations(int64_t session_id) = 0;
   virtual Status SetBestEvaluation(int64_t session_id, int64_t evaluation_id) = 0;
-  virtual Status AppendEvent(int64_t run_id, const std::string& kind, const nlohmann::json& detail) = 0;
+  virtual Status AppendEvent(int64_t run_id, const std::string& kind,
+                             const nlohmann::json& detail) = 0;
 };
 
 }  // namespace kforge::agent

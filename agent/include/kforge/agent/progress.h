@@ -15,9 +15,9 @@ namespace kforge::agent {
 struct ModelStats {
   int sessions = 0;
   int ended = 0;
-  int correct = 0;  // sessions with a correct kernel
-  int faster = 0;   // sessions with a correct kernel faster than the baseline
-  int compiled = 0; // sessions whose kernel compiled but could not be evaluated (no GPU)
+  int correct = 0;   // sessions with a correct kernel
+  int faster = 0;    // sessions with a correct kernel faster than the baseline
+  int compiled = 0;  // sessions whose kernel compiled but could not be evaluated (no GPU)
   int turns = 0;
   double usd = 0;
   int64_t tokens = 0;

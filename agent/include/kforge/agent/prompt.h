@@ -2,9 +2,8 @@
 // system and user templates, the task card and the hardware card.
 #pragma once
 
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "kforge/agent/strategy.h"
 #include "kforge/core/status.h"
@@ -12,15 +11,16 @@
 namespace kforge::agent {
 
 struct PromptInputs {
-  std::string task_key;       // "001_allreduce"
+  std::string task_key;  // "001_allreduce"
   std::string task_title;
   int world = 0;
   std::string dtype;
-  std::string task_card;      // markdown from the evaluator (description, shapes, policy, ABI, reference)
-  std::string hardware_card;  // markdown (RenderHardwareCard); empty when unknown
-  std::string abi_header;     // kforge/kernel.h, verbatim
+  std::string
+      task_card;  // markdown from the evaluator (description, shapes, policy, ABI, reference)
+  std::string hardware_card;     // markdown (RenderHardwareCard); empty when unknown
+  std::string abi_header;        // kforge/kernel.h, verbatim
   std::string reference_source;  // the task's reference.cu (the baseline), verbatim
-  std::string example_name;   // a hand-written solution shown as an example; empty: none
+  std::string example_name;      // a hand-written solution shown as an example; empty: none
   std::string example_source;
 };
 

@@ -3,11 +3,10 @@
 #pragma once
 
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "kforge/agent/budget.h"
 #include "kforge/core/status.h"
@@ -17,20 +16,21 @@ namespace kforge::agent {
 struct RunConfig {
   std::string name;
   std::vector<std::string> models;
-  std::vector<std::string> tasks;  // selectors: keys, numbers, names, globs, "category:X" or a category
+  std::vector<std::string>
+      tasks;  // selectors: keys, numbers, names, globs, "category:X" or a category
   std::string strategy = "refine";
   std::optional<int> turns, samples;
   int repeats = 1;
   int world = 2;
   std::string dtype;
-  std::vector<int> gpus;          // empty: every visible GPU
-  std::string hardware;           // a profile name for the prompt instead of the probe
+  std::vector<int> gpus;  // empty: every visible GPU
+  std::string hardware;   // a profile name for the prompt instead of the probe
   bool compile_only = false;
   Budgets budgets;
   std::optional<double> deadline_unix;
-  int llm_concurrency = 4;        // per model
-  int compile_jobs = 0;           // 0: the number of CPU cores
-  std::string out = "runs";       // runs/<name>/
+  int llm_concurrency = 4;   // per model
+  int compile_jobs = 0;      // 0: the number of CPU cores
+  std::string out = "runs";  // runs/<name>/
 };
 
 // Reads a run file. Errors name the file, the line and the field.

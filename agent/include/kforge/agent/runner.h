@@ -5,11 +5,10 @@
 // sessions stored as done do no more work.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "kforge/agent/budget.h"
 #include "kforge/agent/ports.h"
@@ -23,9 +22,9 @@
 namespace kforge::agent {
 
 struct RunTask {
-  std::string key;       // "001_allreduce"
+  std::string key;  // "001_allreduce"
   std::string category;
-  Prompt prompt;         // built for the run's world and dtype
+  Prompt prompt;  // built for the run's world and dtype
 };
 
 struct RunSpec {
@@ -35,16 +34,16 @@ struct RunSpec {
   const Strategy* strategy = nullptr;  // turns/samples already overridden as the run asks
   int repeats = 1;                     // independent sessions per (model, task)
   int world = 2;
-  std::string dtype;                   // empty: the task's default
-  bool compile_only = false;           // no GPU: stop each session once a kernel compiles
+  std::string dtype;          // empty: the task's default
+  bool compile_only = false;  // no GPU: stop each session once a kernel compiles
   Budgets budgets;
-  std::optional<double> deadline_unix; // no new model calls after this
+  std::optional<double> deadline_unix;  // no new model calls after this
   PoolLimits pools;
   nlohmann::json config = nlohmann::json::object();    // stored with the run
   nlohmann::json hardware = nlohmann::json::object();  // the hardware card
   double link_peak_gbps = 0;
-  int max_llm_attempts = 4;            // per call, for failures that may pass
-  double retry_backoff_s = 20;         // doubled per attempt
+  int max_llm_attempts = 4;     // per call, for failures that may pass
+  double retry_backoff_s = 20;  // doubled per attempt
 };
 
 struct RunDeps {

@@ -24,11 +24,11 @@ namespace kforge::agent {
 enum class Pool { kLlm = 0, kCompile, kGpu };
 
 struct PoolLimits {
-  int llm_total = 16;            // model calls in flight, all models together
-  int llm_per_model = 4;         // model calls in flight per model
+  int llm_total = 16;     // model calls in flight, all models together
+  int llm_per_model = 4;  // model calls in flight per model
   std::map<std::string, int> llm_model_override;
-  int compile_slots = 2;         // concurrent compiles (CPU cores)
-  int gpu_sets = 1;              // GPU sets, one evaluation each
+  int compile_slots = 2;  // concurrent compiles (CPU cores)
+  int gpu_sets = 1;       // GPU sets, one evaluation each
 };
 
 struct ReadyJob {

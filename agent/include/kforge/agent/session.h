@@ -19,7 +19,7 @@
 namespace kforge::agent {
 
 enum class Phase {
-  kWantReply,   // ready for a model call
+  kWantReply,  // ready for a model call
   kReplying,
   kWantCompile,
   kCompiling,
@@ -29,7 +29,7 @@ enum class Phase {
 };
 
 struct Candidate {
-  int index = 0;   // the turn index in the session (round * samples + sample)
+  int index = 0;  // the turn index in the session (round * samples + sample)
   int round = 0;
   int sample = 0;
   int parent = -1;  // the candidate this one refines; -1: a fresh start
@@ -46,14 +46,14 @@ struct Candidate {
 };
 
 struct SessionSpec {
-  int64_t id = 0;        // the store's session id
+  int64_t id = 0;  // the store's session id
   std::string model;
   std::string task;
-  int sample = 0;        // the session's sample number within the run
+  int sample = 0;  // the session's sample number within the run
   int world = 0;
   std::string dtype;
   const Strategy* strategy = nullptr;  // outlives the session
-  Prompt prompt;         // the first message of every lineage
+  Prompt prompt;                       // the first message of every lineage
   bool compile_only = false;
 };
 
@@ -80,11 +80,12 @@ class Session {
 
   // The model answered. With a kernel the candidate wants compiling;
   // without one it is finished (outcome kNoKernel, feedback from the composer).
-  void OnReply(int index, const std::string& reply, const std::string& kernel, const std::string& extract_problem,
-               int64_t turn_id);
+  void OnReply(int index, const std::string& reply, const std::string& kernel,
+               const std::string& extract_problem, int64_t turn_id);
   // Compiled and passed policy: wants a GPU evaluation.
   void OnCompiled(int index);
-  void OnFinished(int index, Outcome outcome, double speedup, const std::string& feedback, int64_t eval_id);
+  void OnFinished(int index, Outcome outcome, double speedup, const std::string& feedback,
+                  int64_t eval_id);
 
   // When every candidate of the round is finished: applies the stop rules and
   // either plans the next round or ends the session. Returns true if it did

@@ -31,11 +31,11 @@ struct Strategy {
   std::string name;
   std::string description;
   std::filesystem::path path;  // the file it came from
-  int turns = 1;     // rounds
-  int samples = 1;   // candidates per round
+  int turns = 1;               // rounds
+  int samples = 1;             // candidates per round
   RefineFrom refine = RefineFrom::kLast;
   int beam = 1;
-  int history = 0;   // > 0: keep only the last N exchanges of a lineage (the first prompt always)
+  int history = 0;  // > 0: keep only the last N exchanges of a lineage (the first prompt always)
   bool example = false;  // add one of the task's hand-written solutions as an in-context example
   StopRules stop;
   std::optional<double> temperature;
@@ -57,7 +57,8 @@ std::filesystem::path DefaultPromptsDir();
 
 // A strategy by name (prompts/strategies/NAME.toml) or by path (contains '/'
 // or ends in .toml).
-Result<Strategy> FindStrategy(const std::string& name_or_path, const std::filesystem::path& prompts_dir);
+Result<Strategy> FindStrategy(const std::string& name_or_path,
+                              const std::filesystem::path& prompts_dir);
 
 // Names of the strategies under prompts_dir/strategies, sorted.
 std::vector<std::string> ListStrategies(const std::filesystem::path& prompts_dir);

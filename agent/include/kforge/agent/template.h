@@ -3,10 +3,9 @@
 // format strings. Values are inserted verbatim: no HTML escaping.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
-
-#include <nlohmann/json.hpp>
 
 #include "kforge/core/status.h"
 

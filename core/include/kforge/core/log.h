@@ -16,11 +16,13 @@ void LogLine(LogLevel level, std::string_view component, std::string_view messag
 
 template <typename... Args>
 void LogInfo(std::string_view component, fmt::format_string<Args...> f, Args&&... args) {
-  if (GetLogLevel() <= LogLevel::kInfo) LogLine(LogLevel::kInfo, component, fmt::format(f, std::forward<Args>(args)...));
+  if (GetLogLevel() <= LogLevel::kInfo)
+    LogLine(LogLevel::kInfo, component, fmt::format(f, std::forward<Args>(args)...));
 }
 template <typename... Args>
 void LogWarn(std::string_view component, fmt::format_string<Args...> f, Args&&... args) {
-  if (GetLogLevel() <= LogLevel::kWarn) LogLine(LogLevel::kWarn, component, fmt::format(f, std::forward<Args>(args)...));
+  if (GetLogLevel() <= LogLevel::kWarn)
+    LogLine(LogLevel::kWarn, component, fmt::format(f, std::forward<Args>(args)...));
 }
 template <typename... Args>
 void LogError(std::string_view component, fmt::format_string<Args...> f, Args&&... args) {
@@ -28,7 +30,8 @@ void LogError(std::string_view component, fmt::format_string<Args...> f, Args&&.
 }
 template <typename... Args>
 void LogDebug(std::string_view component, fmt::format_string<Args...> f, Args&&... args) {
-  if (GetLogLevel() <= LogLevel::kDebug) LogLine(LogLevel::kDebug, component, fmt::format(f, std::forward<Args>(args)...));
+  if (GetLogLevel() <= LogLevel::kDebug)
+    LogLine(LogLevel::kDebug, component, fmt::format(f, std::forward<Args>(args)...));
 }
 
 }  // namespace kforge

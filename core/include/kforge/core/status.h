@@ -64,13 +64,15 @@ class [[nodiscard]] Status {
   std::string message_;
 };
 
-inline Status Error(ErrorKind kind, std::string message) { return Status(kind, std::move(message)); }
+inline Status Error(ErrorKind kind, std::string message) {
+  return Status(kind, std::move(message));
+}
 
 // Result<T>: a value or a non-OK Status.
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  Result(T value) : v_(std::move(value)) {}        // NOLINT(google-explicit-constructor)
   Result(Status status) : v_(std::move(status)) {  // NOLINT(google-explicit-constructor)
     assert(!std::get<Status>(v_).ok() && "Result built from an OK Status");
   }
@@ -95,16 +97,17 @@ class [[nodiscard]] Result {
 }  // namespace kforge
 
 // Propagates a non-OK Status from an expression returning Status.
-#define KF_RETURN_IF_ERROR(expr)              \
-  do {                                        \
-    ::kforge::Status kf_status_ = (expr);     \
-    if (!kf_status_.ok()) return kf_status_;  \
+#define KF_RETURN_IF_ERROR(expr)             \
+  do {                                       \
+    ::kforge::Status kf_status_ = (expr);    \
+    if (!kf_status_.ok()) return kf_status_; \
   } while (0)
 
 #define KF_CONCAT_INNER_(a, b) a##b
 #define KF_CONCAT_(a, b) KF_CONCAT_INNER_(a, b)
 // Declares `lhs` from a Result<T> expression, or returns its Status.
-#define KF_ASSIGN_OR_RETURN(lhs, expr) KF_ASSIGN_OR_RETURN_IMPL_(KF_CONCAT_(kf_result_, __LINE__), lhs, expr)
+#define KF_ASSIGN_OR_RETURN(lhs, expr) \
+  KF_ASSIGN_OR_RETURN_IMPL_(KF_CONCAT_(kf_result_, __LINE__), lhs, expr)
 #define KF_ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr) \
   auto tmp = (expr);                              \
   if (!tmp.ok()) return tmp.status();             \

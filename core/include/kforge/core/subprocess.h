@@ -14,9 +14,9 @@ namespace kforge {
 
 struct ProcessOptions {
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};
-  std::filesystem::path cwd;                // empty: inherit
-  std::map<std::string, std::string> env;   // added to (or overriding) the parent's environment
-  size_t max_output_bytes = 4 << 20;        // each of stdout/stderr is truncated past this
+  std::filesystem::path cwd;               // empty: inherit
+  std::map<std::string, std::string> env;  // added to (or overriding) the parent's environment
+  size_t max_output_bytes = 4 << 20;       // each of stdout/stderr is truncated past this
 };
 
 struct ProcessResult {

@@ -6,10 +6,9 @@
 #pragma once
 
 #include <chrono>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "kforge/core/status.h"
 
@@ -26,7 +25,9 @@ class Channel {
   explicit Channel(int fd) : fd_(fd) {}
   ~Channel();
   Channel(Channel&& other) noexcept
-      : fd_(other.fd_), pending_(std::move(other.pending_)), pending_fds_(std::move(other.pending_fds_)) {
+      : fd_(other.fd_),
+        pending_(std::move(other.pending_)),
+        pending_fds_(std::move(other.pending_fds_)) {
     other.fd_ = -1;
   }
   Channel& operator=(Channel&& other) noexcept;

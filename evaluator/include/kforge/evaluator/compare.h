@@ -3,11 +3,10 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <span>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "kforge/evaluator/task.h"
 
@@ -37,10 +36,10 @@ struct CompareReport {
   std::string output;
   bool passed = true;
   int64_t numel = 0;
-  int64_t bad_count = 0;     // elements outside tolerance (NaN/Inf included)
-  int64_t nan_count = 0;     // NaN elements in the output
-  double max_abs_err = 0;    // over elements where both values are finite
-  double max_rel_err = 0;    // |got-exp| / |exp| over finite, non-zero expected
+  int64_t bad_count = 0;              // elements outside tolerance (NaN/Inf included)
+  int64_t nan_count = 0;              // NaN elements in the output
+  double max_abs_err = 0;             // over elements where both values are finite
+  double max_rel_err = 0;             // |got-exp| / |exp| over finite, non-zero expected
   std::vector<BadElement> first_bad;  // up to kMaxFirstBad, in index order
   std::vector<std::string> hints;     // only when failed
 };
@@ -50,8 +49,8 @@ inline constexpr size_t kMaxFirstBad = 8;
 // An element passes iff got and expected are finite and
 // |got - expected| <= atol + rtol * |expected| (out.tolerance). `got` holds
 // out.numel elements of out.dtype; `expected` holds out.numel doubles.
-CompareReport CompareOutput(const ConcreteTensor& out, const void* got, std::span<const double> expected,
-                            const CompareContext& ctx);
+CompareReport CompareOutput(const ConcreteTensor& out, const void* got,
+                            std::span<const double> expected, const CompareContext& ctx);
 
 // One entry of `mismatches` in docs/eval-result.md. Non-finite numbers are null.
 nlohmann::json ToJson(const CompareReport& report);

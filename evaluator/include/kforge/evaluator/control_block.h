@@ -16,9 +16,9 @@ constexpr int kMaxWorldSize = 16;
 constexpr int kMaxP2pOps = 64;
 
 struct P2pSendRecord {
-  int32_t peer;        // destination rank
+  int32_t peer;  // destination rank
   uint32_t pad;
-  uint64_t offset;     // byte offset in the sender's staging buffer
+  uint64_t offset;  // byte offset in the sender's staging buffer
   uint64_t bytes;
 };
 

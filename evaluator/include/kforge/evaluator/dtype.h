@@ -10,7 +10,19 @@
 namespace kforge::eval {
 
 // Same order and values as kf_dtype in kforge/kernel.h.
-enum class Dtype : int { kF64 = 0, kF32, kF16, kBF16, kFp8E4M3, kFp8E5M2, kI64, kI32, kI8, kU8, kBool };
+enum class Dtype : int {
+  kF64 = 0,
+  kF32,
+  kF16,
+  kBF16,
+  kFp8E4M3,
+  kFp8E5M2,
+  kI64,
+  kI32,
+  kI8,
+  kU8,
+  kBool
+};
 
 Result<Dtype> ParseDtype(std::string_view name);  // "f64", "bf16", "fp8_e4m3", ...
 std::string_view DtypeName(Dtype dt);

@@ -8,11 +8,10 @@
 
 #include <filesystem>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "kforge/core/status.h"
 #include "kforge/evaluator/task.h"
@@ -20,20 +19,20 @@
 namespace kforge::eval {
 
 struct EvalOptions {
-  int world = 0;                     // 0: every visible GPU, at least the task's minimum
-  std::vector<int> gpus;             // empty: 0..n-1 of the visible GPUs
-  std::optional<Dtype> dtype;        // empty: the task's default
-  int trials = 5;                    // correctness trials, each with a fresh secret seed
-  bool timing = true;                // time candidate against baseline at the bench sizes
+  int world = 0;                         // 0: every visible GPU, at least the task's minimum
+  std::vector<int> gpus;                 // empty: 0..n-1 of the visible GPUs
+  std::optional<Dtype> dtype;            // empty: the task's default
+  int trials = 5;                        // correctness trials, each with a fresh secret seed
+  bool timing = true;                    // time candidate against baseline at the bench sizes
   std::vector<std::string> bench_sizes;  // labels; empty: all of the task's bench sizes
-  std::filesystem::path cache_dir;   // compile cache; empty: DefaultCacheDir()
-  std::string arch;                  // nvcc arch (sm_90a); empty: detect
+  std::filesystem::path cache_dir;       // compile cache; empty: DefaultCacheDir()
+  std::string arch;                      // nvcc arch (sm_90a); empty: detect
   double setup_deadline_s = 60;
   double check_deadline_s = 60;
   double timing_deadline_s = 300;
   double compile_timeout_s = 180;
-  bool compile_only = false;         // stop after compile + policy (no GPU needed)
-  bool trusted = false;              // a task's own reference: exempt from the task's policy
+  bool compile_only = false;  // stop after compile + policy (no GPU needed)
+  bool trusted = false;       // a task's own reference: exempt from the task's policy
 };
 
 class Evaluator {

@@ -33,14 +33,28 @@ class Expr {
 
  private:
   friend class ExprParser;
-  enum class Op { kNumber, kVariable, kNeg, kAdd, kSub, kMul, kDiv, kMod, kMin, kMax, kCdiv, kFloor, kCeil };
+  enum class Op {
+    kNumber,
+    kVariable,
+    kNeg,
+    kAdd,
+    kSub,
+    kMul,
+    kDiv,
+    kMod,
+    kMin,
+    kMax,
+    kCdiv,
+    kFloor,
+    kCeil
+  };
   struct Node {
     Op op = Op::kNumber;
-    double value = 0;   // kNumber
-    std::string name;   // kVariable
-    int column = 0;     // 1-based, for errors
-    int a = -1, b = -1; // operand node indices
-    int height = 1;     // of the subtree rooted here
+    double value = 0;    // kNumber
+    std::string name;    // kVariable
+    int column = 0;      // 1-based, for errors
+    int a = -1, b = -1;  // operand node indices
+    int height = 1;      // of the subtree rooted here
   };
   Result<double> Eval(int node, const ExprVars& vars) const;
   Status ErrorAt(int column, const std::string& what) const;
@@ -55,6 +69,7 @@ Result<double> Evaluate(std::string_view text, const ExprVars& vars);
 
 // Evaluates and requires a non-negative integer (below 2^53). `what` names the
 // quantity in errors: "shape 'N/W' = 2.5 is not an integer".
-Result<int64_t> EvaluateInt(std::string_view text, const ExprVars& vars, std::string_view what = "value");
+Result<int64_t> EvaluateInt(std::string_view text, const ExprVars& vars,
+                            std::string_view what = "value");
 
 }  // namespace kforge::eval

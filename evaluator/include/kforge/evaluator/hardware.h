@@ -3,9 +3,8 @@
 #pragma once
 
 #include <filesystem>
-#include <vector>
-
 #include <nlohmann/json.hpp>
+#include <vector>
 
 #include "kforge/core/status.h"
 

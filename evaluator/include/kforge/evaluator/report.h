@@ -1,9 +1,8 @@
 // Human-readable rendering of a kforge.eval/1 document (the table `kforge eval` prints).
 #pragma once
 
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 namespace kforge::eval {
 

@@ -1,9 +1,8 @@
 // Summary statistics of per-iteration times.
 #pragma once
 
-#include <vector>
-
 #include <nlohmann/json.hpp>
+#include <vector>
 
 namespace kforge::eval {
 

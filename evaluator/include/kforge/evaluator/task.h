@@ -22,18 +22,18 @@ struct Tolerance {
 struct InitSpec {
   enum class Kind { kNormal, kUniform, kInt, kPermutation, kCustom };
   Kind kind = Kind::kNormal;
-  double mean = 0, std = 1;          // normal
-  double low = -1, high = 1;         // uniform
+  double mean = 0, std = 1;                     // normal
+  double low = -1, high = 1;                    // uniform
   std::string int_low = "0", int_high = "100";  // int: expressions
 };
 
 struct TensorSpec {
   std::string name;
-  std::string dtype;                 // a dtype name or "T"
-  std::vector<std::string> shape;    // expressions
-  InitSpec init;                     // inputs only
-  bool same_on_all_ranks = false;    // inputs only
-  std::string ranks;                 // outputs only: "" = all ranks, else an expression for one rank
+  std::string dtype;               // a dtype name or "T"
+  std::vector<std::string> shape;  // expressions
+  InitSpec init;                   // inputs only
+  bool same_on_all_ranks = false;  // inputs only
+  std::string ranks;               // outputs only: "" = all ranks, else an expression for one rank
   std::optional<Tolerance> tolerance;  // outputs only
 };
 
@@ -50,9 +50,9 @@ struct Policy {
 
 struct Task {
   std::filesystem::path dir;
-  std::string key;          // folder name, e.g. "001_allreduce"
+  std::string key;  // folder name, e.g. "001_allreduce"
   int id = 0;
-  std::string name;         // "allreduce"
+  std::string name;  // "allreduce"
   std::string title;
   std::string category;
   std::string provenance;
@@ -65,11 +65,11 @@ struct Task {
   std::map<Dtype, Tolerance> tolerance;
   std::vector<SizeSpec> check_sizes;
   std::vector<SizeSpec> bench_sizes;
-  std::string perf_bytes;          // expression
-  std::string perf_busbw_factor;   // expression
+  std::string perf_bytes;         // expression
+  std::string perf_busbw_factor;  // expression
   Policy policy;
-  std::string workspace;           // expression; empty = default
-  std::filesystem::path reference;             // dir/reference.cu
+  std::string workspace;                         // expression; empty = default
+  std::filesystem::path reference;               // dir/reference.cu
   std::vector<std::filesystem::path> solutions;  // dir/solutions/*.cu, sorted
 };
 
@@ -87,14 +87,14 @@ struct ConcreteTensor {
   std::vector<int64_t> shape;
   int64_t numel = 0;
   size_t nbytes = 0;
-  int only_rank = -1;      // outputs: >= 0 when only that rank's value is checked
-  Tolerance tolerance;     // outputs: resolved for this dtype
+  int only_rank = -1;   // outputs: >= 0 when only that rank's value is checked
+  Tolerance tolerance;  // outputs: resolved for this dtype
 };
 
 struct Problem {
   const Task* task = nullptr;
   int world = 0;
-  Dtype dtype;                        // the value of T
+  Dtype dtype;  // the value of T
   std::string size_label;
   bool is_check_size = false;
   std::map<std::string, double> vars;  // params + size variables + W + elem

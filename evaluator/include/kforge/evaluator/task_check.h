@@ -10,9 +10,9 @@
 namespace kforge::eval {
 
 struct OracleCheckStats {
-  int problems = 0;          // (W, dtype, check size) combinations run
-  int skipped = 0;           // combinations over max_elements
-  int64_t output_values = 0; // oracle outputs checked for finiteness
+  int problems = 0;           // (W, dtype, check size) combinations run
+  int skipped = 0;            // combinations over max_elements
+  int64_t output_values = 0;  // oracle outputs checked for finiteness
 };
 
 // Instantiates every check size at every W and dtype, generates every rank's

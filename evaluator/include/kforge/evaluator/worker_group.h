@@ -10,10 +10,9 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "kforge/core/status.h"
 #include "kforge/evaluator/channel.h"
@@ -24,8 +23,8 @@ namespace kforge::eval {
 struct GroupOptions {
   std::filesystem::path worker_path;
   int world = 1;
-  std::vector<int> devices;   // device of each rank
-  bool emulated = false;      // ranks share GPUs: built-in collectives
+  std::vector<int> devices;                // device of each rank
+  bool emulated = false;                   // ranks share GPUs: built-in collectives
   std::map<std::string, std::string> env;  // extra environment for the workers
   double start_deadline_s = 60;
 };
@@ -33,8 +32,8 @@ struct GroupOptions {
 // What went wrong in the last failed exchange, for the result document.
 struct GroupFailure {
   std::string phase;
-  std::vector<int> hung_ranks;   // no reply before the deadline
-  int rank = -1;                 // the rank whose error is reported
+  std::vector<int> hung_ranks;  // no reply before the deadline
+  int rank = -1;                // the rank whose error is reported
   std::string message;
   ErrorKind kind = ErrorKind::kOk;
   double deadline_s = 0;
@@ -49,7 +48,8 @@ class WorkerGroup {
   // group is dead afterwards (killed), last_failure() says why, and the Status
   // kind is kDeadlock (deadline), kRuntimeError (a kernel/CUDA error or a
   // crash) or kHarness.
-  Result<std::vector<Message>> All(const nlohmann::json& msg, double deadline_s, const std::string& phase);
+  Result<std::vector<Message>> All(const nlohmann::json& msg, double deadline_s,
+                                   const std::string& phase);
   // Per-rank messages.
   Result<std::vector<Message>> Each(const std::vector<nlohmann::json>& msgs, double deadline_s,
                                     const std::string& phase);

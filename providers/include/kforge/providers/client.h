@@ -37,8 +37,9 @@ struct ChatRequest {
   std::string system;
   std::vector<Message> messages;
   std::optional<double> temperature, top_p;
-  std::optional<int> max_output_tokens;          // includes reasoning tokens on every provider
-  std::optional<std::string> reasoning_effort;   // "low" | "medium" | "high" (also "minimal", "xhigh", "max")
+  std::optional<int> max_output_tokens;  // includes reasoning tokens on every provider
+  std::optional<std::string>
+      reasoning_effort;  // "low" | "medium" | "high" (also "minimal", "xhigh", "max")
   std::optional<int> thinking_budget_tokens;
   std::optional<int64_t> seed;
   std::vector<std::string> stop;
@@ -62,10 +63,10 @@ struct ChatResponse {
   std::string text, reasoning;
   FinishReason finish = FinishReason::kStop;
   Usage usage;
-  double cost_usd = 0;      // what this call paid: 0 on a cache hit or a replay
-  bool cost_known = true;   // false when the registry has no price for the model
-  std::string request_id;   // provider's id (x-request-id, request-id, responseId or body id)
-  std::string model;        // the model that answered, as the provider names it
+  double cost_usd = 0;     // what this call paid: 0 on a cache hit or a replay
+  bool cost_known = true;  // false when the registry has no price for the model
+  std::string request_id;  // provider's id (x-request-id, request-id, responseId or body id)
+  std::string model;       // the model that answered, as the provider names it
   double latency_s = 0;
   int attempts = 1;
   bool from_cache = false;
@@ -85,12 +86,13 @@ class Client {
   // kContextOverflow, kInvalidInput, kTruncated (output limit hit with no
   // visible text), kContentFilter, kNotFound (replay: no recording), with the
   // provider's own message; API keys are redacted from it.
-  virtual Result<ChatResponse> Complete(const ChatRequest& request, const TextCallback& on_text = {}) = 0;
+  virtual Result<ChatResponse> Complete(const ChatRequest& request,
+                                        const TextCallback& on_text = {}) = 0;
 };
 
 struct RetryOptions {
-  int max_attempts = 5;                                   // including the first
-  std::chrono::milliseconds initial_backoff{1000};        // doubled per retry, jittered
+  int max_attempts = 5;                             // including the first
+  std::chrono::milliseconds initial_backoff{1000};  // doubled per retry, jittered
   std::chrono::milliseconds max_backoff{30000};
   // A server-requested delay above this makes the failure final: waiting
   // longer than this is better done by the scheduler than inside one call.
@@ -122,12 +124,12 @@ struct ClientOptions {
   bool replay_strict = true;
   std::string replay_fallback_model;
 
-  Clock* clock = nullptr;               // null: RealClock()
-  HttpTransport* transport = nullptr;   // null: the libcurl transport
-  std::shared_ptr<Limiter> limiter;     // null: the process-wide limiter for the provider
-  std::optional<LimiterOptions> limits; // null: the registry's provider limits
+  Clock* clock = nullptr;                // null: RealClock()
+  HttpTransport* transport = nullptr;    // null: the libcurl transport
+  std::shared_ptr<Limiter> limiter;      // null: the process-wide limiter for the provider
+  std::optional<LimiterOptions> limits;  // null: the registry's provider limits
   RetryOptions retry;
-  std::function<double()> random;       // uniform [0,1) for jitter; null: a seeded PRNG
+  std::function<double()> random;  // uniform [0,1) for jitter; null: a seeded PRNG
 
   std::chrono::milliseconds connect_timeout{10000};
   std::chrono::milliseconds total_timeout{std::chrono::minutes(30)};
@@ -140,7 +142,8 @@ struct ClientOptions {
   std::function<void(const Usage& usage, double cost_usd)> on_spend;
 };
 
-Result<std::unique_ptr<Client>> MakeClient(const std::string& model_spec, const ClientOptions& options);
+Result<std::unique_ptr<Client>> MakeClient(const std::string& model_spec,
+                                           const ClientOptions& options);
 
 // The status a response's finish reason stands for: OK for kStop, kTruncated
 // for kLength, kContentFilter for kContentFilter. For callers that want to

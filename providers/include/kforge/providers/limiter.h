@@ -26,7 +26,9 @@ class Limiter {
   class Lease {
    public:
     Lease() = default;
-    Lease(Lease&& other) noexcept : limiter_(other.limiter_), tokens_(other.tokens_) { other.limiter_ = nullptr; }
+    Lease(Lease&& other) noexcept : limiter_(other.limiter_), tokens_(other.tokens_) {
+      other.limiter_ = nullptr;
+    }
     Lease& operator=(Lease&& other) noexcept;
     ~Lease();
     // Corrects the reservation once the real usage is known: the difference
@@ -65,6 +67,7 @@ class Limiter {
 
 // The process-wide limiter for `key` (a provider name, or a compat base URL),
 // created with `options` on first use.
-std::shared_ptr<Limiter> SharedLimiter(const std::string& key, const LimiterOptions& options, Clock& clock);
+std::shared_ptr<Limiter> SharedLimiter(const std::string& key, const LimiterOptions& options,
+                                       Clock& clock);
 
 }  // namespace kforge::providers

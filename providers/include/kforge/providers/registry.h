@@ -23,10 +23,10 @@ std::optional<WireFormat> ParseWireFormat(std::string_view name);
 struct ProviderInfo {
   std::string name;  // "openai", "anthropic", "together", ...
   WireFormat wire = WireFormat::kOpenAiChat;
-  std::string base_url;                    // e.g. https://api.openai.com/v1
-  std::vector<std::string> base_url_env;   // first set variable wins over base_url
-  std::vector<std::string> key_env;        // first set variable is the key
-  bool key_required = true;                // compat servers often take none
+  std::string base_url;                   // e.g. https://api.openai.com/v1
+  std::vector<std::string> base_url_env;  // first set variable wins over base_url
+  std::vector<std::string> key_env;       // first set variable is the key
+  bool key_required = true;               // compat servers often take none
   LimiterOptions limits;
 };
 
@@ -39,19 +39,20 @@ enum class ReasoningStyle {
 };
 
 struct ModelInfo {
-  std::string spec;      // "openai:gpt-5.5"
-  std::string provider;  // "openai"
-  std::string name;      // the id sent on the wire: "gpt-5.5"
-  std::optional<WireFormat> wire;  // overrides the provider's
-  int64_t context_tokens = 0;      // 0: unknown
-  int64_t max_output_tokens = 0;   // 0: unknown
+  std::string spec;                   // "openai:gpt-5.5"
+  std::string provider;               // "openai"
+  std::string name;                   // the id sent on the wire: "gpt-5.5"
+  std::optional<WireFormat> wire;     // overrides the provider's
+  int64_t context_tokens = 0;         // 0: unknown
+  int64_t max_output_tokens = 0;      // 0: unknown
   int64_t default_output_tokens = 0;  // sent when the request sets none (Anthropic requires one)
   // Parameters the model rejects; the client leaves them out and logs once.
   // Names: temperature, top_p, seed, stop, max_tokens (use max_completion_tokens).
   std::vector<std::string> rejects;
   ReasoningStyle reasoning = ReasoningStyle::kNone;
   // Dollars per million tokens; nullopt when unknown.
-  std::optional<double> input_per_mtok, cached_input_per_mtok, cache_write_per_mtok, output_per_mtok;
+  std::optional<double> input_per_mtok, cached_input_per_mtok, cache_write_per_mtok,
+      output_per_mtok;
   std::string notes;
   bool listed = false;  // false: not in any registry file; capabilities unknown
 
@@ -84,7 +85,8 @@ class Registry {
 };
 
 // The built-in registry (providers/models.toml, compiled in) plus `paths`.
-Result<Registry> LoadRegistry(const std::vector<std::filesystem::path>& paths, bool include_builtin = true);
+Result<Registry> LoadRegistry(const std::vector<std::filesystem::path>& paths,
+                              bool include_builtin = true);
 
 // Dollars for `usage` at the model's prices; nullopt when a needed price is unknown.
 std::optional<double> CostUsd(const ModelInfo& model, const Usage& usage);
