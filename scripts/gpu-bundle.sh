@@ -14,11 +14,11 @@ mkdir -p build-gpu
     mkdir -p "build-gpu/$(dirname "$f")"
     cp -p "build/$f" "build-gpu/$f"
   done
-for bin in build-gpu/bin/kforge build-gpu/bin/kforge-worker build-gpu/tests/run/gpu_eval_test; do
+for bin in build-gpu/bin/kforge build-gpu/bin/kforge-worker build-gpu/tests/evaluator/run/gpu_eval_test; do
   [[ -f "$bin" ]] && strip --strip-debug "$bin"
 done
 mkdir -p build-gpu/deps
-for bin in build/bin/kforge build/bin/kforge-worker build/tests/run/gpu_eval_test; do
+for bin in build/bin/kforge build/bin/kforge-worker build/tests/evaluator/run/gpu_eval_test; do
   ldd "$bin" | awk '/=> \// {print $3}' | while read -r lib; do
     case "$(basename "$lib")" in
       libc.so*|libm.so*|libdl.so*|libpthread.so*|librt.so*|libgcc_s.so*|libstdc++.so*|libcuda.so*|libcudart.so*|libnccl.so*) ;;

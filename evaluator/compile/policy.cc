@@ -1,4 +1,4 @@
-#include "kforge/evaluator/policy.h"
+#include "compile/policy.h"
 
 #include <array>
 #include <regex>

@@ -7,12 +7,12 @@
 #include <cstdlib>
 #include <set>
 
+#include "compile/policy.h"
 #include "kforge/core/fs.h"
 #include "kforge/core/hash.h"
 #include "kforge/core/log.h"
 #include "kforge/evaluator/compile.h"
 #include "kforge/evaluator/hardware.h"
-#include "kforge/evaluator/policy.h"
 #include "session.h"
 
 namespace kforge::eval {

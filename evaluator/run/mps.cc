@@ -5,7 +5,7 @@
 #include "kforge/core/fs.h"
 #include "kforge/core/log.h"
 #include "kforge/core/subprocess.h"
-#include "kforge/evaluator/worker_group.h"
+#include "run/worker_group.h"
 
 namespace kforge::eval {
 

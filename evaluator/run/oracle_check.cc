@@ -1,5 +1,5 @@
-#include "kforge/evaluator/compare.h"
 #include "session.h"
+#include "task/compare.h"
 
 namespace kforge::eval {
 

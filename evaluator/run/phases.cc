@@ -7,7 +7,7 @@
 #include <cmath>
 
 #include "kforge/core/log.h"
-#include "kforge/evaluator/stats.h"
+#include "run/stats.h"
 #include "session.h"
 
 namespace kforge::eval {

@@ -6,9 +6,9 @@
 #include <string>
 
 #include "kforge/evaluator/evaluate.h"
-#include "kforge/evaluator/inputs.h"
 #include "kforge/evaluator/task.h"
-#include "kforge/evaluator/worker_group.h"
+#include "run/worker_group.h"
+#include "task/inputs.h"
 
 namespace kforge::eval {
 

@@ -1,4 +1,4 @@
-#include "kforge/evaluator/worker_group.h"
+#include "run/worker_group.h"
 
 #include <fcntl.h>
 #include <signal.h>

@@ -1,4 +1,4 @@
-#include "kforge/evaluator/expr.h"
+#include "task/expr.h"
 
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-#include "kforge/evaluator/inputs.h"
+#include "task/inputs.h"
 
 #include <fmt/format.h>
 
@@ -6,8 +6,8 @@
 #include <exception>
 #include <limits>
 
-#include "kforge/evaluator/expr.h"
 #include "parallel.h"
+#include "task/expr.h"
 
 namespace kforge::eval {
 namespace {

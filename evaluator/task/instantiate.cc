@@ -4,8 +4,8 @@
 #include <algorithm>
 #include <cmath>
 
-#include "kforge/evaluator/expr.h"
 #include "kforge/evaluator/task.h"
+#include "task/expr.h"
 
 namespace kforge::eval {
 namespace {

@@ -4,7 +4,7 @@
 
 #include <cmath>
 
-#include "kforge/evaluator/inputs.h"
+#include "task/inputs.h"
 
 namespace kforge::eval {
 

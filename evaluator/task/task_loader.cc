@@ -9,8 +9,8 @@
 #include <set>
 
 #include "kforge/core/fs.h"
-#include "kforge/evaluator/expr.h"
 #include "kforge/evaluator/task.h"
+#include "task/expr.h"
 #include "toml_fields.h"
 
 namespace kforge::eval {

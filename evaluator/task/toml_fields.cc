@@ -4,7 +4,7 @@
 
 #include <cmath>
 
-#include "kforge/evaluator/expr.h"
+#include "task/expr.h"
 
 namespace kforge::eval::internal {
 

@@ -9,7 +9,7 @@
 
 #include "collectives.h"
 #include "cuda_check.h"
-#include "kforge/evaluator/control_block.h"
+#include "protocol/control_block.h"
 
 namespace kforge::worker {
 namespace {

@@ -14,10 +14,10 @@
 #include <vector>
 
 #include "collectives.h"
-#include "kforge/evaluator/channel.h"
-#include "kforge/evaluator/control_block.h"
 #include "kforge/evaluator/task.h"
 #include "kforge/kernel.h"
+#include "protocol/channel.h"
+#include "protocol/control_block.h"
 
 namespace kforge::worker {
 

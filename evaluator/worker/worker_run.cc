@@ -7,9 +7,9 @@
 #include <cstring>
 
 #include "cuda_check.h"
-#include "kforge/evaluator/compare.h"
 #include "kforge/evaluator/dtype.h"
-#include "kforge/evaluator/inputs.h"
+#include "task/compare.h"
+#include "task/inputs.h"
 #include "worker.h"
 
 namespace kforge::worker {

@@ -9,10 +9,10 @@
 #include <string>
 #include <vector>
 
-#include "kforge/evaluator/compare.h"
 #include "kforge/evaluator/dtype.h"
-#include "kforge/evaluator/inputs.h"
 #include "kforge/evaluator/task.h"
+#include "task/compare.h"
+#include "task/inputs.h"
 
 namespace kforge::eval {
 namespace {

@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "kforge/core/status.h"
-#include "kforge/evaluator/channel.h"
-#include "kforge/evaluator/control_block.h"
+#include "protocol/channel.h"
+#include "protocol/control_block.h"
 
 namespace kforge::eval {
 

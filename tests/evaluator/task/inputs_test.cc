@@ -1,4 +1,4 @@
-#include "kforge/evaluator/inputs.h"
+#include "task/inputs.h"
 
 #include <gtest/gtest.h>
 

@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "kforge/evaluator/channel.h"
+#include "protocol/channel.h"
 
 int main(int argc, char** argv) {
   int rank = 0;

@@ -1,4 +1,4 @@
-#include "kforge/evaluator/channel.h"
+#include "protocol/channel.h"
 
 #include <poll.h>
 #include <sys/socket.h>

@@ -6,10 +6,10 @@
 #include <filesystem>
 #include <thread>
 
+#include "compile/policy.h"
 #include "fake_runner.h"
 #include "kforge/core/fs.h"
 #include "kforge/evaluator/compile.h"
-#include "kforge/evaluator/policy.h"
 #include "test_kernels.h"
 
 namespace kforge::eval {

@@ -1,4 +1,4 @@
-#include "kforge/evaluator/compare.h"
+#include "task/compare.h"
 
 #include <gtest/gtest.h>
 

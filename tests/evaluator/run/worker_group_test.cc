@@ -1,4 +1,4 @@
-#include "kforge/evaluator/worker_group.h"
+#include "run/worker_group.h"
 
 #include <gtest/gtest.h>
 #include <sys/wait.h>

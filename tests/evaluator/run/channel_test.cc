@@ -1,4 +1,4 @@
-#include "kforge/evaluator/channel.h"
+#include "protocol/channel.h"
 
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -6,7 +6,7 @@
 
 #include <thread>
 
-#include "kforge/evaluator/control_block.h"
+#include "protocol/control_block.h"
 
 namespace kforge::eval {
 namespace {

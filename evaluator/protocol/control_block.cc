@@ -1,4 +1,4 @@
-#include "kforge/evaluator/control_block.h"
+#include "protocol/control_block.h"
 
 #include <sched.h>
 #include <sys/mman.h>

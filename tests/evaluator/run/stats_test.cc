@@ -1,4 +1,4 @@
-#include "kforge/evaluator/stats.h"
+#include "run/stats.h"
 
 #include <gtest/gtest.h>
 
