@@ -90,10 +90,20 @@ Result<ConcreteTensor> Resolve(const Task& task, const TensorSpec& spec, Dtype t
     }
     c.only_rank = static_cast<int>(r);
   }
+  const ToleranceSpec* tol = nullptr;
   if (spec.tolerance) {
-    c.tolerance = *spec.tolerance;
+    tol = &*spec.tolerance;
   } else if (auto it = task.tolerance.find(c.dtype); it != task.tolerance.end()) {
-    c.tolerance = it->second;
+    tol = &it->second;
+  }
+  if (tol != nullptr) {
+    KF_ASSIGN_OR_RETURN(c.tolerance.atol, Evaluate(tol->atol, vars));
+    KF_ASSIGN_OR_RETURN(c.tolerance.rtol, Evaluate(tol->rtol, vars));
+    if (!(c.tolerance.atol >= 0) || !(c.tolerance.rtol >= 0)) {
+      return Error(ErrorKind::kInvalidInput,
+                   fmt::format("tolerance of '{}' is negative: atol = {}, rtol = {}", spec.name,
+                               c.tolerance.atol, c.tolerance.rtol));
+    }
   } else if (IsFloating(c.dtype)) {
     return Error(ErrorKind::kInvalidInput,
                  fmt::format("no tolerance for dtype {}", DtypeName(c.dtype)));
@@ -102,6 +112,40 @@ Result<ConcreteTensor> Resolve(const Task& task, const TensorSpec& spec, Dtype t
 }
 
 }  // namespace
+
+int64_t ConcreteTensor::NumelOf(int rank) const {
+  if (rank_shapes.empty()) return numel;
+  int64_t n = 1;
+  for (int64_t d : rank_shapes[static_cast<size_t>(rank)]) n *= d;
+  return n;
+}
+
+size_t ConcreteTensor::NbytesOf(int rank) const {
+  return static_cast<size_t>(NumelOf(rank)) * DtypeSize(dtype);
+}
+
+int ConcreteGroup::IndexOf(int rank, int world) const {
+  return layout == GroupSpec::Layout::kContiguous ? rank / size : rank % (world / size);
+}
+
+int ConcreteGroup::RankIn(int rank, int world) const {
+  return layout == GroupSpec::Layout::kContiguous ? rank % size : rank / (world / size);
+}
+
+std::vector<int> ConcreteGroup::Members(int index, int world) const {
+  std::vector<int> ranks;
+  for (int g = 0; g < size; ++g) {
+    ranks.push_back(layout == GroupSpec::Layout::kContiguous ? index * size + g
+                                                             : g * (world / size) + index);
+  }
+  return ranks;
+}
+
+int Problem::KernelOutputCount() const {
+  int n = 0;
+  for (const ConcreteTensor& t : outputs) n += t.inout_of < 0 ? 1 : 0;
+  return n;
+}
 
 Result<Problem> Instantiate(const Task& task, int world, Dtype dtype, const SizeSpec& size,
                             bool is_check_size) {

@@ -130,7 +130,7 @@ std::string RenderTaskCard(const Task& task, int world, Dtype dtype) {
     if (t.dtype != "T") {
       if (auto parsed = ParseDtype(t.dtype); parsed.ok()) dt = *parsed;
     }
-    Tolerance tol;
+    ToleranceSpec tol;
     bool exact = false;
     if (t.tolerance) {
       tol = *t.tolerance;

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "kforge/core/fs.h"
+#include "kforge/abi_limits.h"
 #include "kforge/evaluator/task.h"
 #include "task/expr.h"
 #include "toml_fields.h"
@@ -22,10 +23,10 @@ using internal::Join;
 using internal::TomlFields;
 using internal::TypeName;
 
-constexpr int kMaxWorld = 16;       // KF_MAX_RANKS
-constexpr size_t kMaxTensors = 16;  // KF_MAX_TENSORS
-constexpr size_t kMaxDims = 8;      // KF_MAX_DIMS
-constexpr size_t kMaxParams = 16;   // KF_MAX_PARAMS
+constexpr int kMaxWorld = KF_MAX_RANKS;
+constexpr size_t kMaxTensors = KF_MAX_TENSORS;
+constexpr size_t kMaxDims = KF_MAX_DIMS;
+constexpr size_t kMaxParams = KF_MAX_PARAMS;
 
 bool IsIdentifier(std::string_view s) {
   if (s.empty() || !(std::isalpha(static_cast<unsigned char>(s[0])) || s[0] == '_')) return false;
@@ -187,7 +188,8 @@ class Loader {
     return Status::Ok();
   }
 
-  Result<Tolerance> LoadTolerance(const toml::node& n, const std::string& field) {
+  // { atol = ..., rtol = ... }: numbers or expressions (e.g. "2^-8 * (W - 1)").
+  Result<ToleranceSpec> LoadTolerance(const toml::node& n, const std::string& field) {
     if (!n.is_table()) {
       return f_.Fail(&n, field,
                      fmt::format("expected {{ atol = ..., rtol = ... }}, found {}", TypeName(n)));
@@ -195,12 +197,17 @@ class Loader {
     const toml::table& t = *n.as_table();
     KF_RETURN_IF_ERROR(f_.CheckKeys(t, field, {"atol", "rtol"}));
     if (t.empty()) return f_.Fail(&n, field, "needs atol and/or rtol");
-    Tolerance tol;
-    KF_ASSIGN_OR_RETURN(auto atol, f_.OptionalNumber(t, field, "atol"));
-    KF_ASSIGN_OR_RETURN(auto rtol, f_.OptionalNumber(t, field, "rtol"));
-    tol.atol = atol.value_or(0);
-    tol.rtol = rtol.value_or(0);
-    if (tol.atol < 0 || tol.rtol < 0) return f_.Fail(&n, field, "atol and rtol must be >= 0");
+    ToleranceSpec tol;
+    KF_ASSIGN_OR_RETURN(auto atol, f_.OptionalExpression(t, field, "atol"));
+    KF_ASSIGN_OR_RETURN(auto rtol, f_.OptionalExpression(t, field, "rtol"));
+    tol.atol = atol.value_or("0");
+    tol.rtol = rtol.value_or("0");
+    for (const std::string* e : {&tol.atol, &tol.rtol}) {
+      // A plain number is checked now; an expression when it is instantiated.
+      if (auto v = Evaluate(*e, {}); v.ok() && *v < 0) {
+        return f_.Fail(&n, field, "atol and rtol must be >= 0");
+      }
+    }
     return tol;
   }
 

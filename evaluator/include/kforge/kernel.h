@@ -1,4 +1,4 @@
-/* kforge kernel ABI, version 1.
+/* kforge kernel ABI, version 2.
  *
  * A kernel is ONE .cu file compiled to a shared object that exports three C
  * functions. The harness (one worker process per rank) calls them:
@@ -19,7 +19,8 @@
  * every rank's address space at t.peers[r] (t.peers[ctx->rank] == t.data). A
  * kernel may load from and store to peers' buffers directly (NVLink P2P).
  * Buffers are 256-byte aligned. Inputs must not be modified (the harness
- * checks). Outputs are poisoned (0xFF bytes) before correctness calls. The
+ * checks), except those the task declares in-place (kf_tensor.inout = 1): the
+ * harness restores their contents before every call and checks them after it. Outputs are poisoned (0xFF bytes) before correctness calls. The
  * harness rotates several copies of the inputs and outputs between timed calls
  * (to keep them out of L2): read every pointer from ctx in each kf_run, never
  * cache tensor pointers from kf_setup. The workspace and signal pad do not
@@ -39,11 +40,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define KF_ABI_VERSION 1
-#define KF_MAX_RANKS 16
-#define KF_MAX_DIMS 8
-#define KF_MAX_TENSORS 16
-#define KF_MAX_PARAMS 16
+#include "kforge/abi_limits.h" /* KF_ABI_VERSION, KF_MAX_RANKS, KF_MAX_TENSORS, ... */
 
 #ifdef __cplusplus
 extern "C" {
@@ -69,9 +66,10 @@ typedef struct kf_tensor {
   const char* name;
   kf_dtype dtype;
   int ndim;
-  int64_t shape[KF_MAX_DIMS]; /* row-major, contiguous */
+  int64_t shape[KF_MAX_DIMS]; /* row-major, contiguous; this rank's shape */
   int64_t numel;
-  size_t nbytes;
+  size_t nbytes;              /* this rank's bytes; peers' buffers are at least this large */
+  int inout;                  /* 1: an input the kernel updates in place */
   void* data;                /* this rank's buffer (device memory) */
   void* peers[KF_MAX_RANKS]; /* peers[r]: rank r's buffer, valid for r < world_size */
 } kf_tensor;
@@ -81,6 +79,16 @@ typedef struct kf_buffer {
   size_t nbytes;
   void* peers[KF_MAX_RANKS];
 } kf_buffer;
+
+/* A sub-communicator declared by the task ([[groups]] in task.toml): the world
+ * split into world_size / size groups of `size` ranks each. */
+typedef struct kf_group {
+  const char* name;
+  int size;                /* ranks in each group */
+  int rank;                /* this rank's index inside its group */
+  int index;               /* which group this rank belongs to */
+  int ranks[KF_MAX_RANKS]; /* ranks[g]: the world rank of group rank g (this rank's group) */
+} kf_group;
 
 typedef struct kf_gpu_info {
   char name[96];
@@ -110,6 +118,9 @@ typedef struct kf_ctx {
   int num_params;
   const char* param_names[KF_MAX_PARAMS];
   double param_values[KF_MAX_PARAMS]; /* the task's scalar params (integers are exact) */
+
+  int num_groups;
+  kf_group groups[KF_MAX_GROUPS]; /* in task.toml order */
 
   kf_buffer workspace;  /* symmetric scratch; contents persist between calls */
   kf_buffer signal_pad; /* symmetric, zeroed once before kf_setup; use uint32_t/uint64_t slots */
@@ -146,6 +157,21 @@ int kf_recv(kf_ctx* ctx, void* buf, size_t count, kf_dtype dt, int peer);
 /* All ranks' ctx->stream work before the barrier completes before any after it. */
 int kf_barrier(kf_ctx* ctx);
 
+/* The same collectives inside one of ctx->groups (index `group`); every rank
+ * calls them for its own group. Roots and counts are in group ranks; buffers
+ * are this rank's. */
+int kf_group_all_reduce(kf_ctx* ctx, int group, const void* send, void* recv, size_t count,
+                        kf_dtype dt, kf_redop op);
+int kf_group_all_gather(kf_ctx* ctx, int group, const void* send, void* recv, size_t send_count,
+                        kf_dtype dt);
+int kf_group_reduce_scatter(kf_ctx* ctx, int group, const void* send, void* recv,
+                            size_t recv_count, kf_dtype dt, kf_redop op);
+int kf_group_broadcast(kf_ctx* ctx, int group, const void* send, void* recv, size_t count,
+                       kf_dtype dt, int root);
+int kf_group_all_to_all(kf_ctx* ctx, int group, const void* send, void* recv, size_t count,
+                        kf_dtype dt);
+int kf_group_barrier(kf_ctx* ctx, int group);
+
 /* Bytes per element. */
 static inline size_t kf_dtype_size(kf_dtype dt) {
   switch (dt) {
@@ -173,6 +199,11 @@ static inline kf_tensor* kf_output(kf_ctx* ctx, const char* name) {
   for (int i = 0; i < ctx->num_outputs; ++i)
     if (strcmp(ctx->outputs[i].name, name) == 0) return &ctx->outputs[i];
   return NULL;
+}
+static inline int kf_group_index(const kf_ctx* ctx, const char* name) {
+  for (int i = 0; i < ctx->num_groups; ++i)
+    if (strcmp(ctx->groups[i].name, name) == 0) return i;
+  return -1;
 }
 static inline double kf_param(const kf_ctx* ctx, const char* name, double fallback) {
   for (int i = 0; i < ctx->num_params; ++i)

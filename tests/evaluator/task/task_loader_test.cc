@@ -34,7 +34,7 @@ TEST(TaskLoader, LoadsAValidTask) {
   EXPECT_EQ(t->inputs[0].shape, (std::vector<std::string>{"N"}));
   EXPECT_EQ(t->inputs[0].init.kind, InitSpec::Kind::kNormal);
   ASSERT_EQ(t->outputs.size(), 1u);
-  EXPECT_EQ(t->tolerance.at(Dtype::kBF16).atol, 2e-2);
+  EXPECT_EQ(t->tolerance.at(Dtype::kBF16).atol, "0.02");
   ASSERT_EQ(t->check_sizes.size(), 2u);
   EXPECT_EQ(t->check_sizes[1].label, "odd");
   EXPECT_EQ(t->check_sizes[1].vars.at("N"), "1001");

@@ -19,6 +19,43 @@ struct Tolerance {
   double rtol = 0;
 };
 
+// A tolerance as written in task.toml: numbers or expressions over W, elem,
+// the params and the size variables (so that it can scale with W or K).
+struct ToleranceSpec {
+  std::string atol = "0";
+  std::string rtol = "0";
+};
+
+// How an input's values relate across ranks.
+struct Distribution {
+  enum class Kind {
+    kPerRank,     // every rank draws its own values (the default)
+    kReplicated,  // every rank holds the same values (same_on_all_ranks = true)
+    kShard,       // rank g of `group` holds the g-th slice along `dim` of one global tensor
+  };
+  Kind kind = Kind::kPerRank;
+  int dim = 0;        // kShard: the sharded dimension of the local shape
+  std::string group;  // kShard: a [[groups]] name; empty = the whole world
+};
+
+// A sub-communicator: the world split into groups of `size` ranks.
+// contiguous: group = r / size, rank in group = r % size (TP inside a node);
+// strided:    group = r % (W / size), rank in group = r / (W / size) (FSDP across TP).
+struct GroupSpec {
+  std::string name;
+  std::string size;  // expression; must divide W
+  enum class Layout { kContiguous, kStrided };
+  Layout layout = Layout::kContiguous;
+};
+
+// The physical minimum of one call, per rank, as expressions: bytes every rank
+// must move through its HBM and over NVLink, and its flops. Empty: unknown.
+struct FloorSpec {
+  std::string hbm_bytes;
+  std::string link_bytes;
+  std::string flops;
+};
+
 struct InitSpec {
   enum class Kind { kNormal, kUniform, kInt, kPermutation, kCustom };
   Kind kind = Kind::kNormal;
@@ -34,7 +71,7 @@ struct TensorSpec {
   InitSpec init;                   // inputs only
   bool same_on_all_ranks = false;  // inputs only
   std::string ranks;               // outputs only: "" = all ranks, else an expression for one rank
-  std::optional<Tolerance> tolerance;  // outputs only
+  std::optional<ToleranceSpec> tolerance;  // outputs and inout inputs
 };
 
 struct SizeSpec {
@@ -62,7 +99,9 @@ struct Task {
   std::map<std::string, double> params;
   std::vector<TensorSpec> inputs;
   std::vector<TensorSpec> outputs;
-  std::map<Dtype, Tolerance> tolerance;
+  std::map<Dtype, ToleranceSpec> tolerance;
+  std::vector<GroupSpec> groups;
+  FloorSpec floor;
   std::vector<SizeSpec> check_sizes;
   std::vector<SizeSpec> bench_sizes;
   std::string perf_bytes;         // expression
@@ -80,15 +119,36 @@ Result<std::vector<Task>> LoadTasks(const std::filesystem::path& root);
 // Finds a task by key, number or name.
 const Task* FindTask(const std::vector<Task>& tasks, std::string_view selector);
 
-// A tensor at concrete sizes.
+// A tensor at concrete sizes. A shape may depend on the rank (the variable
+// `rank` in its expressions): then rank_shapes holds every rank's shape and
+// shape/numel/nbytes are the largest, which is what the symmetric allocation
+// holds on every rank.
 struct ConcreteTensor {
   std::string name;
   Dtype dtype;
   std::vector<int64_t> shape;
   int64_t numel = 0;
   size_t nbytes = 0;
+  std::vector<std::vector<int64_t>> rank_shapes;  // empty: the same shape on every rank
   int only_rank = -1;   // outputs: >= 0 when only that rank's value is checked
-  Tolerance tolerance;  // outputs: resolved for this dtype
+  Tolerance tolerance;  // outputs: resolved for this dtype, W and size
+  int inout_of = -1;    // outputs: >= 0 for the checked state of in-place input inout_of
+
+  const std::vector<int64_t>& ShapeOf(int rank) const {
+    return rank_shapes.empty() ? shape : rank_shapes[static_cast<size_t>(rank)];
+  }
+  int64_t NumelOf(int rank) const;
+  size_t NbytesOf(int rank) const;
+};
+
+// A sub-communicator at a concrete W.
+struct ConcreteGroup {
+  std::string name;
+  int size = 0;
+  GroupSpec::Layout layout = GroupSpec::Layout::kContiguous;
+  int IndexOf(int rank, int world) const;                // which group `rank` is in
+  int RankIn(int rank, int world) const;                 // its rank inside that group
+  std::vector<int> Members(int index, int world) const;  // world ranks, by group rank
 };
 
 struct Problem {
@@ -99,10 +159,18 @@ struct Problem {
   bool is_check_size = false;
   std::map<std::string, double> vars;  // params + size variables + W + elem
   std::vector<ConcreteTensor> inputs;
+  // The task's outputs in task.toml order, then one entry per inout input
+  // (inout_of >= 0), which kernels do not see among ctx->outputs.
   std::vector<ConcreteTensor> outputs;
+  std::vector<ConcreteGroup> groups;
   size_t workspace_bytes = 0;
   double perf_bytes = 0;
   double busbw_factor = 1;
+  // The floor (FloorSpec) per rank; 0 where the task gives none.
+  double floor_hbm_bytes = 0, floor_link_bytes = 0, floor_flops = 0;
+
+  // Outputs a kernel writes (excludes the inout entries).
+  int KernelOutputCount() const;
 };
 
 // Instantiates a task at world size W, dtype T and one of its sizes.
