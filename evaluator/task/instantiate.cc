@@ -70,15 +70,36 @@ Result<ConcreteTensor> Resolve(const Task& task, const TensorSpec& spec, Dtype t
   }
   c.nbytes = static_cast<size_t>(c.numel) * DtypeSize(c.dtype);
   if (!is_output) {
-    if (spec.init.kind == InitSpec::Kind::kInt) {
-      KF_ASSIGN_OR_RETURN(double lo, Evaluate(spec.init.int_low, vars));
-      KF_ASSIGN_OR_RETURN(double hi, Evaluate(spec.init.int_high, vars));
-      if (lo != std::floor(lo) || hi != std::floor(hi) || lo > hi) {
-        return Error(
-            ErrorKind::kInvalidInput,
-            fmt::format("init int bounds low = {} and high = {} must be integers with low <= high",
-                        lo, hi));
+    c.init = spec.init.kind;
+    c.distribution = spec.distribution;
+    if (spec.same_on_all_ranks) c.distribution.kind = Distribution::Kind::kReplicated;
+    c.inout = spec.inout;
+    switch (spec.init.kind) {
+      case InitSpec::Kind::kNormal:
+        c.init_a = spec.init.mean;
+        c.init_b = spec.init.std;
+        break;
+      case InitSpec::Kind::kUniform:
+        c.init_a = spec.init.low;
+        c.init_b = spec.init.high;
+        break;
+      case InitSpec::Kind::kInt: {
+        KF_ASSIGN_OR_RETURN(double lo, Evaluate(spec.init.int_low, vars));
+        KF_ASSIGN_OR_RETURN(double hi, Evaluate(spec.init.int_high, vars));
+        if (lo != std::floor(lo) || hi != std::floor(hi) || lo > hi) {
+          return Error(
+              ErrorKind::kInvalidInput,
+              fmt::format(
+                  "init int bounds low = {} and high = {} must be integers with low <= high", lo,
+                  hi));
+        }
+        c.init_a = lo;
+        c.init_b = hi;
+        break;
       }
+      case InitSpec::Kind::kPermutation:
+      case InitSpec::Kind::kCustom:
+        break;
     }
     return c;
   }

@@ -8,8 +8,8 @@
 #include <optional>
 #include <set>
 
-#include "kforge/core/fs.h"
 #include "kforge/abi_limits.h"
+#include "kforge/core/fs.h"
 #include "kforge/evaluator/task.h"
 #include "task/expr.h"
 #include "toml_fields.h"

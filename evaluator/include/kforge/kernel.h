@@ -20,13 +20,12 @@
  * kernel may load from and store to peers' buffers directly (NVLink P2P).
  * Buffers are 256-byte aligned. Inputs must not be modified (the harness
  * checks), except those the task declares in-place (kf_tensor.inout = 1): the
- * harness restores their contents before every call and checks them after it. Outputs are poisoned (0xFF bytes) before correctness calls. The
- * harness rotates several copies of the inputs and outputs between timed calls
- * (to keep them out of L2): read every pointer from ctx in each kf_run, never
- * cache tensor pointers from kf_setup. The workspace and signal pad do not
- * move. The signal pad (64 KiB) is zeroed on every rank before each kf_setup
- * and never again: keep barrier state monotonic (epochs) so that back-to-back
- * calls work.
+ * harness restores their contents before every call and checks them after it. Outputs are poisoned
+ * (0xFF bytes) before correctness calls. The harness rotates several copies of the inputs and
+ * outputs between timed calls (to keep them out of L2): read every pointer from ctx in each kf_run,
+ * never cache tensor pointers from kf_setup. The workspace and signal pad do not move. The signal
+ * pad (64 KiB) is zeroed on every rank before each kf_setup and never again: keep barrier state
+ * monotonic (epochs) so that back-to-back calls work.
  *
  * Synchronisation between ranks is the kernel's job: a rank may start kf_run
  * while a peer is still finishing its previous call. The harness times each
@@ -68,8 +67,8 @@ typedef struct kf_tensor {
   int ndim;
   int64_t shape[KF_MAX_DIMS]; /* row-major, contiguous; this rank's shape */
   int64_t numel;
-  size_t nbytes;              /* this rank's bytes; peers' buffers are at least this large */
-  int inout;                  /* 1: an input the kernel updates in place */
+  size_t nbytes;             /* this rank's bytes; peers' buffers are at least this large */
+  int inout;                 /* 1: an input the kernel updates in place */
   void* data;                /* this rank's buffer (device memory) */
   void* peers[KF_MAX_RANKS]; /* peers[r]: rank r's buffer, valid for r < world_size */
 } kf_tensor;
@@ -164,8 +163,8 @@ int kf_group_all_reduce(kf_ctx* ctx, int group, const void* send, void* recv, si
                         kf_dtype dt, kf_redop op);
 int kf_group_all_gather(kf_ctx* ctx, int group, const void* send, void* recv, size_t send_count,
                         kf_dtype dt);
-int kf_group_reduce_scatter(kf_ctx* ctx, int group, const void* send, void* recv,
-                            size_t recv_count, kf_dtype dt, kf_redop op);
+int kf_group_reduce_scatter(kf_ctx* ctx, int group, const void* send, void* recv, size_t recv_count,
+                            kf_dtype dt, kf_redop op);
 int kf_group_broadcast(kf_ctx* ctx, int group, const void* send, void* recv, size_t count,
                        kf_dtype dt, int root);
 int kf_group_all_to_all(kf_ctx* ctx, int group, const void* send, void* recv, size_t count,

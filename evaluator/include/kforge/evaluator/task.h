@@ -132,7 +132,13 @@ struct ConcreteTensor {
   std::vector<std::vector<int64_t>> rank_shapes;  // empty: the same shape on every rank
   int only_rank = -1;   // outputs: >= 0 when only that rank's value is checked
   Tolerance tolerance;  // outputs: resolved for this dtype, W and size
-  int inout_of = -1;    // outputs: >= 0 for the checked state of in-place input inout_of
+  // Inputs: the init with its parameters evaluated (a, b are mean/std for
+  // normal, low/high for uniform and int), and how values relate across ranks.
+  InitSpec::Kind init = InitSpec::Kind::kNormal;
+  double init_a = 0, init_b = 1;
+  Distribution distribution;
+  bool inout = false;
+  int inout_of = -1;  // outputs: >= 0 for the checked state of in-place input inout_of
 
   const std::vector<int64_t>& ShapeOf(int rank) const {
     return rank_shapes.empty() ? shape : rank_shapes[static_cast<size_t>(rank)];
