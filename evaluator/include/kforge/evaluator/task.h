@@ -69,7 +69,9 @@ struct TensorSpec {
   std::string dtype;               // a dtype name or "T"
   std::vector<std::string> shape;  // expressions
   InitSpec init;                   // inputs only
-  bool same_on_all_ranks = false;  // inputs only
+  bool same_on_all_ranks = false;  // inputs only (distribution.kind kReplicated)
+  Distribution distribution;       // inputs only
+  bool inout = false;              // inputs only: updated in place, checked like an output
   std::string ranks;               // outputs only: "" = all ranks, else an expression for one rank
   std::optional<ToleranceSpec> tolerance;  // outputs and inout inputs
 };
