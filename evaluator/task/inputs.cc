@@ -2,72 +2,20 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <exception>
 #include <limits>
 
 #include "parallel.h"
 #include "task/expr.h"
+#include "task/input_gen.h"
 
 namespace kforge::eval {
 namespace {
 
 using internal::ParallelFor;
 using internal::ThreadsFor;
-
-// The splitmix64 finaliser: a bijective 64-bit mixer.
-inline uint64_t Mix(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-constexpr uint64_t kGolden = 0x9e3779b97f4a7c15ULL;
-
-// One independent stream per (seed, rank, input).
-uint64_t StreamKey(uint64_t seed, int rank, int input) {
-  uint64_t k = Mix(seed ^ 0x6b666f7267652d69ULL);  // domain tag: inputs
-  k = Mix(k + kGolden * (static_cast<uint64_t>(rank) + 1));
-  return Mix(k + kGolden * (static_cast<uint64_t>(input) + 0x100));
-}
-
-// The i-th draw of a stream (counter-based: no state between elements).
-inline uint64_t Draw(uint64_t key, uint64_t i) { return Mix(key + (i + 1) * kGolden); }
-inline double Unit(uint64_t h) { return static_cast<double>(h >> 11) * 0x1.0p-53; }  // [0, 1)
-
-// A pseudo-random permutation of [0, n): a 4-round balanced Feistel network
-// on the smallest even-bit domain >= n, cycle-walking values that fall
-// outside [0, n). Bijective and computable per element, so it parallelises.
-class Permutation {
- public:
-  Permutation(uint64_t key, uint64_t n) : n_(n) {
-    int bits = 2;
-    while (bits < 64 && (uint64_t{1} << bits) < n) ++bits;
-    half_ = (bits + 1) / 2;
-    mask_ = (uint64_t{1} << half_) - 1;
-    for (int r = 0; r < 4; ++r) keys_[r] = Draw(key, static_cast<uint64_t>(r));
-  }
-  uint64_t operator()(uint64_t x) const {
-    do {
-      x = Round(x);
-    } while (x >= n_);
-    return x;
-  }
-
- private:
-  uint64_t Round(uint64_t x) const {
-    uint64_t l = x >> half_, r = x & mask_;
-    for (uint64_t k : keys_) {
-      const uint64_t next = l ^ (Mix(r ^ k) & mask_);
-      l = r;
-      r = next;
-    }
-    return (l << half_) | r;
-  }
-  uint64_t n_;
-  int half_;
-  uint64_t mask_;
-  uint64_t keys_[4];
-};
 
 // The largest integer a dtype holds exactly (and every integer below it).
 double ExactIntegerLimit(Dtype dt) {
@@ -109,7 +57,9 @@ Status GenerateCustom(const Problem& p, int index, int rank, uint64_t seed, uint
                     "(KF_INPUT_GENERATOR({}) in oracle.cpp)",
                     p.task->key, t.name, p.task->name));
   }
-  OracleTensor tensor{t.name, t.shape, std::vector<double>(static_cast<size_t>(t.numel), 0.0)};
+  const int64_t numel = t.NumelOf(rank);
+  OracleTensor tensor{t.name, t.ShapeOf(rank),
+                      std::vector<double>(static_cast<size_t>(numel), 0.0)};
   OracleRng rng(key);
   GeneratorIo io;
   io.world = p.world;
@@ -128,12 +78,12 @@ Status GenerateCustom(const Problem& p, int index, int rank, uint64_t seed, uint
   }
   if (!s.ok())
     return s.WithContext(fmt::format("{}: generator for input '{}'", p.task->key, t.name));
-  if (tensor.data.size() != static_cast<size_t>(t.numel)) {
+  if (tensor.data.size() != static_cast<size_t>(numel)) {
     return Error(ErrorKind::kInternal,
                  fmt::format("{}: generator resized input '{}' from {} to {} elements", p.task->key,
-                             t.name, t.numel, tensor.data.size()));
+                             t.name, numel, tensor.data.size()));
   }
-  ParallelFor(t.numel, ThreadsFor(t.numel, threads), [&](int64_t b, int64_t e) {
+  ParallelFor(numel, ThreadsFor(numel, threads), [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i)
       StoreFromDouble(dst, t.dtype, static_cast<size_t>(i), tensor.data[i]);
   });
@@ -142,98 +92,114 @@ Status GenerateCustom(const Problem& p, int index, int rank, uint64_t seed, uint
 
 }  // namespace
 
-Status GenerateInput(const Problem& p, int index, int rank, uint64_t seed, void* dst, int threads) {
-  if (p.task == nullptr || index < 0 || index >= static_cast<int>(p.inputs.size()) ||
-      index >= static_cast<int>(p.task->inputs.size())) {
-    return Error(ErrorKind::kInternal, fmt::format("GenerateInput: no input {}", index));
+Result<gen::InputGen> MakeInputGen(const Problem& p, int index, int rank, uint64_t seed) {
+  if (index < 0 || index >= static_cast<int>(p.inputs.size())) {
+    return Error(ErrorKind::kInternal, fmt::format("MakeInputGen: no input {}", index));
   }
-  const TensorSpec& spec = p.task->inputs[index];
   const ConcreteTensor& t = p.inputs[index];
-  const int source_rank = spec.same_on_all_ranks ? 0 : rank;
-  const uint64_t key = StreamKey(seed, source_rank, index);
-  const int n_threads = ThreadsFor(t.numel, threads);
-  const Dtype dt = t.dtype;
-  const InitSpec& init = spec.init;
-
-  switch (init.kind) {
-    case InitSpec::Kind::kNormal: {
-      // Box-Muller on pairs (2j, 2j+1): both outputs are used; chunks keep pairs whole.
-      ParallelFor(
-          t.numel, n_threads,
-          [&](int64_t b, int64_t e) {
-            for (int64_t i = b; i < e; i += 2) {
-              const uint64_t j = static_cast<uint64_t>(i);
-              const double u1 = 1.0 - Unit(Draw(key, j));  // (0, 1]: log is finite
-              const double u2 = Unit(Draw(key, j + 1));
-              const double r = std::sqrt(-2.0 * std::log(u1)) * init.std;
-              const double theta = 6.283185307179586 * u2;
-              StoreFromDouble(dst, dt, j, init.mean + r * std::cos(theta));
-              if (i + 1 < e) StoreFromDouble(dst, dt, j + 1, init.mean + r * std::sin(theta));
-            }
-          },
-          2);
-      return Status::Ok();
-    }
-    case InitSpec::Kind::kUniform:
-      ParallelFor(t.numel, n_threads, [&](int64_t b, int64_t e) {
-        for (int64_t i = b; i < e; ++i) {
-          const double u = Unit(Draw(key, static_cast<uint64_t>(i)));
-          StoreFromDouble(dst, dt, static_cast<size_t>(i), init.low + (init.high - init.low) * u);
+  gen::InputGen g;
+  g.dtype = static_cast<int>(t.dtype);
+  g.a = t.init_a;
+  g.b = t.init_b;
+  int source_rank = rank;
+  uint64_t global_numel = static_cast<uint64_t>(t.NumelOf(rank));
+  switch (t.distribution.kind) {
+    case Distribution::Kind::kPerRank:
+      break;
+    case Distribution::Kind::kReplicated:
+      source_rank = 0;
+      break;
+    case Distribution::Kind::kShard: {
+      source_rank = 0;  // one global tensor, the same in every group
+      int count = p.world, index_in = rank;
+      if (!t.distribution.group.empty()) {
+        auto it = std::find_if(p.groups.begin(), p.groups.end(), [&](const ConcreteGroup& cg) {
+          return cg.name == t.distribution.group;
+        });
+        if (it == p.groups.end()) {
+          return Error(ErrorKind::kInvalidInput,
+                       fmt::format("input '{}' is sharded over an unknown group '{}'", t.name,
+                                   t.distribution.group));
         }
-      });
-      return Status::Ok();
+        count = it->size;
+        index_in = it->RankIn(rank, p.world);
+      }
+      const std::vector<int64_t>& shape = t.ShapeOf(rank);
+      if (t.distribution.dim < 0 || t.distribution.dim >= static_cast<int>(shape.size()) ||
+          shape.size() > static_cast<size_t>(gen::kMaxDims)) {
+        return Error(ErrorKind::kInvalidInput,
+                     fmt::format("input '{}': shard dim {} is not a dimension of its shape", t.name,
+                                 t.distribution.dim));
+      }
+      g.sharded = true;
+      g.ndim = static_cast<int>(shape.size());
+      for (int k = 0; k < g.ndim; ++k) g.local[k] = shape[k];
+      g.shard_dim = t.distribution.dim;
+      g.shard_index = index_in;
+      g.shard_count = count;
+      global_numel *= static_cast<uint64_t>(count);
+      break;
+    }
+  }
+  g.key = gen::StreamKey(seed, source_rank, index);
+  switch (t.init) {
+    case InitSpec::Kind::kNormal:
+      g.kind = gen::kNormal;
+      break;
+    case InitSpec::Kind::kUniform:
+      g.kind = gen::kUniform;
+      break;
     case InitSpec::Kind::kInt: {
-      auto lo = Evaluate(init.int_low, p.vars);
-      auto hi = Evaluate(init.int_high, p.vars);
-      if (!lo.ok())
-        return lo.status().WithContext(fmt::format("{}: input '{}' init.low", p.task->key, t.name));
-      if (!hi.ok())
-        return hi.status().WithContext(
-            fmt::format("{}: input '{}' init.high", p.task->key, t.name));
-      if (*lo != std::floor(*lo) || *hi != std::floor(*hi) || *lo > *hi ||
-          std::fabs(*lo) > 0x1.0p62 || std::fabs(*hi) > 0x1.0p62) {
+      g.kind = gen::kInt;
+      if (std::fabs(t.init_a) > 0x1.0p62 || std::fabs(t.init_b) > 0x1.0p62) {
+        return Error(ErrorKind::kInvalidInput,
+                     fmt::format("{}: input '{}': int bounds [{}, {}] are too large",
+                                 p.task ? p.task->key : "", t.name, t.init_a, t.init_b));
+      }
+      g.int_low = static_cast<int64_t>(t.init_a);
+      g.int_span = static_cast<uint64_t>(static_cast<int64_t>(t.init_b) - g.int_low) + 1;
+      break;
+    }
+    case InitSpec::Kind::kPermutation:
+      if (global_numel > 0 && static_cast<double>(global_numel - 1) > ExactIntegerLimit(t.dtype)) {
         return Error(
             ErrorKind::kInvalidInput,
-            fmt::format("{}: input '{}': int bounds [{}, {}] must be integers with low <= high",
-                        p.task->key, t.name, *lo, *hi));
+            fmt::format("{}: input '{}': a permutation of {} elements does not fit {}",
+                        p.task ? p.task->key : "", t.name, global_numel, DtypeName(t.dtype)));
       }
-      const auto low = static_cast<int64_t>(*lo);
-      const uint64_t span = static_cast<uint64_t>(static_cast<int64_t>(*hi) - low) + 1;
-      ParallelFor(t.numel, n_threads, [&](int64_t b, int64_t e) {
-        for (int64_t i = b; i < e; ++i) {
-          const uint64_t h = Draw(key, static_cast<uint64_t>(i));
-          StoreFromDouble(dst, dt, static_cast<size_t>(i),
-                          static_cast<double>(low + static_cast<int64_t>(h % span)));
-        }
-      });
-      return Status::Ok();
-    }
-    case InitSpec::Kind::kPermutation: {
-      if (t.numel > 0 && static_cast<double>(t.numel - 1) > ExactIntegerLimit(dt)) {
-        return Error(ErrorKind::kInvalidInput,
-                     fmt::format("{}: input '{}': a permutation of {} elements does not fit {}",
-                                 p.task->key, t.name, t.numel, DtypeName(dt)));
-      }
-      const Permutation perm(key, static_cast<uint64_t>(t.numel));
-      ParallelFor(t.numel, n_threads, [&](int64_t b, int64_t e) {
-        for (int64_t i = b; i < e; ++i) {
-          StoreFromDouble(dst, dt, static_cast<size_t>(i),
-                          static_cast<double>(perm(static_cast<uint64_t>(i))));
-        }
-      });
-      return Status::Ok();
-    }
+      g.kind = gen::kPermutation;
+      g.perm = gen::Feistel::Make(g.key, global_numel);
+      break;
     case InitSpec::Kind::kCustom:
-      return GenerateCustom(p, index, source_rank, seed, key, dst, threads);
+      return Error(ErrorKind::kInvalidInput,
+                   fmt::format("input '{}' is custom: only the task's generator makes it", t.name));
   }
-  return Error(ErrorKind::kInternal, "unknown init kind");
+  return g;
+}
+
+Status GenerateInput(const Problem& p, int index, int rank, uint64_t seed, void* dst, int threads) {
+  if (p.task == nullptr || index < 0 || index >= static_cast<int>(p.inputs.size())) {
+    return Error(ErrorKind::kInternal, fmt::format("GenerateInput: no input {}", index));
+  }
+  const ConcreteTensor& t = p.inputs[index];
+  if (t.init == InitSpec::Kind::kCustom) {
+    const int source_rank = t.distribution.kind == Distribution::Kind::kPerRank ? rank : 0;
+    return GenerateCustom(p, index, source_rank, seed, gen::StreamKey(seed, source_rank, index),
+                          dst, threads);
+  }
+  KF_ASSIGN_OR_RETURN(gen::InputGen g, MakeInputGen(p, index, rank, seed));
+  const int64_t n = t.NumelOf(rank);
+  ParallelFor(n, ThreadsFor(n, threads), [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) g.Fill(dst, static_cast<uint64_t>(i));
+  });
+  return Status::Ok();
 }
 
 Result<HostInputs> GenerateAllInputs(const Problem& p, uint64_t seed, int threads) {
   HostInputs all(static_cast<size_t>(p.world));
   for (int r = 0; r < p.world; ++r) {
     for (size_t k = 0; k < p.inputs.size(); ++k) {
-      all[r].emplace_back(p.inputs[k].nbytes);
+      all[r].emplace_back(p.inputs[k].NbytesOf(r));
       KF_RETURN_IF_ERROR(
           GenerateInput(p, static_cast<int>(k), r, seed, all[r].back().data(), threads));
     }
@@ -272,9 +238,10 @@ Result<OracleIo> BuildOracleIo(const Problem& p, uint64_t seed,
       const void* src = ptrs[r][k];
       if (src == nullptr && t.numel > 0)
         return Error(ErrorKind::kInternal, "BuildOracleIo: null input");
-      OracleTensor& o = io.inputs[r].emplace_back(OracleTensor{t.name, t.shape, {}});
-      o.data.resize(static_cast<size_t>(t.numel));
-      ParallelFor(t.numel, ThreadsFor(t.numel, 0), [&](int64_t b, int64_t e) {
+      OracleTensor& o = io.inputs[r].emplace_back(OracleTensor{t.name, t.ShapeOf(r), {}});
+      const int64_t numel = t.NumelOf(r);
+      o.data.resize(static_cast<size_t>(numel));
+      ParallelFor(numel, ThreadsFor(numel, 0), [&](int64_t b, int64_t e) {
         for (int64_t i = b; i < e; ++i)
           o.data[i] = LoadAsDouble(src, t.dtype, static_cast<size_t>(i));
       });
@@ -308,7 +275,8 @@ Status RunOracle(const Problem& p, OracleIo& io) {
   for (size_t r = 0; r < io.outputs.size(); ++r) {
     for (size_t k = 0; k < p.outputs.size(); ++k) {
       if (io.outputs[r].size() != p.outputs.size() ||
-          io.outputs[r][k].data.size() != static_cast<size_t>(p.outputs[k].numel)) {
+          io.outputs[r][k].data.size() !=
+              static_cast<size_t>(p.outputs[k].NumelOf(static_cast<int>(r)))) {
         return Error(ErrorKind::kInternal, fmt::format("{}: oracle resized rank {}'s output '{}'",
                                                        p.task->key, r, p.outputs[k].name));
       }

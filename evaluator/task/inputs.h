@@ -12,6 +12,7 @@
 #include "kforge/core/status.h"
 #include "kforge/evaluator/task.h"
 #include "kforge/oracle.h"
+#include "task/input_gen.h"
 
 namespace kforge::eval {
 
@@ -21,6 +22,11 @@ namespace kforge::eval {
 // permutation that the dtype cannot hold exactly.
 Status GenerateInput(const Problem& p, int input_index, int rank, uint64_t trial_seed, void* dst,
                      int threads = 0);
+
+// The generator of rank's values of input `input_index` (not for custom
+// inputs): the same InputGen the harness worker runs on the GPU.
+Result<gen::InputGen> MakeInputGen(const Problem& p, int input_index, int rank,
+                                   uint64_t trial_seed);
 
 // Raw bytes of every rank's inputs: [rank][input index].
 using HostInputs = std::vector<std::vector<std::vector<uint8_t>>>;

@@ -90,7 +90,7 @@ struct Fixture {
 };
 
 TEST(Inputs, DeterministicAndIndependentOfThreadCount) {
-  Fixture f(Named("ttsum"), 300001);  // odd: the last Box-Muller pair is cut
+  Fixture f(Named("ttsum"), 300001);  // odd: chunks split unevenly across threads
   const auto one = f.Gen(1, 42, 1);
   EXPECT_EQ(f.Gen(1, 42, 1), one);
   EXPECT_EQ(f.Gen(1, 42, 3), one);
