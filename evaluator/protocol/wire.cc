@@ -1,7 +1,8 @@
 #include "protocol/wire.h"
 
-#include <cmath>
 #include <fmt/format.h>
+
+#include <cmath>
 
 namespace kforge::eval::wire {
 

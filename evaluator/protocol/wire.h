@@ -17,9 +17,9 @@
 namespace kforge::eval::wire {
 
 // Upper bounds on anything a message may carry.
-inline constexpr size_t kMaxString = 1 << 20;      // bytes of one string field
-inline constexpr size_t kMaxArray = 1 << 20;       // elements of one array field
-inline constexpr int kMaxJsonDepth = 32;           // nesting of a whole message
+inline constexpr size_t kMaxString = 1 << 20;  // bytes of one string field
+inline constexpr size_t kMaxArray = 1 << 20;   // elements of one array field
+inline constexpr int kMaxJsonDepth = 32;       // nesting of a whole message
 
 class WireReader {
  public:

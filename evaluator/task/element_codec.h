@@ -20,19 +20,7 @@
 namespace kforge::eval::codec {
 
 // Dtype codes: the same values as kf_dtype (kforge/kernel.h) and eval::Dtype.
-enum : int {
-  kF64 = 0,
-  kF32,
-  kF16,
-  kBF16,
-  kFp8E4M3,
-  kFp8E5M2,
-  kI64,
-  kI32,
-  kI8,
-  kU8,
-  kBool
-};
+enum : int { kF64 = 0, kF32, kF16, kBF16, kFp8E4M3, kFp8E5M2, kI64, kI32, kI8, kU8, kBool };
 
 KF_HD uint64_t DoubleBits(double v) {
   uint64_t b;
@@ -44,8 +32,12 @@ KF_HD double BitsDouble(uint64_t b) {
   memcpy(&v, &b, sizeof v);
   return v;
 }
-KF_HD bool IsNan(double v) { return (DoubleBits(v) & ~(uint64_t{1} << 63)) > 0x7FF0000000000000ULL; }
-KF_HD bool IsInf(double v) { return (DoubleBits(v) & ~(uint64_t{1} << 63)) == 0x7FF0000000000000ULL; }
+KF_HD bool IsNan(double v) {
+  return (DoubleBits(v) & ~(uint64_t{1} << 63)) > 0x7FF0000000000000ULL;
+}
+KF_HD bool IsInf(double v) {
+  return (DoubleBits(v) & ~(uint64_t{1} << 63)) == 0x7FF0000000000000ULL;
+}
 KF_HD bool SignBit(double v) { return (DoubleBits(v) >> 63) != 0; }
 KF_HD double Abs(double v) { return BitsDouble(DoubleBits(v) & ~(uint64_t{1} << 63)); }
 
@@ -293,7 +285,8 @@ KF_HD void Store(void* data, int dt, uint64_t i, double v) {
       return;
     }
     case kI32: {
-      int32_t x = static_cast<int32_t>(ClampInt(v, -2147483648.0, 2147483648.0, INT32_MIN, INT32_MAX));
+      int32_t x =
+          static_cast<int32_t>(ClampInt(v, -2147483648.0, 2147483648.0, INT32_MIN, INT32_MAX));
       memcpy(p, &x, 4);
       return;
     }

@@ -133,7 +133,9 @@ struct InputGen {
   }
 
   // Writes local element j.
-  KF_HD void Fill(void* dst, uint64_t j) const { codec::Store(dst, dtype, j, Value(GlobalIndex(j))); }
+  KF_HD void Fill(void* dst, uint64_t j) const {
+    codec::Store(dst, dtype, j, Value(GlobalIndex(j)));
+  }
 };
 
 }  // namespace kforge::eval::gen
