@@ -8,7 +8,7 @@ packages=(
   build-essential cmake pkg-config git
   libcurl4-openssl-dev nlohmann-json3-dev libcpp-httplib-dev libfmt-dev
   libgtest-dev libgmock-dev libsqlite3-dev libtomlplusplus-dev libcli11-dev
-  libkainjow-mustache-dev libssl-dev clang-format
+  libkainjow-mustache-dev libssl-dev libseccomp-dev clang-format
 )
 if [[ "${1:-}" == "--with-browser" ]]; then
   packages+=(chromium)

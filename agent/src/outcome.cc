@@ -42,7 +42,10 @@ bool IsCorrect(Outcome outcome) { return outcome == Outcome::kSlow || outcome ==
 Outcome ClassifyEvaluation(const nlohmann::json& doc, bool compile_only) {
   std::string status = doc.is_object() ? doc.value("status", std::string()) : std::string();
   if (status == "compile_error") return Outcome::kCompileError;
-  if (status == "policy_violation") return Outcome::kPolicyViolation;
+  // A process that broke the sandbox or the timing protocol is told so as a
+  // policy violation (the message says which).
+  if (status == "policy_violation" || status == "integrity_violation")
+    return Outcome::kPolicyViolation;
   if (compile_only && status != "harness_error") return Outcome::kCompiled;
   if (status == "runtime_error") return Outcome::kRuntimeError;
   if (status == "timeout") return Outcome::kHang;

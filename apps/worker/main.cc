@@ -1,14 +1,21 @@
-// kforge-worker: one rank of an evaluation. Started by the coordinator (fork +
-// exec, before any CUDA call), or with --probe to print the hardware card.
+// kforge-worker: one rank of an evaluation, in one of two roles (started by
+// the coordinator with a scrubbed environment, before any CUDA call):
+//   --role harness    the trusted process: memory, inputs, baseline, clock
+//   --role candidate  the sandboxed process that runs a candidate's kernel
+// or, with --probe, prints the hardware card.
 #include <execinfo.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <cstring>
 
-#include "worker.h"
+#include "candidate.h"
+#include "harness.h"
+#include "probe.h"
+#include "sandbox/sandbox.h"
 
 namespace {
 
@@ -37,24 +44,44 @@ int main(int argc, char** argv) {
   std::vector<int> devices;
   app.add_flag("--probe", probe, "print the hardware card (JSON) and exit");
   app.add_option("--devices", devices, "devices to probe (default: all)")->delimiter(',');
+  app.add_option("--role", args.role, "harness or candidate")
+      ->check(CLI::IsMember({"harness", "candidate"}));
   app.add_option("--channel-fd", args.channel_fd, "socket to the coordinator");
   app.add_option("--control-fd", args.control_fd, "shared control block (memfd)");
+  app.add_option("--mailbox-fd", args.mailbox_fd, "candidate: the timing mailbox (memfd)");
   app.add_option("--rank", args.rank);
   app.add_option("--world", args.world);
   app.add_option("--device", args.device);
+  app.add_option("--candidate-dir", args.candidate_dir, "candidate: the directory of its kernel");
+  app.add_option("--mps-dir", args.mps_dir, "the MPS pipe directory");
   app.add_flag("--emulated", args.emulated, "ranks share a GPU: built-in collectives");
   CLI11_PARSE(app, argc, argv);
   if (probe) {
     std::printf("%s\n", kforge::worker::ProbeDevices(devices).dump(2).c_str());
     return 0;
   }
-  if (args.channel_fd < 0 || args.control_fd < 0) {
-    std::fprintf(stderr,
-                 "kforge-worker: started without --channel-fd/--control-fd; it is run by kforge\n");
+  if (args.role.empty()) {
+    std::fprintf(stderr, "kforge-worker: started without --role; it is run by kforge\n");
     return 2;
   }
   g_rank = args.rank;
+  if (args.role == "candidate") {
+    if (args.mailbox_fd < 0 || args.candidate_dir.empty()) {
+      std::fprintf(stderr, "kforge-worker: a candidate needs --mailbox-fd and --candidate-dir\n");
+      return 2;
+    }
+    // Before CUDA starts any thread: every later thread inherits these.
+    kforge::sandbox::Report report;
+    kforge::sandbox::ApplyEarlyLayers(
+        kforge::sandbox::CandidatePolicy(args.candidate_dir, args.mps_dir),
+        {args.channel_fd, args.control_fd, args.mailbox_fd}, &report);
+    for (int sig : {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT}) signal(sig, OnFatalSignal);
+    kforge::worker::CandidateWorker worker(args, std::move(report));
+    return worker.Run();
+  }
+  // The harness holds the expected outputs: nobody else may read its memory.
+  prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
   for (int sig : {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT}) signal(sig, OnFatalSignal);
-  kforge::worker::Worker worker(args);
+  kforge::worker::HarnessWorker worker(args);
   return worker.Run();
 }

@@ -48,6 +48,8 @@ std::string_view ErrorKindName(ErrorKind kind) {
       return "budget";
     case ErrorKind::kCancelled:
       return "cancelled";
+    case ErrorKind::kIntegrityViolation:
+      return "integrity_violation";
     case ErrorKind::kInternal:
       return "internal";
   }

@@ -27,9 +27,23 @@ Diagnostic LinkError(std::string message) {
 }  // namespace
 
 std::set<std::string> HarnessSymbols() {
-  return {"kf_all_reduce", "kf_all_gather", "kf_reduce_scatter", "kf_broadcast",
-          "kf_reduce",     "kf_all_to_all", "kf_group_start",    "kf_group_end",
-          "kf_send",       "kf_recv",       "kf_barrier"};
+  return {"kf_all_reduce",
+          "kf_all_gather",
+          "kf_reduce_scatter",
+          "kf_broadcast",
+          "kf_reduce",
+          "kf_all_to_all",
+          "kf_group_start",
+          "kf_group_end",
+          "kf_send",
+          "kf_recv",
+          "kf_barrier",
+          "kf_group_all_reduce",
+          "kf_group_all_gather",
+          "kf_group_reduce_scatter",
+          "kf_group_broadcast",
+          "kf_group_all_to_all",
+          "kf_group_barrier"};
 }
 
 LinkChecker::LinkChecker(std::vector<fs::path> search_dirs, std::set<std::string> host_symbols,

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "elf_symbols.h"
+#include "link_check.h"
 
 namespace kforge::eval {
 namespace {
@@ -105,20 +106,13 @@ constexpr std::array kAlwaysForbidden = {
     Rule{"cuCtxResetPersistingL2Cache", false, kNoDeviceState},
 };
 
-constexpr std::array<std::string_view, 11> kHarnessCollectives = {
-    "kf_all_reduce", "kf_all_gather", "kf_reduce_scatter", "kf_broadcast",
-    "kf_reduce",     "kf_all_to_all", "kf_group_start",    "kf_group_end",
-    "kf_send",       "kf_recv",       "kf_barrier"};
-
 bool Matches(const Rule& rule, std::string_view symbol) {
   return rule.prefix ? symbol.starts_with(rule.name) : symbol == rule.name;
 }
 
 bool IsHarnessCollective(std::string_view symbol) {
-  for (std::string_view h : kHarnessCollectives) {
-    if (symbol == h) return true;
-  }
-  return false;
+  static const std::set<std::string> kHarness = HarnessSymbols();
+  return kHarness.count(std::string(symbol)) != 0;
 }
 
 // The rule a task's policy applies to `symbol`, if any.

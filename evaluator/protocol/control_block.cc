@@ -62,18 +62,21 @@ ControlBlock& ControlBlock::operator=(ControlBlock&& other) noexcept {
   return *this;
 }
 
-Status ControlBlock::Barrier() {
-  ControlShared& s = *shared_;
-  uint32_t gen = s.barrier_generation.load(std::memory_order_acquire);
-  if (s.barrier_count.fetch_add(1, std::memory_order_acq_rel) + 1 == s.world) {
-    s.barrier_count.store(0, std::memory_order_relaxed);
-    s.barrier_generation.fetch_add(1, std::memory_order_acq_rel);
+namespace {
+
+// A sense-reversing barrier over `size` arrivals on (count, generation).
+// Spins briefly (ranks usually arrive within microseconds), then yields, then
+// sleeps, so that a stuck peer does not burn a core for the whole deadline.
+Status Arrive(std::atomic<uint32_t>& count, std::atomic<uint32_t>& generation, uint32_t size,
+              const std::atomic<uint32_t>& abort) {
+  uint32_t gen = generation.load(std::memory_order_acquire);
+  if (count.fetch_add(1, std::memory_order_acq_rel) + 1 == size) {
+    count.store(0, std::memory_order_relaxed);
+    generation.fetch_add(1, std::memory_order_acq_rel);
     return Status::Ok();
   }
-  // Spin briefly (ranks usually arrive within microseconds), then yield, then
-  // sleep, so that a stuck peer does not burn a core for the whole deadline.
-  for (uint64_t i = 0; s.barrier_generation.load(std::memory_order_acquire) == gen; ++i) {
-    if (s.abort.load(std::memory_order_relaxed)) {
+  for (uint64_t i = 0; generation.load(std::memory_order_acquire) == gen; ++i) {
+    if (abort.load(std::memory_order_relaxed)) {
       return Error(ErrorKind::kCancelled, "rank group aborted");
     }
     if (i < 2000) continue;
@@ -85,6 +88,22 @@ Status ControlBlock::Barrier() {
     }
   }
   return Status::Ok();
+}
+
+}  // namespace
+
+Status ControlBlock::Barrier() {
+  ControlShared& s = *shared_;
+  return Arrive(s.barrier_count, s.barrier_generation, s.world, s.abort);
+}
+
+Status ControlBlock::GroupBarrier(int kind, int index, int size) {
+  if (kind < 0 || kind >= kMaxGroupKinds || index < 0 || index >= kMaxWorldSize || size < 1) {
+    return Error(ErrorKind::kInvalidInput, "no such group barrier");
+  }
+  ControlShared& s = *shared_;
+  return Arrive(s.group_count[kind][index], s.group_generation[kind][index],
+                static_cast<uint32_t>(size), s.abort);
 }
 
 void ControlBlock::RaiseAbort() { shared_->abort.store(1); }

@@ -14,6 +14,7 @@ namespace kforge::eval {
 
 constexpr int kMaxWorldSize = 16;
 constexpr int kMaxP2pOps = 64;
+constexpr int kMaxGroupKinds = 4;  // KF_MAX_GROUPS
 
 struct P2pSendRecord {
   int32_t peer;  // destination rank
@@ -30,6 +31,9 @@ struct ControlShared {
   // Per rank: the sends it staged in the current emulated group.
   uint32_t p2p_count[kMaxWorldSize];
   P2pSendRecord p2p[kMaxWorldSize][kMaxP2pOps];
+  // Barriers of sub-communicators: [group kind][group index].
+  std::atomic<uint32_t> group_count[kMaxGroupKinds][kMaxWorldSize];
+  std::atomic<uint32_t> group_generation[kMaxGroupKinds][kMaxWorldSize];
 };
 
 class ControlBlock {
@@ -50,6 +54,8 @@ class ControlBlock {
   // Blocks until all `world` ranks arrive, or the abort flag is raised
   // (kCancelled). Sense-reversing: reusable back to back.
   Status Barrier();
+  // The same for the `size` ranks of group `index` of sub-communicator `kind`.
+  Status GroupBarrier(int kind, int index, int size);
   void RaiseAbort();
   bool aborted() const;
 

@@ -1,6 +1,8 @@
 // The real Evaluator: compile and policy-check the candidate, place ranks on
 // GPUs, keep a rank group of kforge-worker processes alive across
 // evaluations, run the phases, and write the kforge.eval/1 document.
+#include <sys/prctl.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -13,6 +15,7 @@
 #include "kforge/core/log.h"
 #include "kforge/evaluator/compile.h"
 #include "kforge/evaluator/hardware.h"
+#include "protocol/messages.h"
 #include "session.h"
 
 namespace kforge::eval {
@@ -32,6 +35,8 @@ std::string StatusName(ErrorKind k) {
       return "runtime_error";
     case ErrorKind::kMismatch:
       return "mismatch";
+    case ErrorKind::kIntegrityViolation:
+      return "integrity_violation";
     case ErrorKind::kDeadlock:
     case ErrorKind::kTimeout:
       return "timeout";
@@ -48,6 +53,22 @@ std::vector<std::string> LibrariesFor(const std::string& source, const Policy& p
   if ((reference || policy.cublas) && source.find("cublas") != std::string::npos)
     libs.push_back("cublas");
   return libs;
+}
+
+// Everything that runs while the candidate group exists, in order: the
+// baseline timed first (no candidate code alive anywhere), the candidate
+// started, then every size.
+Status RunPhases(EvalSession& s, const std::filesystem::path& candidate,
+                 const std::filesystem::path& baseline) {
+  KF_RETURN_IF_ERROR(PlanSizes(s));
+  if (s.plans.empty()) return Error(ErrorKind::kInvalidInput, "no sizes to evaluate");
+  KF_RETURN_IF_ERROR(PrepareHarness(s, baseline));
+  KF_RETURN_IF_ERROR(TimeBaselines(s, false));
+  KF_RETURN_IF_ERROR(StartCandidate(s, candidate));
+  for (SizePlan& plan : s.plans) {
+    KF_RETURN_IF_ERROR(plan.check ? RunCheckSize(s, plan) : RunBenchSize(s, plan));
+  }
+  return Status::Ok();
 }
 
 class RealEvaluator final : public Evaluator {
@@ -157,33 +178,36 @@ class RealEvaluator final : public Evaluator {
     s.task = &task;
     s.dtype = dtype;
     s.world = world;
-    s.group = *group;
+    s.emulated = emulated;
+    s.harness = *group;
     s.options = &options;
+    s.worker = worker_;
+    s.worker_env = (*group)->options().env;
+    s.mps_dir = (*group)->options().mps_dir;
     s.l2_bytes = card["gpus"][0].value("l2_bytes", size_t{50} << 20);
 
-    Status st = Load(s, compiled[0].shared_object, compiled[1].shared_object);
-    if (st.ok()) {
-      for (const auto& size : task.check_sizes) {
-        st = RunCheckSize(s, size);
-        if (!st.ok()) break;
-      }
-    }
-    if (st.ok()) {
-      for (const auto& size : task.bench_sizes) {
-        if (!options.bench_sizes.empty() &&
-            std::find(options.bench_sizes.begin(), options.bench_sizes.end(), size.label) ==
-                options.bench_sizes.end()) {
-          continue;
-        }
-        st = RunBenchSize(s, size);
-        if (!st.ok()) break;
-      }
+    Status st = RunPhases(s, compiled[0].shared_object, compiled[1].shared_object);
+    StopCandidate(s);
+    if (st.ok() && options.timing) {
+      // The baseline again, with no candidate process left: drift shows.
+      st = TimeBaselines(s, true);
+      if (st.ok()) FinishTiming(s);
     }
     doc["correctness"] = {
         {"trials", options.trials}, {"passed_trials", s.trials_passed}, {"checks", s.checks}};
     doc["timing"] = s.timing;
+    doc["sandbox"] = s.sandbox_report;
+    doc["integrity"] = {{"harness_overhead_us", s.overhead_us}, {"findings", s.integrity}};
     if (!s.failure.is_null())
       doc[st.kind() == ErrorKind::kDeadlock ? "timeout" : "error"] = s.failure;
+    // Whatever else happened, a kernel whose process broke the sandbox or the
+    // timing protocol is rejected for that.
+    if (!s.integrity.empty()) {
+      std::string what = s.integrity[0].value("message", json()).is_string()
+                             ? s.integrity[0]["message"].get<std::string>()
+                             : s.integrity[0]["message"].dump();
+      return finish(ErrorKind::kIntegrityViolation, "integrity_violation: " + what);
+    }
     if (!st.ok()) {
       if (st.kind() == ErrorKind::kHarness) LogWarn("evaluator", "{}", st.message());
       return finish(st.kind(), StatusName(st.kind()) + ": " + st.message());
@@ -214,7 +238,13 @@ class RealEvaluator final : public Evaluator {
   // health check of the GPU before the next evaluation.
   Result<WorkerGroup*> Group(int world, const std::vector<int>& devices, bool emulated,
                              const EvalOptions& o) {
-    if (group_ && group_->alive() && group_->options().devices == devices) return group_.get();
+    if (group_ && group_->alive() && group_->options().devices == devices) {
+      // A warm group is reused only if its contexts still work (under MPS a
+      // candidate's fatal fault can reach the other clients of the GPU).
+      if (group_->All({{"op", proto::op::kHealth}}, o.setup_deadline_s, "health").ok())
+        return group_.get();
+      LogWarn("evaluator", "the harness group failed its health check; starting a fresh one");
+    }
     group_.reset();
     GroupOptions g;
     g.worker_path = worker_;
@@ -231,34 +261,22 @@ class RealEvaluator final : public Evaluator {
             "ranks share a GPU without MPS: spin barriers between ranks will time-slice (slow)");
       }
     }
-    if (emulated && mps_) g.env = mps_->Env();
+    if (emulated && mps_) {
+      g.env = mps_->Env();
+      g.mps_dir = g.env["CUDA_MPS_PIPE_DIRECTORY"];
+    }
     auto started = WorkerGroup::Start(g);
     if (!started.ok() && mps_) {
       LogWarn("evaluator", "rank group under MPS failed ({}); retrying without MPS",
               started.status().message());
       mps_.reset();
       g.env.clear();
+      g.mps_dir.clear();
       started = WorkerGroup::Start(g);
     }
     if (!started.ok()) return started.status();
     group_ = std::move(started).value();
     return group_.get();
-  }
-
-  Status Load(EvalSession& s, const std::filesystem::path& candidate,
-              const std::filesystem::path& baseline) {
-    for (auto [slot, path] : {std::pair{"baseline", baseline}, std::pair{"candidate", candidate}}) {
-      auto r = s.group->All({{"op", "load"}, {"slot", slot}, {"path", path.string()}},
-                            s.options->setup_deadline_s, "load");
-      if (!r.ok()) {
-        const GroupFailure& f = s.group->last_failure();
-        s.failure = {{"phase", "load"}, {"rank", f.rank}, {"message", r.status().message()}};
-        if (std::string(slot) == "baseline")
-          return Error(ErrorKind::kHarness, "loading the baseline: " + r.status().message());
-        return r.status();
-      }
-    }
-    return Status::Ok();
   }
 
   std::filesystem::path worker_;
@@ -272,6 +290,9 @@ class RealEvaluator final : public Evaluator {
 }  // namespace
 
 std::unique_ptr<Evaluator> MakeEvaluator(std::filesystem::path worker_path) {
+  // The coordinator holds API keys: no process of the same user may read its
+  // memory or environment (candidates have no capabilities to override this).
+  prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
   if (worker_path.empty()) worker_path = DefaultWorkerPath();
   return std::make_unique<RealEvaluator>(std::move(worker_path));
 }

@@ -4,8 +4,10 @@
 namespace kforge::eval {
 
 nlohmann::json CheckAgainstOracle(const Problem& p, int rank, int output, const void* got,
-                                  const OracleIo& expected, const HostInputs& inputs) {
+                                  const OracleIo& expected, const HostInputs& inputs,
+                                  uint32_t poison) {
   CompareContext ctx;
+  ctx.poison = poison;
   ctx.world = p.world;
   ctx.rank = rank;
   for (size_t i = 0; i < p.inputs.size(); ++i) {

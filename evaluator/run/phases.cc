@@ -1,12 +1,15 @@
-// The phases of one evaluation at one size: allocate symmetric memory, set up
-// the kernels, check correctness, time baseline and candidate interleaved.
+// The candidate's phases at one size: correctness against the oracle (check
+// sizes) or the baseline (bench sizes), then timed calls driven and verified
+// by the harness (docs/methodology.md).
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
+#include <random>
 
 #include "kforge/core/log.h"
+#include "protocol/messages.h"
 #include "run/stats.h"
 #include "session.h"
 
@@ -15,113 +18,124 @@ namespace {
 
 using nlohmann::json;
 
-// Turns a failed group exchange into the result's error/timeout object.
-Status Failed(EvalSession& s, const Status& st) {
-  const GroupFailure& f = s.group->last_failure();
-  if (st.kind() == ErrorKind::kDeadlock) {
-    s.failure = {{"phase", f.phase}, {"deadline_s", f.deadline_s}, {"hung_ranks", f.hung_ranks}};
-  } else {
-    s.failure = {{"phase", f.phase.empty() ? "setup" : f.phase},
-                 {"rank", f.rank},
-                 {"message", st.message()}};
-  }
-  return st;
+// One exchange with a group; a failure fills the result's error object.
+Result<std::vector<Message>> Exchange(EvalSession& s, WorkerGroup& g, const json& msg,
+                                      double deadline_s, const std::string& phase) {
+  auto r = g.All(msg, deadline_s, phase);
+  if (!r.ok()) return GroupFailed(s, g, r.status());
+  return r;
 }
 
-json AllocMessage(const EvalSession& s, const SizeSpec& size, bool check, int sets) {
-  return {{"op", "alloc"},
-          {"task_dir", s.task->dir.string()},
-          {"dtype", std::string(DtypeName(s.dtype))},
-          {"size", size.label},
-          {"check", check},
-          {"sets", sets}};
-}
-
-// alloc + peers + setup of the given kernel slots.
-Status Prepare(EvalSession& s, const SizeSpec& size, bool check, int sets,
-               const std::vector<std::string>& slots) {
-  double dl = s.options->setup_deadline_s;
-  auto alloc = s.group->All(AllocMessage(s, size, check, sets), dl, "setup");
-  if (!alloc.ok()) return Failed(s, alloc.status());
-  json handles = json::array();
-  for (const auto& m : *alloc) handles.push_back(m.body.at("handle"));
-  auto peers = s.group->All({{"op", "peers"}, {"handles", handles}}, dl, "setup");
-  if (!peers.ok()) return Failed(s, peers.status());
-  for (const auto& slot : slots) {
-    auto r = s.group->All({{"op", "setup"}, {"slot", slot}}, dl, "setup");
-    if (!r.ok()) return Failed(s, r.status());
-  }
-  return Status::Ok();
-}
-
-Status Release(EvalSession& s, const std::vector<std::string>& slots) {
-  for (const auto& slot : slots) {
-    auto r =
-        s.group->All({{"op", "teardown"}, {"slot", slot}}, s.options->setup_deadline_s, "teardown");
-    if (!r.ok()) return Failed(s, r.status());
-  }
-  auto r = s.group->All({{"op", "free"}}, s.options->setup_deadline_s, "teardown");
-  if (!r.ok()) return Failed(s, r.status());
-  return Status::Ok();
-}
-
-json InputsChanged(const std::vector<Message>& replies) {
-  json out = json::array();
-  for (size_t r = 0; r < replies.size(); ++r) {
-    for (const auto& name : replies[r].body.value("inputs_changed", json::array())) {
-      out.push_back({{"rank", r}, {"input", name}});
-    }
-  }
-  return out;
+json SetsMessage(const char* op, std::vector<int> sets, uint32_t poison = 0xFFFFFFFFu) {
+  proto::SetsRequest r;
+  r.sets = std::move(sets);
+  r.poison = poison;
+  return r.ToJson(op);
 }
 
 std::string ChangedMessage(const json& changed) {
   std::string m = "the kernel modified its inputs:";
-  for (const auto& c : changed)
+  for (const auto& c : changed) {
     m += " " + c["input"].get<std::string>() + " on rank " + std::to_string(c["rank"].get<int>()) +
          ";";
+  }
   return m;
 }
 
-// Reads one rank's outputs from the memfd its worker sent.
-Result<std::vector<std::vector<char>>> ReadOutputs(const Message& m) {
-  if (m.fds.empty()) return Error(ErrorKind::kHarness, "worker sent no outputs");
-  const json& layout = m.body.at("layout");
-  size_t total = 0;
-  for (const auto& e : layout)
-    total = std::max(total, e["offset"].get<size_t>() + e["nbytes"].get<size_t>());
+// Reads one rank's outputs from the memfd its harness rank sent.
+Result<std::vector<std::vector<char>>> OutputsFrom(const Message& m,
+                                                   const proto::ReadOutputsReply& r) {
+  if (m.fds.size() != 1) return Error(ErrorKind::kHarness, "the harness sent no outputs");
+  size_t total = 1;
+  for (size_t o = 0; o < r.offsets.size(); ++o) total = std::max(total, r.offsets[o] + r.nbytes[o]);
+  void* p = mmap(nullptr, total, PROT_READ, MAP_SHARED, m.fds[0], 0);
+  if (p == MAP_FAILED) return Error(ErrorKind::kHarness, "mmap of the outputs failed");
   std::vector<std::vector<char>> out;
-  void* p = mmap(nullptr, std::max<size_t>(total, 1), PROT_READ, MAP_SHARED, m.fds[0], 0);
-  for (int fd : m.fds) close(fd);
-  if (p == MAP_FAILED) return Error(ErrorKind::kHarness, "mmap of worker outputs failed");
-  for (const auto& e : layout) {
-    const char* b = static_cast<const char*>(p) + e["offset"].get<size_t>();
-    out.emplace_back(b, b + e["nbytes"].get<size_t>());
+  for (size_t o = 0; o < r.offsets.size(); ++o) {
+    const char* b = static_cast<const char*>(p) + r.offsets[o];
+    out.emplace_back(b, b + r.nbytes[o]);
   }
-  munmap(p, std::max<size_t>(total, 1));
+  munmap(p, total);
   return out;
+}
+
+// Both groups see the size's problem; the candidate's kf_setup runs (and the
+// baseline's, at bench sizes).
+Status Prepare(EvalSession& s, SizePlan& plan) {
+  const double dl = s.options->setup_deadline_s;
+  KF_RETURN_IF_ERROR(
+      Exchange(s, *s.harness, ConfigureMessage(s, plan, true), dl, "setup").status());
+  if (!plan.check) {
+    KF_RETURN_IF_ERROR(
+        Exchange(s, *s.harness, json{{"op", proto::op::kSetup}}, dl, "setup").status());
+  }
+  KF_RETURN_IF_ERROR(Exchange(s, *s.candidate,
+                              ConfigureMessage(s, plan, s.task->policy.harness_collectives), dl,
+                              "setup")
+                         .status());
+  KF_RETURN_IF_ERROR(
+      Exchange(s, *s.candidate, json{{"op", proto::op::kSetup}}, dl, "setup").status());
+  return Status::Ok();
+}
+
+Status Release(EvalSession& s, const SizePlan& plan) {
+  const double dl = s.options->setup_deadline_s;
+  KF_RETURN_IF_ERROR(
+      Exchange(s, *s.candidate, json{{"op", proto::op::kTeardown}}, dl, "teardown").status());
+  if (!plan.check) {
+    KF_RETURN_IF_ERROR(
+        Exchange(s, *s.harness, json{{"op", proto::op::kTeardown}}, dl, "teardown").status());
+  }
+  return Status::Ok();
+}
+
+// One correctness call of the candidate on set 0 (inputs already there):
+// outputs poisoned by the harness, the call, every rank done.
+Status CandidateCall(EvalSession& s, uint32_t poison) {
+  const double dl = s.options->check_deadline_s;
+  KF_RETURN_IF_ERROR(
+      Exchange(s, *s.harness, SetsMessage(proto::op::kPoison, {0}, poison), dl, "correctness")
+          .status());
+  KF_RETURN_IF_ERROR(
+      Exchange(s, *s.candidate, proto::RunRequest{0}.ToJson(), dl, "correctness").status());
+  return Status::Ok();
+}
+
+void AddFailures(const std::vector<proto::Failure>& failures, json* mismatches, bool with_call) {
+  for (const auto& f : failures) {
+    json m = f.report;
+    if (with_call) m["call"] = f.set;
+    mismatches->push_back(std::move(m));
+  }
 }
 
 }  // namespace
 
-Status RunCheckSize(EvalSession& s, const SizeSpec& size) {
-  KF_ASSIGN_OR_RETURN(Problem p, Instantiate(*s.task, s.world, s.dtype, size, true));
-  KF_RETURN_IF_ERROR(Prepare(s, size, true, 1, {"candidate"}));
+Status RunCheckSize(EvalSession& s, SizePlan& plan) {
+  const Problem& p = plan.problem;
+  KF_RETURN_IF_ERROR(Prepare(s, plan));
+  const double dl = s.options->check_deadline_s;
   for (int trial = 0; trial < s.options->trials; ++trial) {
     uint64_t seed = s.NewSeed();
-    auto in = s.group->All({{"op", "inputs"}, {"seed", seed}}, s.options->check_deadline_s,
-                           "correctness");
-    if (!in.ok()) return Failed(s, in.status());
-    auto run = s.group->All({{"op", "run"}, {"slot", "candidate"}, {"mode", "memfd"}},
-                            s.options->check_deadline_s, "correctness");
-    if (!run.ok()) return Failed(s, run.status());
+    proto::InputsRequest in;
+    in.seeds.push_back({0, seed});
+    KF_RETURN_IF_ERROR(Exchange(s, *s.harness, in.ToJson(), dl, "correctness").status());
+    const uint32_t poison = s.NewPoison();
+    KF_RETURN_IF_ERROR(CandidateCall(s, poison));
+    KF_ASSIGN_OR_RETURN(auto read, Exchange(s, *s.harness, proto::ReadOutputsRequest{0}.ToJson(),
+                                            dl, "correctness"));
 
-    json check = {{"size", size.label}, {"kind", "check"}, {"trial", trial}};
-    json changed = InputsChanged(*run);
+    json check = {{"size", plan.size.label}, {"kind", "check"}, {"trial", trial}};
+    json changed = json::array();
     std::vector<std::vector<std::vector<char>>> outputs;
-    for (const auto& m : *run) {
-      KF_ASSIGN_OR_RETURN(auto o, ReadOutputs(m));
-      outputs.push_back(std::move(o));
+    for (int r = 0; r < s.world; ++r) {
+      KF_ASSIGN_OR_RETURN(auto reply, proto::ReadOutputsReply::Parse(read[r].body, "outputs"));
+      for (const auto& name : reply.inputs_changed)
+        changed.push_back(json{{"rank", r}, {"input", name}});
+      auto o = OutputsFrom(read[r], reply);
+      for (int fd : read[r].fds) close(fd);
+      if (!o.ok()) return o.status();
+      outputs.push_back(std::move(o).value());
     }
     KF_ASSIGN_OR_RETURN(HostInputs inputs, GenerateAllInputs(p, seed));
     std::vector<std::vector<const void*>> ptrs(s.world);
@@ -136,7 +150,8 @@ Status RunCheckSize(EvalSession& s, const SizeSpec& size) {
     for (int r = 0; r < s.world; ++r) {
       for (size_t o = 0; o < p.outputs.size(); ++o) {
         if (p.outputs[o].only_rank >= 0 && p.outputs[o].only_rank != r) continue;
-        json mm = CheckAgainstOracle(p, r, static_cast<int>(o), outputs[r][o].data(), io, inputs);
+        json mm =
+            CheckAgainstOracle(p, r, static_cast<int>(o), outputs[r][o].data(), io, inputs, poison);
         if (!mm.is_null()) mismatches.push_back(std::move(mm));
       }
     }
@@ -145,47 +160,35 @@ Status RunCheckSize(EvalSession& s, const SizeSpec& size) {
     if (!changed.empty()) check["inputs_changed"] = changed;
     s.checks.push_back(check);
     if (!check["passed"].get<bool>()) {
-      (void)Release(s, {"candidate"});
+      (void)Release(s, plan);
       return Error(ErrorKind::kMismatch,
-                   changed.empty() ? "outputs differ from the oracle at size " + size.label
+                   changed.empty() ? "outputs differ from the oracle at size " + plan.size.label
                                    : ChangedMessage(changed));
     }
     ++s.trials_passed;
   }
-  return Release(s, {"candidate"});
+  return Release(s, plan);
 }
 
-Status RunBenchSize(EvalSession& s, const SizeSpec& size) {
-  KF_ASSIGN_OR_RETURN(Problem p, Instantiate(*s.task, s.world, s.dtype, size, false));
-  size_t per_set = 0;
-  for (const auto& t : p.inputs) per_set += t.nbytes;
-  for (const auto& t : p.outputs) per_set += t.nbytes;
-  // Rotate through enough copies that consecutive iterations never find their
-  // data in L2 (at least 3x its size), capped to bound memory.
-  int sets = static_cast<int>(
-      std::clamp<size_t>((3 * s.l2_bytes + per_set - 1) / std::max<size_t>(per_set, 1), 1, 64));
-  if (!s.options->timing) sets = 1;
-  KF_RETURN_IF_ERROR(Prepare(s, size, false, sets, {"baseline", "candidate"}));
-  const double dl = s.options->check_deadline_s;
+namespace {
 
-  uint64_t seed = s.NewSeed();
-  auto in = s.group->All({{"op", "inputs"}, {"seed", seed}}, dl, "correctness");
-  if (!in.ok()) return Failed(s, in.status());
-  auto ref =
-      s.group->All({{"op", "run"}, {"slot", "baseline"}, {"mode", "keep_ref"}}, dl, "baseline");
-  if (!ref.ok()) {
-    Status st = Failed(s, ref.status());
-    return Error(ErrorKind::kHarness, "the baseline failed: " + st.message());
+// Correctness at a bench size: one call against the baseline's outputs.
+Status BenchCorrectness(EvalSession& s, SizePlan& plan) {
+  const double dl = s.options->check_deadline_s;
+  KF_RETURN_IF_ERROR(Exchange(s, *s.harness, InputsMessage(s, {0}), dl, "correctness").status());
+  KF_RETURN_IF_ERROR(
+      Exchange(s, *s.harness, SetsMessage(proto::op::kBaselineRun, {0}), dl, "baseline").status());
+  KF_RETURN_IF_ERROR(CandidateCall(s, s.NewPoison()));
+  KF_ASSIGN_OR_RETURN(
+      auto ver, Exchange(s, *s.harness, SetsMessage(proto::op::kVerify, {0}), dl, "correctness"));
+  json mismatches = json::array(), changed = json::array();
+  for (int r = 0; r < s.world; ++r) {
+    KF_ASSIGN_OR_RETURN(auto v, proto::VerifyReply::Parse(ver[r].body, "verify"));
+    AddFailures(v.failures, &mismatches, false);
+    for (const auto& [set, name] : v.inputs_changed)
+      changed.push_back(json{{"rank", r}, {"input", name}});
   }
-  auto cand = s.group->All({{"op", "run"}, {"slot", "candidate"}, {"mode", "compare_ref"}}, dl,
-                           "correctness");
-  if (!cand.ok()) return Failed(s, cand.status());
-  json mismatches = json::array();
-  for (const auto& m : *cand) {
-    for (const auto& mm : m.body.value("mismatches", json::array())) mismatches.push_back(mm);
-  }
-  json changed = InputsChanged(*cand);
-  json check = {{"size", size.label},
+  json check = {{"size", plan.size.label},
                 {"kind", "bench"},
                 {"trial", 0},
                 {"passed", mismatches.empty() && changed.empty()},
@@ -193,96 +196,96 @@ Status RunBenchSize(EvalSession& s, const SizeSpec& size) {
   if (!changed.empty()) check["inputs_changed"] = changed;
   s.checks.push_back(check);
   if (!check["passed"].get<bool>()) {
-    (void)Release(s, {"baseline", "candidate"});
     return Error(ErrorKind::kMismatch,
-                 changed.empty() ? "outputs differ from the baseline's at size " + size.label
+                 changed.empty() ? "outputs differ from the baseline's at size " + plan.size.label
                                  : ChangedMessage(changed));
   }
+  return Status::Ok();
+}
 
-  if (s.options->timing) {
-    // A short probe sizes the warm-up: at least 20 iterations and 300 ms.
-    auto probe = s.group->All({{"op", "time"},
-                               {"slots", {"baseline", "candidate"}},
-                               {"warmup_iters", 2},
-                               {"iters", 3},
-                               {"block", 3}},
-                              s.options->timing_deadline_s, "timing");
-    if (!probe.ok()) return Failed(s, probe.status());
-    double per_iter_us = 0;
-    for (const char* k : {"baseline", "candidate"}) {
-      std::vector<std::vector<double>> by_rank;
-      for (const auto& m : *probe)
-        by_rank.push_back(m.body["results"][k]["event_us"].get<std::vector<double>>());
-      per_iter_us +=
-          Quantile(MaxOverRanks(by_rank), 0.5) + 20.0;  // + harness overhead per iteration
-    }
-    int warmup = static_cast<int>(std::clamp(300e3 / std::max(per_iter_us, 1.0), 20.0, 5000.0));
-    int iters = static_cast<int>(
-        std::clamp(s.options->timing_deadline_s * 0.3e6 / std::max(per_iter_us, 1.0), 20.0, 200.0));
-    auto timed = s.group->All({{"op", "time"},
-                               {"slots", {"baseline", "candidate"}},
-                               {"warmup_iters", warmup},
-                               {"iters", iters},
-                               {"block", 10},
-                               {"poison_final_block", true}},
-                              s.options->timing_deadline_s, "timing");
-    if (!timed.ok()) return Failed(s, timed.status());
-    json entry = {
-        {"size", size.label}, {"bytes", p.perf_bytes}, {"sets", sets}, {"warmup_iters", warmup}};
-    TimingStats stats[2];
-    json warnings = json::array();
-    const char* names[2] = {"baseline", "candidate"};
-    for (int k = 0; k < 2; ++k) {
-      std::vector<std::vector<double>> ev, host;
-      for (const auto& m : *timed) {
-        ev.push_back(m.body["results"][names[k]]["event_us"].get<std::vector<double>>());
-        host.push_back(m.body["results"][names[k]]["host_us"].get<std::vector<double>>());
-      }
-      stats[k] = Summarize(MaxOverRanks(ev), MaxOverRanks(host));
-      entry[names[k]] = stats[k].ToJson();
-      // The host clock spans kf_run to a device-wide sync: far more than the
-      // stream's events means work was left outside ctx->stream.
-      if (stats[k].host_median_us > 2 * stats[k].median_us + 100) {
-        warnings.push_back(std::string(names[k]) + ": host time " +
-                           std::to_string(stats[k].host_median_us) + " us far exceeds event time " +
-                           std::to_string(stats[k].median_us) + " us: work outside ctx->stream?");
-      }
-    }
-    // Re-validate what the candidate's final timed calls wrote.
-    std::vector<json> reval;
-    for (const auto& m : *timed) {
-      reval.push_back(
-          {{"op", "revalidate"}, {"sets", m.body["results"]["candidate"]["final_sets"]}});
-    }
-    auto rv = s.group->Each(reval, dl, "timing");
-    if (!rv.ok()) return Failed(s, rv.status());
-    json rv_mismatches = json::array();
-    for (const auto& m : *rv) {
-      for (const auto& mm : m.body.value("mismatches", json::array())) rv_mismatches.push_back(mm);
-    }
-    json rv_changed = InputsChanged(*rv);
-    entry["revalidated"] = rv_mismatches.empty() && rv_changed.empty();
-    double b = stats[0].median_us, c = stats[1].median_us;
-    entry["speedup"] = c > 0 ? b / c : 0;
-    entry["algbw_gbps"] = c > 0 ? p.perf_bytes / (c * 1e-6) / 1e9 : 0;
-    entry["busbw_gbps"] = c > 0 ? p.perf_bytes / (c * 1e-6) / 1e9 * p.busbw_factor : 0;
-    entry["baseline_busbw_gbps"] = b > 0 ? p.perf_bytes / (b * 1e-6) / 1e9 * p.busbw_factor : 0;
-    entry["warnings"] = warnings;
-    s.timing.push_back(entry);
-    if (!entry["revalidated"].get<bool>()) {
-      s.checks.push_back({{"size", size.label},
-                          {"kind", "timed"},
-                          {"trial", 0},
-                          {"passed", false},
-                          {"mismatches", rv_mismatches},
-                          {"inputs_changed", rv_changed}});
-      (void)Release(s, {"baseline", "candidate"});
-      return Error(ErrorKind::kMismatch,
-                   "outputs of timed calls at size " + size.label +
-                       " differ from the baseline's (they pass only when run in isolation)");
-    }
+// The drive: rounds over every set in a fresh random order, fresh inputs and
+// poison per round; the candidate serves the calls through its mailboxes.
+Status TimedCalls(EvalSession& s, SizePlan& plan) {
+  const int warmup = std::clamp(plan.warmup / 4, 5, 50);
+  const int total = warmup + plan.iters;
+  proto::DriveRequest drive;
+  drive.first_seq = s.next_seq;
+  drive.warmup = warmup;
+  drive.call_deadline_s = s.options->check_deadline_s;
+  std::mt19937_64 shuffle(s.NewSeed());
+  for (int done = 0; done < total;) {
+    proto::DriveRequest::Round round;
+    std::vector<int> order(static_cast<size_t>(plan.sets));
+    for (int k = 0; k < plan.sets; ++k) order[static_cast<size_t>(k)] = k;
+    std::shuffle(order.begin(), order.end(), shuffle);
+    order.resize(static_cast<size_t>(std::min(plan.sets, total - done)));
+    for (int set : order) round.seeds.push_back({set, s.NewSeed()});
+    round.order = order;
+    round.poison = s.NewPoison();
+    done += static_cast<int>(order.size());
+    drive.rounds.push_back(std::move(round));
   }
-  return Release(s, {"baseline", "candidate"});
+  s.next_seq += static_cast<uint64_t>(total);
+  std::vector<json> serve(s.world, proto::ServeRequest{total}.ToJson());
+  if (Status st = s.candidate->Post(serve, {}, "timing"); !st.ok())
+    return GroupFailed(s, *s.candidate, st);
+  std::vector<std::vector<int>> fds;
+  for (auto& m : s.mailboxes) fds.push_back({m.fd()});
+  auto driven = s.harness->Each(std::vector<json>(s.world, drive.ToJson()), fds,
+                                s.options->timing_deadline_s, "timing");
+  if (!driven.ok()) {
+    s.candidate->Kill();
+    return GroupFailed(s, *s.harness, driven.status());
+  }
+  auto served = s.candidate->Collect(s.options->check_deadline_s, "timing");
+  if (!served.ok()) return GroupFailed(s, *s.candidate, served.status());
+
+  json mismatches = json::array(), changed = json::array(), anomalies = json::array();
+  std::vector<std::vector<double>> wall, claimed;
+  for (int r = 0; r < s.world; ++r) {
+    KF_ASSIGN_OR_RETURN(auto d, proto::DriveReply::Parse((*driven)[r].body, "drive",
+                                                         static_cast<size_t>(plan.iters)));
+    AddFailures(d.failures, &mismatches, true);
+    for (const auto& [call, name] : d.inputs_changed)
+      changed.push_back(json{{"rank", r}, {"input", name}, {"call", call}});
+    for (const auto& a : d.anomalies) anomalies.push_back("rank " + std::to_string(r) + ": " + a);
+    wall.push_back(std::move(d.wall_us));
+    claimed.push_back(std::move(d.claimed_us));
+  }
+  if (!anomalies.empty()) {
+    s.integrity.push_back(
+        {{"check", "mailbox"}, {"size", plan.size.label}, {"message", anomalies}});
+    return Error(ErrorKind::kIntegrityViolation,
+                 "the candidate's process broke the timing protocol at size " + plan.size.label +
+                     ": " + anomalies[0].get<std::string>());
+  }
+  if (!mismatches.empty() || !changed.empty()) {
+    s.checks.push_back({{"size", plan.size.label},
+                        {"kind", "timed"},
+                        {"trial", 0},
+                        {"passed", false},
+                        {"mismatches", mismatches},
+                        {"inputs_changed", changed}});
+    return Error(ErrorKind::kMismatch,
+                 "outputs of timed calls at size " + plan.size.label +
+                     " differ from the baseline's (every timed call is verified)");
+  }
+  plan.wall_us = MaxOverRanks(wall);
+  plan.claimed_us = MaxOverRanks(claimed);
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status RunBenchSize(EvalSession& s, SizePlan& plan) {
+  KF_RETURN_IF_ERROR(Prepare(s, plan));
+  Status st = BenchCorrectness(s, plan);
+  if (st.ok() && s.options->timing) st = TimedCalls(s, plan);
+  if (!st.ok()) {
+    if (s.candidate && s.candidate->alive()) (void)Release(s, plan);
+    return st;
+  }
+  return Release(s, plan);
 }
 
 }  // namespace kforge::eval

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -10,6 +11,8 @@
 #include <thread>
 
 #include "kforge/core/log.h"
+#include "protocol/messages.h"
+#include "sandbox/sandbox.h"
 
 namespace kforge::eval {
 namespace {
@@ -34,6 +37,70 @@ std::string DescribeExit(pid_t pid) {
   return "closed its channel";
 }
 
+// Spawns one worker with fds 3 (channel), 4 (control block) and, for a
+// candidate, 5 (mailbox); every other descriptor of ours is close-on-exec.
+// posix_spawn: nothing runs in a copy of this (threaded) process but exec.
+Result<pid_t> SpawnWorker(const GroupOptions& o, int rank, int channel_fd, int control_fd,
+                          int mailbox_fd) {
+  std::vector<std::string> args = {o.worker_path.string(),
+                                   "--role",
+                                   o.role,
+                                   "--rank",
+                                   std::to_string(rank),
+                                   "--world",
+                                   std::to_string(o.world),
+                                   "--device",
+                                   std::to_string(o.devices[rank]),
+                                   "--channel-fd",
+                                   "3",
+                                   "--control-fd",
+                                   "4"};
+  if (o.emulated) args.push_back("--emulated");
+  if (!o.mps_dir.empty()) args.insert(args.end(), {"--mps-dir", o.mps_dir});
+  if (mailbox_fd >= 0) args.insert(args.end(), {"--mailbox-fd", "5"});
+  if (!o.candidate_dir.empty()) args.insert(args.end(), {"--candidate-dir", o.candidate_dir});
+  std::map<std::string, std::string> extra = o.env;
+  // NVLink multicast stays off on shared machines (it can take GPUs out of service).
+  extra["NCCL_NVLS_ENABLE"] = "0";
+  std::vector<std::string> env = sandbox::ScrubbedEnvironment(extra, /*keep_path=*/false);
+  std::vector<char*> argv, envp;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  for (auto& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+
+  // Sources above any target number, so that the dup2s cannot collide.
+  int src[3] = {fcntl(channel_fd, F_DUPFD_CLOEXEC, 100), fcntl(control_fd, F_DUPFD_CLOEXEC, 100),
+                mailbox_fd >= 0 ? fcntl(mailbox_fd, F_DUPFD_CLOEXEC, 100) : -1};
+  posix_spawn_file_actions_t fa;
+  posix_spawnattr_t attr;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawnattr_init(&attr);
+  for (int k = 0; k < 3; ++k) {
+    if (src[k] >= 0) posix_spawn_file_actions_adddup2(&fa, src[k], 3 + k);
+  }
+  // Each worker leads its own process group (killed as one); a candidate
+  // gets its own session too, away from the terminal.
+  short flags = POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF;
+  if (o.role == "candidate") flags |= POSIX_SPAWN_SETSID;
+  posix_spawnattr_setflags(&attr, flags);
+  posix_spawnattr_setpgroup(&attr, 0);
+  sigset_t none, all;
+  sigemptyset(&none);
+  sigfillset(&all);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setsigdefault(&attr, &all);
+  pid_t pid = -1;
+  int rc = posix_spawn(&pid, argv[0], &fa, &attr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&attr);
+  for (int fd : src) {
+    if (fd >= 0) close(fd);
+  }
+  if (rc != 0) return Error(ErrorKind::kHarness, std::string("posix_spawn: ") + std::strerror(rc));
+  return pid;
+}
+
 }  // namespace
 
 Result<std::unique_ptr<WorkerGroup>> WorkerGroup::Start(const GroupOptions& options) {
@@ -42,6 +109,10 @@ Result<std::unique_ptr<WorkerGroup>> WorkerGroup::Start(const GroupOptions& opti
   if (static_cast<int>(options.devices.size()) != options.world) {
     return Error(ErrorKind::kInvalidInput, "one device per rank is required");
   }
+  if (options.role == "candidate" &&
+      static_cast<int>(options.mailbox_fds.size()) != options.world) {
+    return Error(ErrorKind::kInvalidInput, "a candidate group needs one mailbox per rank");
+  }
   if (access(options.worker_path.c_str(), X_OK) != 0) {
     return Error(ErrorKind::kNotFound,
                  "kforge-worker not found at " + options.worker_path.string());
@@ -49,42 +120,15 @@ Result<std::unique_ptr<WorkerGroup>> WorkerGroup::Start(const GroupOptions& opti
   KF_ASSIGN_OR_RETURN(g->control_, ControlBlock::Create(options.world));
   for (int r = 0; r < options.world; ++r) {
     KF_ASSIGN_OR_RETURN(auto pair, MakeSocketPair());
-    pid_t pid = fork();
-    if (pid < 0) return Error(ErrorKind::kHarness, std::string("fork: ") + std::strerror(errno));
-    if (pid == 0) {
-      // Child: fds 3 and 4 are the channel and the control block; nothing else
-      // leaks. Move both out of the way first: either may already be fd 3 or 4.
-      int channel_fd = fcntl(pair.second, F_DUPFD_CLOEXEC, 100);
-      int control_fd = fcntl(g->control_.fd(), F_DUPFD_CLOEXEC, 100);
-      if (channel_fd < 0 || control_fd < 0) _exit(126);
-      dup2(channel_fd, 3);
-      dup2(control_fd, 4);
-      fcntl(3, F_SETFD, 0);
-      fcntl(4, F_SETFD, 0);
-      setpgid(0, 0);
-      for (const auto& [k, v] : options.env) setenv(k.c_str(), v.c_str(), 1);
-      // NVLink multicast stays off on shared machines (it can take GPUs out of service).
-      setenv("NCCL_NVLS_ENABLE", "0", 1);
-      std::vector<std::string> args = {options.worker_path.string(),
-                                       "--channel-fd",
-                                       "3",
-                                       "--control-fd",
-                                       "4",
-                                       "--rank",
-                                       std::to_string(r),
-                                       "--world",
-                                       std::to_string(options.world),
-                                       "--device",
-                                       std::to_string(options.devices[r])};
-      if (options.emulated) args.push_back("--emulated");
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execv(argv[0], argv.data());
-      _exit(127);
-    }
+    int mailbox = options.role == "candidate" ? options.mailbox_fds[r] : -1;
+    auto pid = SpawnWorker(options, r, pair.second, g->control_.fd(), mailbox);
     close(pair.second);
-    g->pids_.push_back(pid);
+    if (!pid.ok()) {
+      close(pair.first);
+      g->Kill();
+      return pid.status();
+    }
+    g->pids_.push_back(*pid);
     g->channels_.emplace_back(pair.first);
   }
   g->alive_ = true;
@@ -96,19 +140,33 @@ Result<std::unique_ptr<WorkerGroup>> WorkerGroup::Start(const GroupOptions& opti
     auto left =
         std::chrono::duration_cast<milliseconds>(deadline - std::chrono::steady_clock::now());
     auto m = g->channels_[r].Receive(std::max(left, milliseconds(1)));
-    if (!m.ok() || m->body.value("op", "") != "hello") {
-      std::string why = !m.ok() ? m.status().message() : m->body.value("error", "bad hello");
-      if (!m.ok() && m.status().kind() == ErrorKind::kIo)
-        why = "rank " + std::to_string(r) + " " + DescribeExit(g->pids_[r]);
+    std::string why;
+    if (!m.ok()) {
+      why = m.status().kind() == ErrorKind::kIo
+                ? "rank " + std::to_string(r) + " " + DescribeExit(g->pids_[r])
+                : m.status().message();
+    } else if (Status st =
+                   m->body.contains("op") ? Status::Ok() : proto::ReplyStatus(m->body, "hello");
+               !st.ok()) {
+      why = st.message();
+    } else if (auto h = proto::Hello::Parse(m->body, "hello from rank " + std::to_string(r));
+               !h.ok()) {
+      why = h.status().message();
+    } else if (h->role != options.role || h->rank != r) {
+      why = "the hello names another role or rank";
+    }
+    if (!why.empty()) {
       g->Kill();
-      return Error(ErrorKind::kHarness, "starting rank " + std::to_string(r) + " on device " +
-                                            std::to_string(options.devices[r]) + " failed: " + why);
+      return Error(ErrorKind::kHarness, "starting " + options.role + " rank " + std::to_string(r) +
+                                            " on device " + std::to_string(options.devices[r]) +
+                                            " failed: " + why);
     }
     g->hellos_[r] = m->body;
   }
-  if (!options.emulated) {
+  if (!options.emulated && options.role == "harness") {
     std::string id = g->hellos_[0].value("nccl_id", "");
-    auto r = g->All({{"op", "nccl_init"}, {"id", id}}, options.start_deadline_s, "nccl_init");
+    auto r =
+        g->All({{"op", proto::op::kNcclInit}, {"id", id}}, options.start_deadline_s, "nccl_init");
     if (!r.ok()) return r.status().WithContext("initialising NCCL");
   }
   return g;
@@ -165,17 +223,40 @@ Result<std::vector<Message>> WorkerGroup::All(const nlohmann::json& msg, double 
 
 Result<std::vector<Message>> WorkerGroup::Each(const std::vector<nlohmann::json>& msgs,
                                                double deadline_s, const std::string& phase) {
+  return Each(msgs, {}, deadline_s, phase);
+}
+
+Result<std::vector<Message>> WorkerGroup::Each(const std::vector<nlohmann::json>& msgs,
+                                               const std::vector<std::vector<int>>& fds,
+                                               double deadline_s, const std::string& phase) {
+  KF_RETURN_IF_ERROR(Post(msgs, fds, phase));
+  return Collect(deadline_s, phase);
+}
+
+void WorkerGroup::Abort() {
+  if (control_.shared()) control_.RaiseAbort();
+}
+
+Status WorkerGroup::Post(const std::vector<nlohmann::json>& msgs,
+                         const std::vector<std::vector<int>>& fds, const std::string& phase) {
   if (!alive_) return Error(ErrorKind::kHarness, "rank group is not running");
   for (int r = 0; r < options_.world; ++r) {
-    if (Status s = channels_[r].Send(msgs[r]); !s.ok()) {
+    static const std::vector<int> kNone;
+    const std::vector<int>& f = fds.empty() ? kNone : fds[r];
+    if (Status s = channels_[r].Send(msgs[r], f); !s.ok()) {
       return Fail({phase,
                    {},
                    r,
                    "rank " + std::to_string(r) + " " + DescribeExit(pids_[r]),
                    ErrorKind::kRuntimeError,
-                   deadline_s});
+                   0});
     }
   }
+  return Status::Ok();
+}
+
+Result<std::vector<Message>> WorkerGroup::Collect(double deadline_s, const std::string& phase) {
+  if (!alive_) return Error(ErrorKind::kHarness, "rank group is not running");
   std::vector<Message> replies(options_.world);
   std::vector<bool> done(options_.world, false);
   int remaining = options_.world;
@@ -185,9 +266,7 @@ Result<std::vector<Message>> WorkerGroup::Each(const std::vector<nlohmann::json>
   // Once one rank has failed, the others get a short grace period to report
   // (they may be stuck in a barrier waiting for it; the abort flag frees them).
   while (remaining > 0) {
-    auto now = std::chrono::steady_clock::now();
-    if (now >= deadline) break;
-    bool progressed = false;
+    if (std::chrono::steady_clock::now() >= deadline) break;
     for (int r = 0; r < options_.world; ++r) {
       if (done[r]) continue;
       auto m = channels_[r].Receive(milliseconds(2));
@@ -199,34 +278,32 @@ Result<std::vector<Message>> WorkerGroup::Each(const std::vector<nlohmann::json>
           std::string why = m.status().message() == "peer closed the channel"
                                 ? DescribeExit(pids_[r])
                                 : "sent a bad reply (" + m.status().message() + ")";
-          first_error = GroupFailure{phase,
-                                     {},
-                                     r,
-                                     "rank " + std::to_string(r) + " " + why + " during " + phase,
-                                     ErrorKind::kRuntimeError,
-                                     deadline_s};
+          first_error = GroupFailure{
+              phase,
+              {},
+              r,
+              options_.role + " rank " + std::to_string(r) + " " + why + " during " + phase,
+              ErrorKind::kRuntimeError,
+              deadline_s};
         }
         control_.RaiseAbort();
         deadline = std::min(deadline, std::chrono::steady_clock::now() + std::chrono::seconds(2));
         continue;
       }
-      progressed = true;
       done[r] = true;
       --remaining;
       replies[r] = std::move(m).value();
-      if (!replies[r].body.value("ok", false)) {
-        std::string kind = replies[r].body.value("kind", "harness");
-        bool cancelled = kind == "cancelled";
-        if (!first_error && !cancelled) {
-          ErrorKind k = kind == "runtime_error" ? ErrorKind::kRuntimeError : ErrorKind::kHarness;
-          first_error = GroupFailure{
-              phase, {}, r, replies[r].body.value("error", "unknown error"), k, deadline_s};
+      Status st = proto::ReplyStatus(replies[r].body, "reply to " + phase);
+      if (!st.ok()) {
+        if (!first_error && st.kind() != ErrorKind::kCancelled) {
+          ErrorKind k = st.kind() == ErrorKind::kRuntimeError ? ErrorKind::kRuntimeError
+                                                              : ErrorKind::kHarness;
+          first_error = GroupFailure{phase, {}, r, st.message(), k, deadline_s};
         }
         control_.RaiseAbort();
         deadline = std::min(deadline, std::chrono::steady_clock::now() + std::chrono::seconds(2));
       }
     }
-    (void)progressed;
   }
   if (first_error) return Fail(*first_error);
   if (remaining > 0) {

@@ -1,5 +1,6 @@
 // WorkerGroup: the coordinator's handle on one rank group — W kforge-worker
-// processes forked and exec'd before any CUDA call, one socket each, and a
+// processes of one role (harness or candidate, protocol/messages.h), spawned
+// with a scrubbed environment before any CUDA call, one socket each, and a
 // shared control block. Every exchange has a deadline; a rank that misses it
 // is named, and the whole group is killed (a spinning kernel only ends when
 // its process dies, and peers spinning on it must die too).
@@ -22,10 +23,14 @@ namespace kforge::eval {
 
 struct GroupOptions {
   std::filesystem::path worker_path;
+  std::string role = "harness";  // "harness" | "candidate"
+  std::vector<int> mailbox_fds;  // candidate: rank r's mailbox (fd 5 in the worker)
+  std::string candidate_dir;     // candidate: where its kernel is
+  std::string mps_dir;           // the MPS pipe directory, if any
   int world = 1;
   std::vector<int> devices;                // device of each rank
   bool emulated = false;                   // ranks share GPUs: built-in collectives
-  std::map<std::string, std::string> env;  // extra environment for the workers
+  std::map<std::string, std::string> env;  // extra environment (the rest is scrubbed)
   double start_deadline_s = 60;
 };
 
@@ -53,6 +58,17 @@ class WorkerGroup {
   // Per-rank messages.
   Result<std::vector<Message>> Each(const std::vector<nlohmann::json>& msgs, double deadline_s,
                                     const std::string& phase);
+  // With descriptors for each rank (not taken: the caller closes them).
+  Result<std::vector<Message>> Each(const std::vector<nlohmann::json>& msgs,
+                                    const std::vector<std::vector<int>>& fds, double deadline_s,
+                                    const std::string& phase);
+  // Sends without waiting; Collect waits for the replies of the last Post.
+  Status Post(const std::vector<nlohmann::json>& msgs, const std::vector<std::vector<int>>& fds,
+              const std::string& phase);
+  Result<std::vector<Message>> Collect(double deadline_s, const std::string& phase);
+  // Raises the group's abort flag (its ranks' waits end with kCancelled).
+  void Abort();
+  const std::vector<pid_t>& pids() const { return pids_; }
 
   const GroupOptions& options() const { return options_; }
   const std::vector<nlohmann::json>& hellos() const { return hellos_; }

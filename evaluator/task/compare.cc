@@ -9,10 +9,13 @@ namespace kforge::eval {
 namespace {
 
 // The harness fills outputs with 0xFF bytes before each call.
-bool IsPoison(const void* data, size_t elem_size, int64_t i) {
-  const auto* p = static_cast<const uint8_t*>(data) + static_cast<size_t>(i) * elem_size;
+// The harness writes a 32-bit pattern over the whole tensor from its start, so
+// byte k holds byte k % 4 of the pattern (little-endian).
+bool IsPoison(const void* data, size_t elem_size, int64_t i, uint32_t pattern) {
+  const size_t first = static_cast<size_t>(i) * elem_size;
+  const auto* p = static_cast<const uint8_t*>(data) + first;
   for (size_t b = 0; b < elem_size; ++b) {
-    if (p[b] != 0xFF) return false;
+    if (p[b] != static_cast<uint8_t>(pattern >> (8 * ((first + b) % 4)))) return false;
   }
   return true;
 }
@@ -45,10 +48,10 @@ std::vector<std::string> Hints(const ConcreteTensor& out, const std::vector<doub
                                std::span<const double> expected, const CompareContext& ctx,
                                int64_t poisoned_bad) {
   std::vector<std::string> hints;
-  const int64_t n = out.numel;
+  const int64_t n = out.NumelOf(ctx.rank);
   if (n == 0) return hints;
   if (poisoned_bad == n) {
-    hints.push_back("unwritten (still holds the poison pattern 0xFF bytes)");
+    hints.push_back("unwritten (still holds the harness's poison pattern)");
     return hints;  // nothing else can be said about bytes nobody wrote
   }
   if (poisoned_bad > 0) {
@@ -100,12 +103,12 @@ CompareReport CompareOutput(const ConcreteTensor& out, const void* raw,
   CompareReport rep;
   rep.rank = ctx.rank;
   rep.output = out.name;
-  rep.numel = out.numel;
-  const size_t n = static_cast<size_t>(out.numel);
+  rep.numel = out.NumelOf(ctx.rank);
+  const size_t n = static_cast<size_t>(rep.numel);
   if (expected.size() != n) {
     // A harness bug, but never a silent pass.
     rep.passed = false;
-    rep.bad_count = out.numel;
+    rep.bad_count = rep.numel;
     rep.hints.push_back(
         fmt::format("harness: {} expected values for {} elements", expected.size(), n));
     return rep;
@@ -125,9 +128,9 @@ CompareReport CompareOutput(const ConcreteTensor& out, const void* raw,
     }
     if (Close(g, e, out.tolerance)) continue;
     ++rep.bad_count;
-    if (IsPoison(raw, elem, static_cast<int64_t>(i))) ++poisoned_bad;
+    if (IsPoison(raw, elem, static_cast<int64_t>(i), ctx.poison)) ++poisoned_bad;
     if (rep.first_bad.size() < kMaxFirstBad) {
-      rep.first_bad.push_back({Unravel(static_cast<int64_t>(i), out.shape), g, e});
+      rep.first_bad.push_back({Unravel(static_cast<int64_t>(i), out.ShapeOf(ctx.rank)), g, e});
     }
   }
   rep.passed = rep.bad_count == 0;

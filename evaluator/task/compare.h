@@ -17,6 +17,8 @@ namespace kforge::eval {
 struct CompareContext {
   int world = 1;
   int rank = 0;
+  // The 32-bit pattern the harness wrote over the outputs before the call.
+  uint32_t poison = 0xFFFFFFFFu;
   // This rank's inputs (raw bytes, task order) and their shapes/dtypes.
   std::vector<const ConcreteTensor*> input_specs;
   std::vector<const void*> inputs;

@@ -61,55 +61,73 @@ ncclRedOp_t NcclOp(kf_redop op) {
 
 class NcclBackend final : public CollectiveBackend {
  public:
-  NcclBackend(ncclComm_t comm, float* token) : comm_(comm), token_(token) {}
+  explicit NcclBackend(ncclComm_t world) : world_(world) {}
   ~NcclBackend() override {
-    ncclCommDestroy(comm_);
-    cudaFree(token_);
+    for (ncclComm_t c : groups_) ncclCommDestroy(c);
+    ncclCommDestroy(world_);
+    if (token_) cudaFree(token_);
   }
   std::string Name() const override { return "nccl"; }
 
-  Status AllReduce(const void* send, void* recv, size_t count, kf_dtype dt, kf_redop op,
+  Status AllReduce(int group, const void* send, void* recv, size_t count, kf_dtype dt, kf_redop op,
                    cudaStream_t s) override {
+    KF_ASSIGN_OR_RETURN(ncclComm_t c, Comm(group));
     KF_ASSIGN_OR_RETURN(auto t, NcclType(dt));
-    KF_NCCL(ncclAllReduce(send, recv, count, t, NcclOp(op), comm_, s));
+    KF_NCCL(ncclAllReduce(send, recv, count, t, NcclOp(op), c, s));
     return Status::Ok();
   }
-  Status AllGather(const void* send, void* recv, size_t send_count, kf_dtype dt,
+  Status AllGather(int group, const void* send, void* recv, size_t send_count, kf_dtype dt,
                    cudaStream_t s) override {
+    KF_ASSIGN_OR_RETURN(ncclComm_t c, Comm(group));
     KF_ASSIGN_OR_RETURN(auto t, NcclType(dt));
-    KF_NCCL(ncclAllGather(send, recv, send_count, t, comm_, s));
+    KF_NCCL(ncclAllGather(send, recv, send_count, t, c, s));
     return Status::Ok();
   }
-  Status ReduceScatter(const void* send, void* recv, size_t recv_count, kf_dtype dt, kf_redop op,
-                       cudaStream_t s) override {
+  Status ReduceScatter(int group, const void* send, void* recv, size_t recv_count, kf_dtype dt,
+                       kf_redop op, cudaStream_t s) override {
+    KF_ASSIGN_OR_RETURN(ncclComm_t c, Comm(group));
     KF_ASSIGN_OR_RETURN(auto t, NcclType(dt));
-    KF_NCCL(ncclReduceScatter(send, recv, recv_count, t, NcclOp(op), comm_, s));
+    KF_NCCL(ncclReduceScatter(send, recv, recv_count, t, NcclOp(op), c, s));
     return Status::Ok();
   }
-  Status Broadcast(const void* send, void* recv, size_t count, kf_dtype dt, int root,
+  Status Broadcast(int group, const void* send, void* recv, size_t count, kf_dtype dt, int root,
                    cudaStream_t s) override {
+    KF_ASSIGN_OR_RETURN(ncclComm_t c, Comm(group));
     KF_ASSIGN_OR_RETURN(auto t, NcclType(dt));
-    KF_NCCL(ncclBroadcast(send, recv, count, t, root, comm_, s));
+    KF_NCCL(ncclBroadcast(send, recv, count, t, root, c, s));
     return Status::Ok();
   }
-  Status Reduce(const void* send, void* recv, size_t count, kf_dtype dt, kf_redop op, int root,
-                cudaStream_t s) override {
+  Status Reduce(int group, const void* send, void* recv, size_t count, kf_dtype dt, kf_redop op,
+                int root, cudaStream_t s) override {
+    KF_ASSIGN_OR_RETURN(ncclComm_t c, Comm(group));
     KF_ASSIGN_OR_RETURN(auto t, NcclType(dt));
-    KF_NCCL(ncclReduce(send, recv, count, t, NcclOp(op), root, comm_, s));
+    KF_NCCL(ncclReduce(send, recv, count, t, NcclOp(op), root, c, s));
     return Status::Ok();
   }
-  Status AllToAll(const void* send, void* recv, size_t count, kf_dtype dt,
+  Status AllToAll(int group, const void* send, void* recv, size_t count, kf_dtype dt,
                   cudaStream_t s) override {
+    KF_ASSIGN_OR_RETURN(ncclComm_t c, Comm(group));
     KF_ASSIGN_OR_RETURN(auto t, NcclType(dt));
-    int world = 0;
-    KF_NCCL(ncclCommCount(comm_, &world));
+    int n = 0;
+    KF_NCCL(ncclCommCount(c, &n));
     size_t bytes = count * kf_dtype_size(dt);
     KF_NCCL(ncclGroupStart());
-    for (int p = 0; p < world; ++p) {
-      KF_NCCL(ncclSend(static_cast<const char*>(send) + p * bytes, count, t, p, comm_, s));
-      KF_NCCL(ncclRecv(static_cast<char*>(recv) + p * bytes, count, t, p, comm_, s));
+    for (int p = 0; p < n; ++p) {
+      KF_NCCL(ncclSend(static_cast<const char*>(send) + p * bytes, count, t, p, c, s));
+      KF_NCCL(ncclRecv(static_cast<char*>(recv) + p * bytes, count, t, p, c, s));
     }
     KF_NCCL(ncclGroupEnd());
+    return Status::Ok();
+  }
+  // A one-element all-reduce: completes on each rank only once every rank of
+  // the communicator has reached it.
+  Status Barrier(int group, cudaStream_t s) override {
+    KF_ASSIGN_OR_RETURN(ncclComm_t c, Comm(group));
+    if (token_ == nullptr) {
+      KF_CUDA(cudaMalloc(&token_, sizeof(float)));
+      KF_CUDA(cudaMemset(token_, 0, sizeof(float)));
+    }
+    KF_NCCL(ncclAllReduce(token_, token_, 1, ncclFloat32, ncclSum, c, s));
     return Status::Ok();
   }
   Status GroupStart() override {
@@ -122,25 +140,40 @@ class NcclBackend final : public CollectiveBackend {
   }
   Status Send(const void* buf, size_t count, kf_dtype dt, int peer, cudaStream_t s) override {
     KF_ASSIGN_OR_RETURN(auto t, NcclType(dt));
-    KF_NCCL(ncclSend(buf, count, t, peer, comm_, s));
+    KF_NCCL(ncclSend(buf, count, t, peer, world_, s));
     return Status::Ok();
   }
   Status Recv(void* buf, size_t count, kf_dtype dt, int peer, cudaStream_t s) override {
     KF_ASSIGN_OR_RETURN(auto t, NcclType(dt));
-    KF_NCCL(ncclRecv(buf, count, t, peer, comm_, s));
+    KF_NCCL(ncclRecv(buf, count, t, peer, world_, s));
     return Status::Ok();
   }
-  Status Barrier(cudaStream_t s) override { return DeviceBarrier(s); }
-  // A one-element all-reduce: completes on each rank only once every rank
-  // has reached it, which aligns the ranks' next events to within microseconds.
-  Status DeviceBarrier(cudaStream_t s) override {
-    KF_NCCL(ncclAllReduce(token_, token_, 1, ncclFloat32, ncclSum, comm_, s));
+  // Every rank calls this together (collective over the world communicator).
+  Status SetGroups(const std::vector<GroupView>& groups) override {
+    for (ncclComm_t c : groups_) ncclCommDestroy(c);
+    groups_.clear();
+    for (const GroupView& g : groups) {
+      // Color = which group of this kind; key = the rank inside it.
+      ncclComm_t sub;
+      KF_NCCL(ncclCommSplit(world_, g.index, g.rank, &sub, nullptr));
+      groups_.push_back(sub);
+    }
     return Status::Ok();
   }
 
  private:
-  ncclComm_t comm_;
-  float* token_;
+  Result<ncclComm_t> Comm(int group) const {
+    if (group < 0) return world_;
+    if (group >= static_cast<int>(groups_.size())) {
+      return Error(ErrorKind::kInvalidInput,
+                   "group " + std::to_string(group) + " is not one of the task's groups");
+    }
+    return groups_[static_cast<size_t>(group)];
+  }
+
+  ncclComm_t world_;
+  std::vector<ncclComm_t> groups_;
+  float* token_ = nullptr;
 };
 
 }  // namespace
@@ -166,10 +199,7 @@ Result<std::unique_ptr<CollectiveBackend>> MakeNcclBackend(int rank, int world,
   std::memcpy(id.internal, unique_id.data(), sizeof(id.internal));
   ncclComm_t comm;
   KF_NCCL(ncclCommInitRank(&comm, world, id, rank));
-  float* token = nullptr;
-  KF_CUDA(cudaMalloc(&token, sizeof(float)));
-  KF_CUDA(cudaMemset(token, 0, sizeof(float)));
-  return std::unique_ptr<CollectiveBackend>(std::make_unique<NcclBackend>(comm, token));
+  return std::unique_ptr<CollectiveBackend>(std::make_unique<NcclBackend>(comm));
 }
 
 }  // namespace kforge::worker

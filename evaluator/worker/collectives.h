@@ -19,44 +19,61 @@ class ControlBlock;
 
 namespace kforge::worker {
 
+// A sub-communicator as the backends see it: this rank's group of one of the
+// task's [[groups]] (kind = its index in ctx->groups).
+struct GroupView {
+  int kind = 0;
+  int index = 0;             // which group of that kind this rank is in
+  int rank = 0;              // this rank inside it
+  std::vector<int> members;  // world ranks, by group rank
+};
+
+// Every collective takes `group`: -1 for the whole world, else an index into
+// the groups the backend was made with.
 class CollectiveBackend {
  public:
   virtual ~CollectiveBackend() = default;
   virtual std::string Name() const = 0;
-  virtual Status AllReduce(const void* send, void* recv, size_t count, kf_dtype dt, kf_redop op,
+  virtual Status AllReduce(int group, const void* send, void* recv, size_t count, kf_dtype dt,
+                           kf_redop op, cudaStream_t s) = 0;
+  virtual Status AllGather(int group, const void* send, void* recv, size_t send_count, kf_dtype dt,
                            cudaStream_t s) = 0;
-  virtual Status AllGather(const void* send, void* recv, size_t send_count, kf_dtype dt,
-                           cudaStream_t s) = 0;
-  virtual Status ReduceScatter(const void* send, void* recv, size_t recv_count, kf_dtype dt,
-                               kf_redop op, cudaStream_t s) = 0;
-  virtual Status Broadcast(const void* send, void* recv, size_t count, kf_dtype dt, int root,
-                           cudaStream_t s) = 0;
-  virtual Status Reduce(const void* send, void* recv, size_t count, kf_dtype dt, kf_redop op,
-                        int root, cudaStream_t s) = 0;
-  virtual Status AllToAll(const void* send, void* recv, size_t count, kf_dtype dt,
+  virtual Status ReduceScatter(int group, const void* send, void* recv, size_t recv_count,
+                               kf_dtype dt, kf_redop op, cudaStream_t s) = 0;
+  virtual Status Broadcast(int group, const void* send, void* recv, size_t count, kf_dtype dt,
+                           int root, cudaStream_t s) = 0;
+  virtual Status Reduce(int group, const void* send, void* recv, size_t count, kf_dtype dt,
+                        kf_redop op, int root, cudaStream_t s) = 0;
+  virtual Status AllToAll(int group, const void* send, void* recv, size_t count, kf_dtype dt,
                           cudaStream_t s) = 0;
+  virtual Status Barrier(int group, cudaStream_t s) = 0;
+  // Point-to-point, world ranks; wrapped in GroupStart/GroupEnd.
   virtual Status GroupStart() = 0;
   virtual Status GroupEnd(cudaStream_t s) = 0;
   virtual Status Send(const void* buf, size_t count, kf_dtype dt, int peer, cudaStream_t s) = 0;
   virtual Status Recv(void* buf, size_t count, kf_dtype dt, int peer, cudaStream_t s) = 0;
-  virtual Status Barrier(cudaStream_t s) = 0;
-  // Used by the timing loop before each iteration, after the host barrier, so
-  // that all ranks' start events are recorded together. May be a no-op.
-  virtual Status DeviceBarrier(cudaStream_t s) = 0;
+  // The sub-communicators of the current problem (replacing earlier ones).
+  virtual Status SetGroups(const std::vector<GroupView>& groups) = 0;
 };
 
-// NCCL backend. `unique_id` is the 128 bytes from ncclGetUniqueId on rank 0.
+// NCCL backend. `unique_id` is the 128 bytes from ncclGetUniqueId on rank 0;
+// each group becomes an ncclCommSplit of the world communicator.
 Result<std::unique_ptr<CollectiveBackend>> MakeNcclBackend(int rank, int world,
                                                            const std::string& unique_id);
 // Rank 0's ncclGetUniqueId as raw bytes.
 Result<std::string> NcclUniqueId();
 int NcclVersion();
 
+// The backend the kf_* functions of this process use; null refuses every
+// call with `refusal` (default: the task does not allow them).
+void SetProcessBackend(CollectiveBackend* backend, const char* refusal = nullptr);
+
 // Emulated backend. `staging_peers[r]` is rank r's staging buffer (mapped here).
 std::unique_ptr<CollectiveBackend> MakeEmulatedBackend(int rank, int world,
                                                        std::vector<void*> staging_peers,
                                                        size_t staging_bytes,
-                                                       eval::ControlBlock* control);
+                                                       eval::ControlBlock* control,
+                                                       std::vector<GroupView> groups);
 
 // Launches out[i] = op over r of in[r][offset + i] (in elements), accumulating
 // in f32 for 16-bit floats. Defined in emulated_kernels.cu.

@@ -1,6 +1,9 @@
 // The kf_* harness collectives, exported by the kforge-worker executable and
-// resolved when a kernel's shared object is loaded. Each forwards to the
-// rank's CollectiveBackend (ctx->harness) and enqueues on ctx->stream.
+// resolved when a kernel's shared object is loaded. They forward to the one
+// backend of this process, which exists only when the task lets this kernel
+// use them: the reference's harness worker always, a candidate worker only
+// when the task's policy allows harness collectives. Otherwise every call is
+// refused, whatever pointer or context it comes through.
 #include <cstdio>
 
 #include "collectives.h"
@@ -8,6 +11,19 @@
 
 using kforge::Status;
 using kforge::worker::CollectiveBackend;
+
+namespace kforge::worker {
+namespace {
+CollectiveBackend* g_backend = nullptr;
+const char* g_refusal = "this task does not allow the harness collectives";
+}  // namespace
+
+void SetProcessBackend(CollectiveBackend* backend, const char* refusal) {
+  g_backend = backend;
+  if (refusal != nullptr) g_refusal = refusal;
+}
+
+}  // namespace kforge::worker
 
 namespace {
 
@@ -18,44 +34,59 @@ int Report(kf_ctx* ctx, const char* what, const Status& s) {
   return 1;
 }
 
-CollectiveBackend* Backend(kf_ctx* ctx) {
-  return ctx ? static_cast<CollectiveBackend*>(ctx->harness) : nullptr;
+int Refuse(kf_ctx* ctx, const char* what) {
+  std::fprintf(stderr, "kforge rank %d: %s refused: %s\n", ctx ? ctx->rank : -1, what,
+               kforge::worker::g_refusal);
+  return 1;
+}
+
+int GroupIndex(kf_ctx* ctx, int group) {
+  return ctx != nullptr && group >= 0 && group < ctx->num_groups ? group : -2;
 }
 
 }  // namespace
 
-#define KF_FORWARD(name, call)                                                     \
-  do {                                                                             \
-    CollectiveBackend* b = Backend(ctx);                                           \
-    if (!b) {                                                                      \
-      std::fprintf(stderr, "kforge: %s called without a harness context\n", name); \
-      return 1;                                                                    \
-    }                                                                              \
-    return Report(ctx, name, b->call);                                             \
+#define KF_FORWARD(name, call)                                    \
+  do {                                                            \
+    CollectiveBackend* b = kforge::worker::g_backend;             \
+    if (b == nullptr || ctx == nullptr) return Refuse(ctx, name); \
+    return Report(ctx, name, b->call);                            \
+  } while (0)
+
+#define KF_FORWARD_GROUP(name, call)                                  \
+  do {                                                                \
+    CollectiveBackend* b = kforge::worker::g_backend;                 \
+    if (b == nullptr || ctx == nullptr) return Refuse(ctx, name);     \
+    const int g = GroupIndex(ctx, group);                             \
+    if (g < 0) {                                                      \
+      std::fprintf(stderr, "kforge: %s: no group %d\n", name, group); \
+      return 1;                                                       \
+    }                                                                 \
+    return Report(ctx, name, b->call);                                \
   } while (0)
 
 extern "C" {
 
 int kf_all_reduce(kf_ctx* ctx, const void* send, void* recv, size_t count, kf_dtype dt,
                   kf_redop op) {
-  KF_FORWARD("kf_all_reduce", AllReduce(send, recv, count, dt, op, ctx->stream));
+  KF_FORWARD("kf_all_reduce", AllReduce(-1, send, recv, count, dt, op, ctx->stream));
 }
 int kf_all_gather(kf_ctx* ctx, const void* send, void* recv, size_t send_count, kf_dtype dt) {
-  KF_FORWARD("kf_all_gather", AllGather(send, recv, send_count, dt, ctx->stream));
+  KF_FORWARD("kf_all_gather", AllGather(-1, send, recv, send_count, dt, ctx->stream));
 }
 int kf_reduce_scatter(kf_ctx* ctx, const void* send, void* recv, size_t recv_count, kf_dtype dt,
                       kf_redop op) {
-  KF_FORWARD("kf_reduce_scatter", ReduceScatter(send, recv, recv_count, dt, op, ctx->stream));
+  KF_FORWARD("kf_reduce_scatter", ReduceScatter(-1, send, recv, recv_count, dt, op, ctx->stream));
 }
 int kf_broadcast(kf_ctx* ctx, const void* send, void* recv, size_t count, kf_dtype dt, int root) {
-  KF_FORWARD("kf_broadcast", Broadcast(send, recv, count, dt, root, ctx->stream));
+  KF_FORWARD("kf_broadcast", Broadcast(-1, send, recv, count, dt, root, ctx->stream));
 }
 int kf_reduce(kf_ctx* ctx, const void* send, void* recv, size_t count, kf_dtype dt, kf_redop op,
               int root) {
-  KF_FORWARD("kf_reduce", Reduce(send, recv, count, dt, op, root, ctx->stream));
+  KF_FORWARD("kf_reduce", Reduce(-1, send, recv, count, dt, op, root, ctx->stream));
 }
 int kf_all_to_all(kf_ctx* ctx, const void* send, void* recv, size_t count, kf_dtype dt) {
-  KF_FORWARD("kf_all_to_all", AllToAll(send, recv, count, dt, ctx->stream));
+  KF_FORWARD("kf_all_to_all", AllToAll(-1, send, recv, count, dt, ctx->stream));
 }
 int kf_group_start(kf_ctx* ctx) { KF_FORWARD("kf_group_start", GroupStart()); }
 int kf_group_end(kf_ctx* ctx) { KF_FORWARD("kf_group_end", GroupEnd(ctx->stream)); }
@@ -65,6 +96,31 @@ int kf_send(kf_ctx* ctx, const void* buf, size_t count, kf_dtype dt, int peer) {
 int kf_recv(kf_ctx* ctx, void* buf, size_t count, kf_dtype dt, int peer) {
   KF_FORWARD("kf_recv", Recv(buf, count, dt, peer, ctx->stream));
 }
-int kf_barrier(kf_ctx* ctx) { KF_FORWARD("kf_barrier", Barrier(ctx->stream)); }
+int kf_barrier(kf_ctx* ctx) { KF_FORWARD("kf_barrier", Barrier(-1, ctx->stream)); }
+
+int kf_group_all_reduce(kf_ctx* ctx, int group, const void* send, void* recv, size_t count,
+                        kf_dtype dt, kf_redop op) {
+  KF_FORWARD_GROUP("kf_group_all_reduce", AllReduce(g, send, recv, count, dt, op, ctx->stream));
+}
+int kf_group_all_gather(kf_ctx* ctx, int group, const void* send, void* recv, size_t send_count,
+                        kf_dtype dt) {
+  KF_FORWARD_GROUP("kf_group_all_gather", AllGather(g, send, recv, send_count, dt, ctx->stream));
+}
+int kf_group_reduce_scatter(kf_ctx* ctx, int group, const void* send, void* recv, size_t recv_count,
+                            kf_dtype dt, kf_redop op) {
+  KF_FORWARD_GROUP("kf_group_reduce_scatter",
+                   ReduceScatter(g, send, recv, recv_count, dt, op, ctx->stream));
+}
+int kf_group_broadcast(kf_ctx* ctx, int group, const void* send, void* recv, size_t count,
+                       kf_dtype dt, int root) {
+  KF_FORWARD_GROUP("kf_group_broadcast", Broadcast(g, send, recv, count, dt, root, ctx->stream));
+}
+int kf_group_all_to_all(kf_ctx* ctx, int group, const void* send, void* recv, size_t count,
+                        kf_dtype dt) {
+  KF_FORWARD_GROUP("kf_group_all_to_all", AllToAll(g, send, recv, count, dt, ctx->stream));
+}
+int kf_group_barrier(kf_ctx* ctx, int group) {
+  KF_FORWARD_GROUP("kf_group_barrier", Barrier(g, ctx->stream));
+}
 
 }  // extern "C"

@@ -1,12 +1,14 @@
 // The hardware card: what the GPUs a run uses can do, for prompts and records.
+#include "probe.h"
+
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstring>
 
+#include "collectives.h"
 #include "cuda_check.h"
 #include "nvml.h"
-#include "worker.h"
 
 namespace kforge::worker {
 

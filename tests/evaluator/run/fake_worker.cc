@@ -1,7 +1,8 @@
 // A stand-in for kforge-worker that speaks the protocol's framing and then
 // misbehaves on purpose, so the coordinator's watchdog can be tested without a
-// GPU. Behaviour per rank comes from KFORGE_FAKE_<rank> (ok | hang | crash |
-// error | slow), default ok.
+// GPU. Behaviour per rank comes from KFORGE_WORKER_FAKE_<rank> (ok | hang | crash |
+// error | slow | env), default ok; "env" answers with the names of its
+// environment variables.
 #include <signal.h>
 #include <unistd.h>
 
@@ -9,17 +10,25 @@
 #include <string>
 
 #include "protocol/channel.h"
+#include "protocol/messages.h"
+
+extern char** environ;
 
 int main(int argc, char** argv) {
   int rank = 0;
+  std::string role = "harness";
   for (int i = 1; i + 1 < argc; ++i) {
     if (std::string(argv[i]) == "--rank") rank = std::atoi(argv[i + 1]);
+    if (std::string(argv[i]) == "--role") role = argv[i + 1];
   }
-  const char* b = std::getenv(("KFORGE_FAKE_" + std::to_string(rank)).c_str());
+  const char* b = std::getenv(("KFORGE_WORKER_FAKE_" + std::to_string(rank)).c_str());
   std::string behaviour = b ? b : "ok";
   kforge::eval::Channel ch(3);
-  if (!ch.Send({{"op", "hello"}, {"rank", rank}, {"pid", static_cast<int>(getpid())}}).ok())
-    return 1;
+  kforge::eval::proto::Hello hello;
+  hello.role = role;
+  hello.rank = rank;
+  hello.pid = static_cast<int>(getpid());
+  if (!ch.Send(hello.ToJson()).ok()) return 1;
   while (true) {
     auto m = ch.Receive(std::chrono::hours(1));
     if (!m.ok()) return 0;
@@ -39,6 +48,15 @@ int main(int argc, char** argv) {
       continue;
     }
     if (behaviour == "slow") usleep(200 * 1000);
+    if (behaviour == "env") {
+      nlohmann::json names = nlohmann::json::array();
+      for (char** e = environ; *e != nullptr; ++e) {
+        std::string kv(*e);
+        names.push_back(kv.substr(0, kv.find('=')));
+      }
+      (void)ch.Send({{"ok", true}, {"env", names}, {"rank", rank}});
+      continue;
+    }
     (void)ch.Send({{"ok", true}, {"echo", m->body}, {"rank", rank}});
   }
 }

@@ -59,6 +59,7 @@ TEST_F(GpuEvalTest, EveryReferenceMatchesItsOracleAtW2AndW4) {
       EvalOptions o;
       o.timing = false;
       o.trusted = true;
+      o.bench_sizes = {t.bench_sizes.front().label};  // the smallest: correctness, not speed
       auto doc = Eval(t, t.reference, w, o);
       EXPECT_EQ(doc.value("status", ""), "passed") << t.key << " W=" << w << "\n"
                                                    << RenderEvalReport(doc);
@@ -72,6 +73,7 @@ TEST_F(GpuEvalTest, EveryHandWrittenSolutionPasses) {
       for (int w : {2, 4}) {
         EvalOptions o;
         o.timing = false;
+        o.bench_sizes = {t.bench_sizes.front().label};
         for (Dtype dt : t.dtypes) {
           o.dtype = dt;
           auto doc = Eval(t, sol, w, o);
@@ -138,6 +140,51 @@ TEST_F(GpuEvalTest, BaselineAgainstItselfTimesStably) {
               e["baseline"]["median_us"].get<double>(), cv, speedup);
   EXPECT_LT(cv, 0.2);
   EXPECT_NEAR(speedup, 1.0, 0.15);  // the same kernel, interleaved: no systematic difference
+}
+
+// Exploit kernels (tests/adversarial/kernels/, each says what it tries): every
+// one is rejected for its own reason, and the honest control passes with its
+// timing believed.
+struct Exploit {
+  const char* file;
+  const char* status;  // expected
+  const char* check;   // expected integrity finding ("" for none)
+};
+
+TEST_F(GpuEvalTest, ExploitKernelsAreRejectedForTheirReason) {
+  // A credential in the coordinator's environment must never reach a candidate.
+  setenv("KFORGE_TEST_API_KEY", "sk-kforge-test-0000", 1);
+  const Exploit cases[] = {
+      {"honest_naive.cu", "passed", ""},
+      {"private_stream.cu", "integrity_violation", "timing"},
+      {"fork_at_load.cu", "integrity_violation", "sandbox"},
+      {"tcp_exfiltrate.cu", "integrity_violation", "sandbox"},
+      {"secret_probe.cu", "passed", ""},
+      {"proc_probe.cu", "passed", ""},
+      {"skip_after_warmup.cu", "mismatch", ""},
+      {"cache_by_address.cu", "mismatch", ""},
+  };
+  const Task& t = Find("allreduce");
+  for (const Exploit& e : cases) {
+    EvalOptions o;
+    o.bench_sizes = {t.bench_sizes.front().label};
+    auto doc = Eval(t, std::filesystem::path(KFORGE_ADVERSARIAL_KERNELS) / e.file, 2, o);
+    EXPECT_EQ(doc.value("status", ""), e.status)
+        << e.file << "\n"
+        << RenderEvalReport(doc) << doc.dump(1).substr(0, 4000);
+    const auto& findings = doc["integrity"]["findings"];
+    if (std::string(e.check).empty()) {
+      EXPECT_TRUE(findings.empty()) << e.file << ": " << findings.dump();
+    } else {
+      bool found = false;
+      for (const auto& f : findings) found = found || f.value("check", "") == e.check;
+      EXPECT_TRUE(found) << e.file << ": " << findings.dump();
+    }
+    std::printf("%-22s %-20s %s | sandbox: %s\n", e.file, doc.value("status", "").c_str(),
+                doc.value("message", "").substr(0, 150).c_str(),
+                doc["sandbox"].value("summary", "?").c_str());
+  }
+  unsetenv("KFORGE_TEST_API_KEY");
 }
 
 }  // namespace

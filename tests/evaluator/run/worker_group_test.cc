@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 
@@ -13,7 +14,7 @@ namespace {
 class WorkerGroupTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    for (int r = 0; r < 4; ++r) unsetenv(("KFORGE_FAKE_" + std::to_string(r)).c_str());
+    for (int r = 0; r < 4; ++r) unsetenv(("KFORGE_WORKER_FAKE_" + std::to_string(r)).c_str());
   }
   Result<std::unique_ptr<WorkerGroup>> StartGroup(int world) {
     GroupOptions o;
@@ -36,8 +37,8 @@ TEST_F(WorkerGroupTest, AllRanksAnswerInOrder) {
 }
 
 TEST_F(WorkerGroupTest, HungRanksAreNamedAndKilledAtTheDeadline) {
-  setenv("KFORGE_FAKE_1", "hang", 1);
-  setenv("KFORGE_FAKE_3", "hang", 1);
+  setenv("KFORGE_WORKER_FAKE_1", "hang", 1);
+  setenv("KFORGE_WORKER_FAKE_3", "hang", 1);
   auto g = StartGroup(4);
   ASSERT_TRUE(g.ok()) << g.status().ToString();
   auto t0 = std::chrono::steady_clock::now();
@@ -52,7 +53,7 @@ TEST_F(WorkerGroupTest, HungRanksAreNamedAndKilledAtTheDeadline) {
 }
 
 TEST_F(WorkerGroupTest, CrashNamesTheRankAndSignal) {
-  setenv("KFORGE_FAKE_2", "crash", 1);
+  setenv("KFORGE_WORKER_FAKE_2", "crash", 1);
   auto g = StartGroup(3);
   ASSERT_TRUE(g.ok());
   auto r = (*g)->All({{"op", "run"}}, 5, "correctness");
@@ -63,8 +64,8 @@ TEST_F(WorkerGroupTest, CrashNamesTheRankAndSignal) {
 }
 
 TEST_F(WorkerGroupTest, KernelErrorIsReportedFromTheFailingRank) {
-  setenv("KFORGE_FAKE_0", "error", 1);
-  setenv("KFORGE_FAKE_1", "hang", 1);  // e.g. stuck in a barrier waiting for rank 0
+  setenv("KFORGE_WORKER_FAKE_0", "error", 1);
+  setenv("KFORGE_WORKER_FAKE_1", "hang", 1);  // e.g. stuck in a barrier waiting for rank 0
   auto g = StartGroup(2);
   ASSERT_TRUE(g.ok());
   auto r = (*g)->All({{"op", "run"}}, 30, "correctness");
@@ -90,6 +91,29 @@ TEST_F(WorkerGroupTest, StartsFromAProcessWithFewOpenDescriptors) {
   waitpid(pid, &status, 0);
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
+// Workers are spawned with a scrubbed environment: credentials the
+// coordinator holds never reach them, whatever their names.
+TEST_F(WorkerGroupTest, WorkersNeverSeeTheCoordinatorsSecrets) {
+  setenv("OPENAI_API_KEY", "sk-test-secret", 1);
+  setenv("MY_SERVICE_TOKEN", "t0ken", 1);
+  setenv("HOME_GROWN_VARIABLE", "x", 1);
+  setenv("KFORGE_WORKER_FAKE_0", "env", 1);
+  auto g = StartGroup(1);
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  auto r = (*g)->All({{"op", "ping"}}, 5, "test");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  std::vector<std::string> names = (*r)[0].body["env"];
+  for (const auto& n : names) {
+    EXPECT_NE(n, "OPENAI_API_KEY");
+    EXPECT_NE(n, "MY_SERVICE_TOKEN");
+    EXPECT_NE(n, "HOME_GROWN_VARIABLE");  // only what CUDA, NCCL and the loader need
+  }
+  EXPECT_NE(std::find(names.begin(), names.end(), "NCCL_NVLS_ENABLE"), names.end());
+  unsetenv("OPENAI_API_KEY");
+  unsetenv("MY_SERVICE_TOKEN");
+  unsetenv("HOME_GROWN_VARIABLE");
 }
 
 TEST_F(WorkerGroupTest, MissingWorkerBinaryIsAClearError) {

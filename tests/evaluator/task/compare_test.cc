@@ -124,7 +124,7 @@ TEST(Compare, HintUnwrittenAndPartiallyWritten) {
   EXPECT_FALSE(r.passed);
   EXPECT_EQ(r.nan_count, 6);  // 0xFFFF is a bf16 NaN
   EXPECT_EQ(r.hints,
-            std::vector<std::string>{"unwritten (still holds the poison pattern 0xFF bytes)"});
+            std::vector<std::string>{"unwritten (still holds the harness's poison pattern)"});
 
   for (int i = 0; i < 4; ++i) StoreFromDouble(raw.data(), Dtype::kBF16, i, exp[i]);
   r = CompareOutput(out, raw.data(), exp, {});

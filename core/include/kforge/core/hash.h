@@ -1,10 +1,18 @@
 // Content hashing for caches and content-addressed storage.
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <string_view>
 
+#include "kforge/core/status.h"
+
 namespace kforge {
+
+// Lower-case hex of n bytes.
+std::string HexEncode(const void* data, size_t n);
+// Decodes exactly n bytes (lower-case hex) into out; kInvalidInput otherwise.
+Status HexDecode(std::string_view hex, void* out, size_t n);
 
 // Lower-case hex SHA-256 of `data`.
 std::string Sha256Hex(std::string_view data);

@@ -15,28 +15,29 @@ namespace kforge {
 
 enum class ErrorKind {
   kOk = 0,
-  kInvalidInput,     // bad user input: a file, a flag, a field
-  kNotFound,         // a named thing does not exist
-  kIo,               // filesystem or pipe failure
-  kTransport,        // connection failed, reset, DNS
-  kTimeout,          // a deadline passed (request, compile, phase)
-  kRateLimited,      // 429-style: retry later
-  kOverloaded,       // 529/503-style: retry later
-  kServerError,      // 5xx
-  kAuth,             // bad or missing credentials
-  kQuota,            // quota or credit exhausted: retrying cannot help
-  kContextOverflow,  // the prompt does not fit the model's context
-  kTruncated,        // output stopped at the output-token limit
-  kContentFilter,    // the provider refused the content
-  kCompileError,     // nvcc rejected a kernel
-  kPolicyViolation,  // a kernel uses something its task forbids
-  kRuntimeError,     // a kernel crashed or a CUDA call failed
-  kMismatch,         // a kernel's outputs are wrong
-  kDeadlock,         // a kernel hung past its deadline
-  kHarness,          // kforge itself failed (not the kernel's fault)
-  kBudget,           // a run/model/task budget was exhausted
-  kCancelled,        // the user or a deadline stopped the work
-  kInternal,         // a bug in kforge
+  kInvalidInput,        // bad user input: a file, a flag, a field
+  kNotFound,            // a named thing does not exist
+  kIo,                  // filesystem or pipe failure
+  kTransport,           // connection failed, reset, DNS
+  kTimeout,             // a deadline passed (request, compile, phase)
+  kRateLimited,         // 429-style: retry later
+  kOverloaded,          // 529/503-style: retry later
+  kServerError,         // 5xx
+  kAuth,                // bad or missing credentials
+  kQuota,               // quota or credit exhausted: retrying cannot help
+  kContextOverflow,     // the prompt does not fit the model's context
+  kTruncated,           // output stopped at the output-token limit
+  kContentFilter,       // the provider refused the content
+  kCompileError,        // nvcc rejected a kernel
+  kPolicyViolation,     // a kernel uses something its task forbids
+  kRuntimeError,        // a kernel crashed or a CUDA call failed
+  kMismatch,            // a kernel's outputs are wrong
+  kDeadlock,            // a kernel hung past its deadline
+  kHarness,             // kforge itself failed (not the kernel's fault)
+  kBudget,              // a run/model/task budget was exhausted
+  kCancelled,           // the user or a deadline stopped the work
+  kInternal,            // a bug in kforge
+  kIntegrityViolation,  // a kernel's process broke the sandbox or the timing protocol
 };
 
 // Stable lower_snake name ("rate_limited") used in JSON and logs.

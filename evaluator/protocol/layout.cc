@@ -1,0 +1,48 @@
+#include "protocol/layout.h"
+
+#include <algorithm>
+
+namespace kforge::eval::proto {
+namespace {
+
+size_t AlignUp(size_t x) { return (x + kArenaAlign - 1) / kArenaAlign * kArenaAlign; }
+
+}  // namespace
+
+ArenaLayout ComputeLayout(const Problem& p, int sets, bool staging, bool pristine) {
+  ArenaLayout l;
+  l.sets = std::max(1, sets);
+  size_t off = 0, largest = 0;
+  auto take = [&](size_t bytes) {
+    size_t at = off;
+    off += AlignUp(std::max<size_t>(bytes, 1));
+    largest = std::max(largest, bytes);
+    return at;
+  };
+  l.input_off.assign(l.sets, {});
+  l.output_off.assign(l.sets, {});
+  l.pristine_off.assign(l.sets, {});
+  for (int s = 0; s < l.sets; ++s) {
+    for (const auto& t : p.inputs) l.input_off[s].push_back(take(t.nbytes));
+    for (size_t i = 0; i < p.inputs.size(); ++i) {
+      l.pristine_off[s].push_back(pristine && p.inputs[i].inout ? take(p.inputs[i].nbytes)
+                                                                : l.input_off[s][i]);
+    }
+    for (const auto& t : p.outputs) {
+      l.output_off[s].push_back(t.inout_of >= 0 ? l.input_off[s][static_cast<size_t>(t.inout_of)]
+                                                : take(t.nbytes));
+    }
+  }
+  const size_t largest_tensor = largest;
+  l.workspace_bytes = AlignUp(std::max<size_t>(p.workspace_bytes, 1));
+  l.workspace_off = take(l.workspace_bytes);
+  l.pad_bytes = kSignalPadBytes;
+  l.pad_off = take(l.pad_bytes);
+  l.staging_bytes = staging ? AlignUp(2 * largest_tensor + (size_t{1} << 20)) : 0;
+  l.staging_off = off;
+  off += l.staging_bytes;
+  l.total = off;
+  return l;
+}
+
+}  // namespace kforge::eval::proto

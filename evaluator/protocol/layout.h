@@ -1,0 +1,40 @@
+// Where everything lives in one rank's arena: byte offsets that are identical
+// on every rank (so a peer's tensor is at the same offset in its arena), and
+// that the harness worker and the candidate worker compute alike from the
+// problem alone.
+//
+// Two arenas per rank, both allocated by the trusted harness worker:
+// - the private arena: the pristine inputs and the baseline's outputs (the
+//   expected values), never mapped into a candidate process;
+// - the candidate arena: the inputs the candidate reads, the outputs it
+//   writes, its workspace, signal pad and the staging area of its collectives.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "kforge/evaluator/task.h"
+
+namespace kforge::eval::proto {
+
+inline constexpr size_t kArenaAlign = 256;
+inline constexpr size_t kSignalPadBytes = size_t{1} << 16;
+
+struct ArenaLayout {
+  int sets = 1;
+  std::vector<std::vector<size_t>> input_off;     // [set][input]
+  std::vector<std::vector<size_t>> output_off;    // [set][output]: every Problem::outputs entry;
+                                                  // an inout entry aliases its input
+  std::vector<std::vector<size_t>> pristine_off;  // [set][input]: an untouched copy of an
+                                                  // inout input (else == input_off)
+  size_t workspace_off = 0, workspace_bytes = 0;
+  size_t pad_off = 0, pad_bytes = 0;
+  size_t staging_off = 0, staging_bytes = 0;
+  size_t total = 0;
+};
+
+// `staging`: room for the emulated collectives; `pristine`: copies of inout
+// inputs (the private arena keeps them to restore inout tensors before calls).
+ArenaLayout ComputeLayout(const Problem& p, int sets, bool staging, bool pristine);
+
+}  // namespace kforge::eval::proto

@@ -1,0 +1,200 @@
+// The layers a confined process applies to itself before any other thread
+// exists: environment check, descriptors, network namespace, privileges,
+// limits and Landlock (sandbox.h).
+#include <dirent.h>
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <linux/capability.h>
+#include <sched.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+
+#include "sandbox/landlock.h"
+#include "sandbox/sandbox.h"
+
+extern char** environ;
+
+namespace kforge::sandbox {
+namespace {
+
+Layer CheckEnvironment() {
+  std::vector<std::string> secret;
+  int n = 0;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e, ++n) {
+    std::string kv(*e);
+    std::string name = kv.substr(0, kv.find('='));
+    if (LooksSecret(name)) secret.push_back(name);
+  }
+  for (const std::string& name : secret) unsetenv(name.c_str());
+  if (!secret.empty()) {
+    return {"environment", false,
+            fmt::format("inherited {} (now unset): the spawner did not scrub",
+                        fmt::join(secret, ", "))};
+  }
+  return {"environment", true, fmt::format("{} variables, none secret", n)};
+}
+
+Layer CloseDescriptors(const std::vector<int>& keep) {
+  // Everything but 0-2 and `keep` goes: whatever a careless parent leaked.
+  std::vector<int> open_fds;
+  if (DIR* d = opendir("/proc/self/fd")) {
+    int self = dirfd(d);
+    while (dirent* e = readdir(d)) {
+      if (e->d_name[0] == '.') continue;
+      int fd = std::atoi(e->d_name);
+      if (fd > 2 && fd != self && std::find(keep.begin(), keep.end(), fd) == keep.end()) {
+        open_fds.push_back(fd);
+      }
+    }
+    closedir(d);
+  } else {
+    return {"descriptors", false,
+            std::string("cannot list /proc/self/fd: ") + std::strerror(errno)};
+  }
+  for (int fd : open_fds) close(fd);
+  return {
+      "descriptors", true,
+      fmt::format("kept {} channel descriptors; closed {} others", keep.size(), open_fds.size())};
+}
+
+Layer PrivateNetwork(bool want) {
+  if (!want) return {"network", false, "shared network namespace (NCCL needs the host's loopback)"};
+  if (unshare(CLONE_NEWNET) == 0) return {"network", true, "private network namespace"};
+  int err = errno;
+  // Without CAP_SYS_ADMIN a user namespace brings the right to make one; map
+  // our own ids into it so that files, devices and the MPS daemon still see us.
+  const uid_t uid = getuid();
+  const gid_t gid = getgid();
+  if (unshare(CLONE_NEWUSER | CLONE_NEWNET) == 0) {
+    auto write = [](const char* path, const std::string& text) {
+      int fd = open(path, O_WRONLY | O_CLOEXEC);
+      if (fd < 0) return false;
+      bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+      close(fd);
+      return ok;
+    };
+    bool mapped = write("/proc/self/setgroups", "deny") &&
+                  write("/proc/self/uid_map", fmt::format("{} {} 1", uid, uid)) &&
+                  write("/proc/self/gid_map", fmt::format("{} {} 1", gid, gid));
+    return {"network", true,
+            std::string("private network namespace (in a user namespace") +
+                (mapped ? ")" : "; ids unmapped)")};
+  }
+  return {"network", false, fmt::format("unshare(CLONE_NEWNET): {}", std::strerror(err))};
+}
+
+Layer DropPrivileges() {
+  std::vector<std::string> failed;
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) failed.push_back("no_new_privs");
+  if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) failed.push_back("dumpable");
+  // Every capability out of the bounding, ambient, effective, permitted and
+  // inheritable sets: a uid-0 worker keeps root's files only where Landlock
+  // allows and cannot ptrace, signal or read other processes.
+  prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+  for (int cap = 0; cap <= 63; ++cap) {
+    if (prctl(PR_CAPBSET_READ, cap, 0, 0, 0) == 1) prctl(PR_CAPBSET_DROP, cap, 0, 0, 0);
+  }
+  __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[2] = {};
+  if (syscall(SYS_capset, &hdr, data) != 0) failed.push_back("capset");
+  if (!failed.empty())
+    return {"privileges", false, fmt::format("failed: {}", fmt::join(failed, ", "))};
+  return {"privileges", true, "no_new_privs, no capabilities, not dumpable"};
+}
+
+Layer SetLimits(const Policy& p) {
+  std::vector<std::string> failed;
+  auto set = [&](int res, rlim_t v, const char* name) {
+    rlimit cur{};
+    getrlimit(res, &cur);
+    rlimit lim{std::min<rlim_t>(v, cur.rlim_max), std::min<rlim_t>(v, cur.rlim_max)};
+    if (setrlimit(res, &lim) != 0) failed.push_back(name);
+  };
+  set(RLIMIT_CORE, 0, "core");
+  set(RLIMIT_FSIZE, p.file_bytes, "fsize");
+  set(RLIMIT_CPU, p.cpu_seconds, "cpu");
+  if (!failed.empty())
+    return {"limits", false, fmt::format("setrlimit failed: {}", fmt::join(failed, ", "))};
+  // No RLIMIT_AS: the CUDA driver reserves the GPUs' unified address space.
+  return {"limits", true,
+          fmt::format("no core dumps, files <= {} MiB, CPU <= {} s (no address-space limit: CUDA "
+                      "reserves the GPUs' unified address space)",
+                      p.file_bytes >> 20, p.cpu_seconds)};
+}
+
+std::vector<std::string> Split(const char* list) {
+  std::vector<std::string> out;
+  if (list == nullptr) return out;
+  std::stringstream ss(list);
+  std::string item;
+  while (std::getline(ss, item, ':')) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+}  // namespace
+
+Policy CandidatePolicy(const std::string& candidate_dir, const std::string& mps_dir) {
+  Policy p;
+  p.read_paths = {"/usr",
+                  "/lib",
+                  "/lib64",
+                  "/lib32",
+                  "/opt",
+                  "/etc/ld.so.cache",
+                  "/etc/ld.so.conf",
+                  "/etc/ld.so.conf.d",
+                  "/etc/nsswitch.conf",
+                  "/etc/localtime",
+                  "/proc",
+                  "/sys",
+                  "/dev/urandom",
+                  "/dev/random",
+                  "/dev/zero",
+                  "/run/nvidia-persistenced",
+                  candidate_dir};
+  for (const std::string& d : Split(std::getenv("LD_LIBRARY_PATH"))) p.read_paths.push_back(d);
+  if (const char* home = std::getenv("CUDA_HOME")) p.read_paths.push_back(home);
+  p.read_paths.push_back("/usr/local/cuda");
+  // Opening a GPU device node for ioctl needs write access; NCCL and CUDA IPC
+  // use /dev/shm; the MPS client talks through sockets in its directory.
+  p.write_paths = {"/dev/null", "/dev/shm"};
+  if (DIR* d = opendir("/dev")) {
+    while (dirent* e = readdir(d)) {
+      if (std::strncmp(e->d_name, "nvidia", 6) == 0)
+        p.write_paths.push_back(std::string("/dev/") + e->d_name);
+    }
+    closedir(d);
+  }
+  p.write_paths.push_back("/dev/dri");
+  if (!mps_dir.empty()) p.write_paths.push_back(mps_dir);
+  return p;
+}
+
+void ApplyEarlyLayers(const Policy& policy, const std::vector<int>& keep_fds, Report* report) {
+  report->layers.push_back(CheckEnvironment());
+  report->layers.push_back(CloseDescriptors(keep_fds));
+  report->layers.push_back(PrivateNetwork(policy.private_network));
+  report->layers.push_back(SetLimits(policy));
+  // Landlock before dropping capabilities: reading the paths needs none, but
+  // the order keeps no_new_privs set either way.
+  LandlockRules rules;
+  rules.read_paths = policy.read_paths;
+  rules.write_paths = policy.write_paths;
+  rules.allow_tcp = policy.allow_tcp;
+  rules.allow_abstract_unix = policy.allow_sockets;
+  Layer landlock = ApplyLandlock(rules);
+  report->layers.push_back(DropPrivileges());
+  report->layers.push_back(std::move(landlock));
+}
+
+}  // namespace kforge::sandbox

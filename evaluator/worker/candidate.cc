@@ -1,0 +1,245 @@
+#include "candidate.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+
+#include "cuda_check.h"
+#include "device_ops.h"
+#include "kforge/core/hash.h"
+#include "probe.h"
+#include "protocol/messages.h"
+#include "protocol/problem_wire.h"
+#include "serve_loop.h"
+
+namespace kforge::worker {
+
+using nlohmann::json;
+namespace proto = eval::proto;
+
+CandidateWorker::CandidateWorker(const WorkerArgs& args, sandbox::Report early)
+    : args_(args), report_(std::move(early)), channel_(args.channel_fd) {}
+
+CandidateWorker::~CandidateWorker() {
+  kernel_.Unload();
+  SetProcessBackend(nullptr);
+  emulated_.reset();
+  arenas_.Close();
+}
+
+int CandidateWorker::Run() {
+  auto control = eval::ControlBlock::Attach(args_.control_fd);
+  auto mailbox = proto::Mailbox::Attach(args_.mailbox_fd);
+  if (!control.ok() || !mailbox.ok()) {
+    std::fprintf(stderr, "kforge-worker (candidate): control block or mailbox unusable\n");
+    return 2;
+  }
+  control_ = std::move(control).value();
+  mailbox_ = std::move(mailbox).value();
+  if (Status s = Hello(); !s.ok()) {
+    (void)channel_.Send(proto::ErrorReply(s, args_.rank));
+    return 3;
+  }
+  auto with = [this](Result<json> (CandidateWorker::*fn)(const eval::Message&)) -> Handler {
+    return [this, fn](const eval::Message& m, std::vector<int>*) { return (this->*fn)(m); };
+  };
+  auto plain = [this](Result<json> (CandidateWorker::*fn)()) -> Handler {
+    return [this, fn](const eval::Message&, std::vector<int>*) { return (this->*fn)(); };
+  };
+  const OpTable table = {
+      {proto::op::kAttach,
+       [this](const eval::Message& m, std::vector<int>* fds) { return Attach(m, fds); }},
+      {proto::op::kConfigure, with(&CandidateWorker::Configure)},
+      {proto::op::kCalibrate, with(&CandidateWorker::Calibrate)},
+      {proto::op::kLoad, with(&CandidateWorker::Load)},
+      {proto::op::kSetup, plain(&CandidateWorker::Setup)},
+      {proto::op::kRun, with(&CandidateWorker::RunOnce)},
+      {proto::op::kServe, with(&CandidateWorker::Serve)},
+      {proto::op::kTeardown, plain(&CandidateWorker::Teardown)},
+      {proto::op::kDetach, plain(&CandidateWorker::Detach)},
+  };
+  // A candidate process serves one evaluation; after a failed call its CUDA
+  // context may be broken, and the coordinator replaces the whole group.
+  return worker::Serve(channel_, args_.rank, table, [](const Status&) { return false; });
+}
+
+Status CandidateWorker::Hello() {
+  KF_CUDA(cudaSetDevice(args_.device));
+  KF_CUDA(cudaFree(nullptr));
+  KF_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  KF_CUDA(cudaEventCreate(&start_));
+  KF_CUDA(cudaEventCreate(&stop_));
+  base_.rank = args_.rank;
+  base_.world = args_.world;
+  base_.device = args_.device;
+  base_.emulated = args_.emulated;
+  base_.stream = stream_;
+  KF_RETURN_IF_ERROR(QueryGpuInfo(args_.device, &base_.gpu));
+  proto::Hello h;
+  h.role = "candidate";
+  h.rank = args_.rank;
+  h.pid = static_cast<int>(getpid());
+  h.device = args_.device;
+  h.sandbox = report_.ToJson();
+  return channel_.Send(h.ToJson());
+}
+
+// Maps every rank's candidate arena, starts NCCL when asked, then seals the
+// process with seccomp; the listener goes to the coordinator's supervisor.
+Result<json> CandidateWorker::Attach(const eval::Message& m, std::vector<int>* fds) {
+  if (sealed_) return Error(ErrorKind::kHarness, "attach twice");
+  KF_ASSIGN_OR_RETURN(proto::AttachRequest req, proto::AttachRequest::Parse(m.body));
+  if (static_cast<int>(req.candidate_handles.size()) != args_.world) {
+    return Error(ErrorKind::kHarness, "attach: one arena handle per rank is required");
+  }
+  KF_RETURN_IF_ERROR(arenas_.Open(req.candidate_handles, -1, nullptr));
+  if (!req.nccl_id.empty()) {
+    std::string id(128, '\0');
+    KF_RETURN_IF_ERROR(HexDecode(req.nccl_id, id.data(), id.size()));
+    KF_ASSIGN_OR_RETURN(nccl_, MakeNcclBackend(args_.rank, args_.world, id));
+  }
+  sandbox::Policy policy = sandbox::CandidatePolicy(args_.candidate_dir, args_.mps_dir);
+  policy.allow_sockets = !req.nccl_id.empty();
+  int listener = -1;
+  sandbox::ApplySeccomp(policy, &report_, &listener);
+  sealed_ = true;
+  if (listener >= 0) fds->push_back(listener);
+  return json{{"sandbox", report_.ToJson()}, {"listener", listener >= 0}};
+}
+
+Result<json> CandidateWorker::Configure(const eval::Message& m) {
+  if (!arenas_.open()) return Error(ErrorKind::kHarness, "configure before attach");
+  KF_ASSIGN_OR_RETURN(proto::ConfigureRequest req, proto::ConfigureRequest::Parse(m.body));
+  if (req.problem.world != args_.world)
+    return Error(ErrorKind::kHarness, "configure: wrong world size");
+  if (kernel_.set_up()) KF_RETURN_IF_ERROR(kernel_.Teardown());
+  ProblemView v;
+  v.problem = std::move(req.problem);
+  v.layout = proto::ComputeLayout(v.problem, req.sets, args_.emulated, /*pristine=*/false);
+  v.params = proto::KernelParams(v.problem);
+  v.groups = GroupViews(v.problem, args_.rank);
+  sets_ = req.sets;
+  view_ = std::move(v);
+  SetProcessBackend(nullptr);
+  emulated_.reset();
+  if (!req.collectives) {
+    SetProcessBackend(nullptr, "this task does not allow the harness collectives");
+  } else if (args_.emulated) {
+    std::vector<void*> staging;
+    for (int r = 0; r < args_.world; ++r)
+      staging.push_back(arenas_.base(r) + view_->layout.staging_off);
+    emulated_ = MakeEmulatedBackend(args_.rank, args_.world, staging, view_->layout.staging_bytes,
+                                    &control_, view_->groups);
+    SetProcessBackend(emulated_.get());
+  } else if (nccl_) {
+    KF_RETURN_IF_ERROR(nccl_->SetGroups(view_->groups));
+    SetProcessBackend(nccl_.get());
+  } else {
+    return Error(ErrorKind::kHarness, "configure: collectives allowed but NCCL was never started");
+  }
+  return json::object();
+}
+
+Result<double> CandidateWorker::Call(int set, bool null_kernel) {
+  if (set < 0 || set >= sets_) return Error(ErrorKind::kHarness, "set out of range");
+  KF_CUDA(cudaEventRecord(start_, stream_));
+  int rc = 0;
+  if (null_kernel) {
+    KF_RETURN_IF_ERROR(LaunchNull(stream_));
+  } else {
+    rc = kernel_.Run(BuildContext(base_, *view_, arenas_, set));
+  }
+  KF_CUDA(cudaEventRecord(stop_, stream_));
+  cudaError_t err = cudaDeviceSynchronize();
+  if (err != cudaSuccess) {
+    return Error(ErrorKind::kRuntimeError, std::string("kf_run: CUDA error ") +
+                                               cudaGetErrorName(err) + ": " +
+                                               cudaGetErrorString(err));
+  }
+  if (rc != 0) return Error(ErrorKind::kRuntimeError, "kf_run returned " + std::to_string(rc));
+  float ms = 0;
+  KF_CUDA(cudaEventElapsedTime(&ms, start_, stop_));
+  return ms * 1000.0;
+}
+
+Result<json> CandidateWorker::Calibrate(const eval::Message& m) {
+  if (!view_) return Error(ErrorKind::kHarness, "calibrate before configure");
+  KF_ASSIGN_OR_RETURN(proto::CalibrateRequest req, proto::CalibrateRequest::Parse(m.body));
+  for (int k = 0; k < req.calls; ++k) {
+    KF_ASSIGN_OR_RETURN(auto cmd, mailbox_.WaitCommand(last_seq_, &control_.shared()->abort));
+    if (cmd.stop) break;
+    last_seq_ = cmd.seq;
+    auto t = Call(0, /*null_kernel=*/true);
+    mailbox_.Answer(cmd.seq, t.ok() ? 0 : 1, t.ok() ? *t : 0);
+    if (!t.ok()) return t.status();
+  }
+  return json::object();
+}
+
+Result<json> CandidateWorker::Load(const eval::Message& m) {
+  KF_ASSIGN_OR_RETURN(proto::PathRequest req, proto::PathRequest::Parse(m.body));
+  std::error_code ec;
+  auto dir = std::filesystem::weakly_canonical(args_.candidate_dir, ec);
+  auto path = std::filesystem::weakly_canonical(req.path, ec);
+  if (ec || path.parent_path() != dir) {
+    return Error(ErrorKind::kHarness, "load: the kernel must be in the candidate directory");
+  }
+  KF_RETURN_IF_ERROR(kernel_.Load(path.string()));
+  return json::object();
+}
+
+Result<json> CandidateWorker::Setup() {
+  if (!view_ || !kernel_.loaded())
+    return Error(ErrorKind::kHarness, "setup before configure and load");
+  KF_RETURN_IF_ERROR(control_.Barrier());
+  KF_RETURN_IF_ERROR(kernel_.Setup(BuildContext(base_, *view_, arenas_, 0)));
+  KF_CUDA(cudaDeviceSynchronize());
+  KF_RETURN_IF_ERROR(control_.Barrier());
+  return json::object();
+}
+
+// A correctness call: every rank starts together (a kernel may write into
+// its peers) and has finished before any rank replies.
+Result<json> CandidateWorker::RunOnce(const eval::Message& m) {
+  if (!view_ || !kernel_.set_up()) return Error(ErrorKind::kHarness, "run before setup");
+  KF_ASSIGN_OR_RETURN(proto::RunRequest req, proto::RunRequest::Parse(m.body, sets_));
+  KF_RETURN_IF_ERROR(control_.Barrier());
+  KF_ASSIGN_OR_RETURN(double us, Call(req.set, false));
+  (void)us;
+  KF_RETURN_IF_ERROR(control_.Barrier());
+  return json::object();
+}
+
+// Timed calls: answer every post of the harness with the call's (claimed)
+// event time, until `calls` are done or the harness says stop.
+Result<json> CandidateWorker::Serve(const eval::Message& m) {
+  if (!view_ || !kernel_.set_up()) return Error(ErrorKind::kHarness, "serve before setup");
+  KF_ASSIGN_OR_RETURN(proto::ServeRequest req, proto::ServeRequest::Parse(m.body));
+  for (int k = 0; k < req.calls; ++k) {
+    KF_ASSIGN_OR_RETURN(auto cmd, mailbox_.WaitCommand(last_seq_, &control_.shared()->abort));
+    if (cmd.stop) break;
+    last_seq_ = cmd.seq;
+    auto t = Call(static_cast<int>(cmd.set), false);
+    mailbox_.Answer(cmd.seq, t.ok() ? 0 : 1, t.ok() ? *t : 0);
+    if (!t.ok()) return t.status();
+  }
+  return json::object();
+}
+
+Result<json> CandidateWorker::Teardown() {
+  KF_RETURN_IF_ERROR(kernel_.Teardown());
+  return json::object();
+}
+
+Result<json> CandidateWorker::Detach() {
+  KF_RETURN_IF_ERROR(kernel_.Teardown());
+  KF_CUDA(cudaDeviceSynchronize());
+  SetProcessBackend(nullptr);
+  emulated_.reset();
+  view_.reset();
+  arenas_.Close();
+  return json::object();
+}
+
+}  // namespace kforge::worker

@@ -1,0 +1,120 @@
+#include <cstdint>
+
+#include "cuda_check.h"
+#include "device_ops.h"
+#include "task/element_codec.h"
+
+namespace kforge::worker {
+namespace {
+
+namespace codec = eval::codec;
+
+constexpr int kThreads = 256;
+
+int Blocks(uint64_t n) {
+  uint64_t b = (n + kThreads - 1) / kThreads;
+  if (b > 65535ull * 16) b = 65535ull * 16;  // grid-stride loops cover the rest
+  return static_cast<int>(b < 1 ? 1 : b);
+}
+
+__global__ void GenerateKernel(void* dst, eval::gen::InputGen gen, uint64_t n) {
+  for (uint64_t i = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
+    gen.Fill(dst, i);
+  }
+}
+
+__global__ void PoisonKernel(uint32_t* dst, uint64_t words, uint32_t pattern) {
+  for (uint64_t i = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; i < words;
+       i += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
+    dst[i] = pattern;
+  }
+}
+
+__device__ void Record(DeviceCheck* r, uint64_t i) {
+  atomicAdd(&r->bad, 1ull);
+  atomicMin(&r->first_bad, static_cast<unsigned long long>(i));
+}
+
+__global__ void CompareKernel(const void* got, const void* expected, int dtype, uint64_t n,
+                              double atol, double rtol, DeviceCheck* r) {
+  for (uint64_t i = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
+    const double g = codec::Load(got, dtype, i);
+    const double e = codec::Load(expected, dtype, i);
+    const bool finite =
+        !codec::IsNan(g) && !codec::IsInf(g) && !codec::IsNan(e) && !codec::IsInf(e);
+    // Same expression as the host's Close(): |g - e| <= atol + rtol * |e|.
+    const bool close = finite && codec::Abs(codec::Add(g, -e)) <=
+                                     codec::Add(atol, codec::Mul(rtol, codec::Abs(e)));
+    if (!close) Record(r, i);
+  }
+}
+
+__global__ void BytesKernel(const unsigned char* a, const unsigned char* b, size_t bytes,
+                            DeviceCheck* r) {
+  const uint64_t words = bytes / 8;
+  const uint64_t* wa = reinterpret_cast<const uint64_t*>(a);
+  const uint64_t* wb = reinterpret_cast<const uint64_t*>(b);
+  for (uint64_t i = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; i < words;
+       i += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
+    if (wa[i] != wb[i]) Record(r, i);
+  }
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    for (uint64_t i = words * 8; i < bytes; ++i) {
+      if (a[i] != b[i]) Record(r, words);
+    }
+  }
+}
+
+__global__ void NullKernel() {}
+
+}  // namespace
+
+Status LaunchGenerate(void* dst, const eval::gen::InputGen& gen, uint64_t numel, cudaStream_t s) {
+  if (numel == 0) return Status::Ok();
+  GenerateKernel<<<Blocks(numel), kThreads, 0, s>>>(dst, gen, numel);
+  KF_CUDA(cudaGetLastError());
+  return Status::Ok();
+}
+
+Status LaunchPoison(void* dst, size_t bytes, uint32_t pattern, cudaStream_t s) {
+  const uint64_t words = bytes / 4;
+  if (words > 0) {
+    PoisonKernel<<<Blocks(words), kThreads, 0, s>>>(static_cast<uint32_t*>(dst), words, pattern);
+    KF_CUDA(cudaGetLastError());
+  }
+  // Arena tensors are 256-byte aligned and padded, so the tail is ours to write.
+  const size_t tail = bytes % 4;
+  if (tail != 0) {
+    KF_CUDA(cudaMemcpyAsync(static_cast<char*>(dst) + words * 4, &pattern, tail,
+                            cudaMemcpyHostToDevice, s));
+    KF_CUDA(cudaStreamSynchronize(s));  // `pattern` lives on this stack frame
+  }
+  return Status::Ok();
+}
+
+Status LaunchCompare(const void* got, const void* expected, int dtype, uint64_t numel, double atol,
+                     double rtol, DeviceCheck* result, cudaStream_t s) {
+  if (numel == 0) return Status::Ok();
+  CompareKernel<<<Blocks(numel), kThreads, 0, s>>>(got, expected, dtype, numel, atol, rtol, result);
+  KF_CUDA(cudaGetLastError());
+  return Status::Ok();
+}
+
+Status LaunchBytesDiffer(const void* a, const void* b, size_t bytes, DeviceCheck* result,
+                         cudaStream_t s) {
+  if (bytes == 0) return Status::Ok();
+  BytesKernel<<<Blocks(bytes / 8 + 1), kThreads, 0, s>>>(
+      static_cast<const unsigned char*>(a), static_cast<const unsigned char*>(b), bytes, result);
+  KF_CUDA(cudaGetLastError());
+  return Status::Ok();
+}
+
+Status LaunchNull(cudaStream_t s) {
+  NullKernel<<<1, 1, 0, s>>>();
+  KF_CUDA(cudaGetLastError());
+  return Status::Ok();
+}
+
+}  // namespace kforge::worker

@@ -1,0 +1,41 @@
+// The harness's own GPU work: generating inputs (the same bits as the host
+// generator), poisoning outputs, checking outputs against expected values with
+// a tolerance, and comparing bytes. All of it runs in the trusted harness
+// worker, on its own stream; none of it is ever timed.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kforge/core/status.h"
+#include "task/input_gen.h"
+
+namespace kforge::worker {
+
+// Fills `numel` elements of `dst` (device memory) from `gen`.
+Status LaunchGenerate(void* dst, const eval::gen::InputGen& gen, uint64_t numel, cudaStream_t s);
+
+// Writes the 32-bit `pattern` over `bytes` bytes (bytes need not be a multiple of 4).
+Status LaunchPoison(void* dst, size_t bytes, uint32_t pattern, cudaStream_t s);
+
+// What a device-side check found; filled by LaunchCompare / LaunchBytesDiffer.
+struct DeviceCheck {
+  unsigned long long bad;        // elements outside tolerance (or differing words)
+  unsigned long long first_bad;  // the smallest such index (UINT64_MAX if none)
+};
+
+// Counts the elements of `got` (dtype) outside atol + rtol * |expected|, where
+// both are finite; the same rule as eval::CompareOutput. `result` is device
+// memory the caller zeroed the `bad` of and set first_bad to UINT64_MAX.
+Status LaunchCompare(const void* got, const void* expected, int dtype, uint64_t numel, double atol,
+                     double rtol, DeviceCheck* result, cudaStream_t s);
+
+// Counts the 8-byte words (and the tail bytes) in which a and b differ.
+Status LaunchBytesDiffer(const void* a, const void* b, size_t bytes, DeviceCheck* result,
+                         cudaStream_t s);
+
+// An empty kernel: the calibration call of the timing path.
+Status LaunchNull(cudaStream_t s);
+
+}  // namespace kforge::worker

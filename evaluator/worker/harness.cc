@@ -1,0 +1,237 @@
+#include "harness.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "cuda_check.h"
+#include "device_ops.h"
+#include "kforge/core/hash.h"
+#include "probe.h"
+#include "protocol/problem_wire.h"
+#include "serve_loop.h"
+
+namespace kforge::worker {
+
+using nlohmann::json;
+namespace proto = eval::proto;
+
+HarnessWorker::HarnessWorker(const WorkerArgs& args) : args_(args), channel_(args.channel_fd) {}
+
+HarnessWorker::~HarnessWorker() {
+  baseline_.Unload();
+  SetProcessBackend(nullptr);
+  emulated_.reset();
+  private_peers_.Close();
+  if (check_ != nullptr) cudaFree(check_);
+}
+
+int HarnessWorker::Run() {
+  auto control = eval::ControlBlock::Attach(args_.control_fd);
+  if (!control.ok()) {
+    std::fprintf(stderr, "kforge-worker: %s\n", control.status().ToString().c_str());
+    return 2;
+  }
+  control_ = std::move(control).value();
+  if (Status s = Hello(); !s.ok()) {
+    (void)channel_.Send(proto::ErrorReply(s, args_.rank));
+    return 3;
+  }
+  auto with = [this](Result<json> (HarnessWorker::*fn)(const eval::Message&)) -> Handler {
+    return [this, fn](const eval::Message& m, std::vector<int>*) { return (this->*fn)(m); };
+  };
+  auto plain = [this](Result<json> (HarnessWorker::*fn)()) -> Handler {
+    return [this, fn](const eval::Message&, std::vector<int>*) { return (this->*fn)(); };
+  };
+  const OpTable table = {
+      {proto::op::kNcclInit, with(&HarnessWorker::NcclInit)},
+      {proto::op::kAlloc, with(&HarnessWorker::Alloc)},
+      {proto::op::kPeers, with(&HarnessWorker::Peers)},
+      {proto::op::kConfigure, with(&HarnessWorker::Configure)},
+      {proto::op::kLoadBaseline, with(&HarnessWorker::LoadBaseline)},
+      {proto::op::kSetup, plain(&HarnessWorker::Setup)},
+      {proto::op::kTeardown, plain(&HarnessWorker::Teardown)},
+      {proto::op::kFree, plain(&HarnessWorker::Free)},
+      {proto::op::kHealth, plain(&HarnessWorker::Health)},
+      {proto::op::kInputs, with(&HarnessWorker::Inputs)},
+      {proto::op::kBaselineRun, with(&HarnessWorker::BaselineRun)},
+      {proto::op::kPoison, with(&HarnessWorker::Poison)},
+      {proto::op::kReadOutputs,
+       [this](const eval::Message& m, std::vector<int>* fds) { return ReadOutputs(m, fds); }},
+      {proto::op::kVerify, with(&HarnessWorker::Verify)},
+      {proto::op::kTimeBaseline, with(&HarnessWorker::TimeBaseline)},
+      {proto::op::kDrive, with(&HarnessWorker::Drive)},
+      {proto::op::kCalibrate, with(&HarnessWorker::Calibrate)},
+  };
+  // A CUDA error inside the baseline leaves this context unusable: stop so
+  // that the coordinator starts a fresh harness group.
+  return Serve(channel_, args_.rank, table, [](const Status& s) {
+    return s.kind() == ErrorKind::kRuntimeError && cudaPeekAtLastError() != cudaSuccess;
+  });
+}
+
+Status HarnessWorker::Hello() {
+  KF_CUDA(cudaSetDevice(args_.device));
+  KF_CUDA(cudaFree(nullptr));  // create the context now, not inside a timed call
+  KF_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  void* check = nullptr;
+  KF_CUDA(cudaMalloc(&check, kMaxChecks * sizeof(DeviceCheck)));
+  check_ = static_cast<DeviceCheck*>(check);
+  base_.rank = args_.rank;
+  base_.world = args_.world;
+  base_.device = args_.device;
+  base_.emulated = args_.emulated;
+  base_.stream = stream_;
+  KF_RETURN_IF_ERROR(QueryGpuInfo(args_.device, &base_.gpu));
+  proto::Hello h;
+  h.role = "harness";
+  h.rank = args_.rank;
+  h.pid = static_cast<int>(getpid());
+  h.device = args_.device;
+  h.gpu = {base_.gpu.name,
+           base_.gpu.cc_major,
+           base_.gpu.cc_minor,
+           base_.gpu.sm_count,
+           base_.gpu.max_threads_per_block,
+           base_.gpu.smem_per_block_optin,
+           base_.gpu.smem_per_sm,
+           base_.gpu.l2_bytes,
+           base_.gpu.hbm_bytes,
+           base_.gpu.p2p_all};
+  if (!args_.emulated && args_.rank == 0) {
+    KF_ASSIGN_OR_RETURN(std::string id, NcclUniqueId());
+    h.nccl_id = HexEncode(id.data(), id.size());
+  }
+  return channel_.Send(h.ToJson());
+}
+
+Result<json> HarnessWorker::NcclInit(const eval::Message& m) {
+  auto id_hex = m.body.is_object() && m.body.contains("id") && m.body["id"].is_string()
+                    ? m.body["id"].get<std::string>()
+                    : "";
+  std::string id(128, '\0');
+  KF_RETURN_IF_ERROR(HexDecode(id_hex, id.data(), id.size()));
+  KF_ASSIGN_OR_RETURN(nccl_, MakeNcclBackend(args_.rank, args_.world, id));
+  return json{{"backend", "nccl"}};
+}
+
+Result<json> HarnessWorker::Alloc(const eval::Message& m) {
+  KF_ASSIGN_OR_RETURN(proto::AllocRequest req, proto::AllocRequest::Parse(m.body));
+  view_.reset();
+  private_peers_.Close();
+  // Reuse what is big enough (a warm group serves many evaluations); the
+  // candidate arena is zeroed for every evaluation either way.
+  if (private_.bytes() < req.private_bytes) {
+    private_ = DeviceArena();
+    KF_ASSIGN_OR_RETURN(private_, DeviceArena::Allocate(req.private_bytes));
+  }
+  if (candidate_.bytes() < req.candidate_bytes) {
+    candidate_ = DeviceArena();
+    KF_ASSIGN_OR_RETURN(candidate_, DeviceArena::Allocate(req.candidate_bytes));
+  } else {
+    KF_CUDA(cudaMemset(candidate_.base(), 0, candidate_.bytes()));
+  }
+  proto::AllocReply reply{private_.handle(), candidate_.handle(), private_.bytes(),
+                          candidate_.bytes()};
+  return reply.ToJson();
+}
+
+Result<json> HarnessWorker::Peers(const eval::Message& m) {
+  KF_ASSIGN_OR_RETURN(proto::PeersRequest req, proto::PeersRequest::Parse(m.body));
+  if (static_cast<int>(req.private_handles.size()) != args_.world) {
+    return Error(ErrorKind::kHarness, "peers: one private handle per rank is required");
+  }
+  KF_RETURN_IF_ERROR(private_peers_.Open(req.private_handles, args_.rank, private_.base()));
+  return json::object();
+}
+
+Result<json> HarnessWorker::Configure(const eval::Message& m) {
+  KF_ASSIGN_OR_RETURN(proto::ConfigureRequest req, proto::ConfigureRequest::Parse(m.body));
+  if (req.problem.world != args_.world)
+    return Error(ErrorKind::kHarness, "configure: wrong world size");
+  if (!private_peers_.open()) return Error(ErrorKind::kHarness, "configure before peers");
+  if (baseline_.set_up()) KF_RETURN_IF_ERROR(baseline_.Teardown());
+  ProblemView v;
+  v.problem = std::move(req.problem);
+  v.layout = proto::ComputeLayout(v.problem, req.sets, args_.emulated, /*pristine=*/true);
+  v.params = proto::KernelParams(v.problem);
+  v.groups = GroupViews(v.problem, args_.rank);
+  candidate_layout_ = proto::ComputeLayout(v.problem, req.sets, args_.emulated, /*pristine=*/false);
+  if (v.layout.total > private_.bytes() || candidate_layout_.total > candidate_.bytes()) {
+    return Error(ErrorKind::kHarness, "configure: the problem does not fit the arenas");
+  }
+  sets_ = req.sets;
+  view_ = std::move(v);
+  // The candidate's signal pad starts zeroed for every problem (its kf_setup
+  // may rely on it, as the documentation promises).
+  KF_CUDA(cudaMemset(Candidate(candidate_layout_.pad_off), 0, candidate_layout_.pad_bytes));
+  SetProcessBackend(nullptr);
+  emulated_.reset();
+  if (args_.emulated) {
+    std::vector<void*> staging;
+    for (int r = 0; r < args_.world; ++r)
+      staging.push_back(private_peers_.base(r) + view_->layout.staging_off);
+    emulated_ = MakeEmulatedBackend(args_.rank, args_.world, staging, view_->layout.staging_bytes,
+                                    &control_, view_->groups);
+    SetProcessBackend(emulated_.get());
+  } else if (nccl_) {
+    KF_RETURN_IF_ERROR(nccl_->SetGroups(view_->groups));
+    SetProcessBackend(nccl_.get());
+  } else {
+    return Error(ErrorKind::kHarness, "configure: NCCL was never initialised");
+  }
+  return json::object();
+}
+
+Result<json> HarnessWorker::LoadBaseline(const eval::Message& m) {
+  KF_ASSIGN_OR_RETURN(proto::PathRequest req, proto::PathRequest::Parse(m.body));
+  KF_RETURN_IF_ERROR(baseline_.Load(req.path));
+  return json::object();
+}
+
+kf_ctx HarnessWorker::BaselineContext(int set) const {
+  return BuildContext(base_, *view_, private_peers_, set);
+}
+
+Result<json> HarnessWorker::Setup() {
+  if (!configured()) return Error(ErrorKind::kHarness, "setup before configure");
+  // The signal pad starts zeroed on every rank before any rank's kf_setup.
+  KF_CUDA(cudaMemsetAsync(Private(view_->layout.pad_off), 0, view_->layout.pad_bytes, stream_));
+  KF_CUDA(cudaStreamSynchronize(stream_));
+  KF_RETURN_IF_ERROR(control_.Barrier());
+  KF_RETURN_IF_ERROR(baseline_.Setup(BaselineContext(0)));
+  KF_RETURN_IF_ERROR(control_.Barrier());
+  return json::object();
+}
+
+Result<json> HarnessWorker::Teardown() {
+  KF_RETURN_IF_ERROR(baseline_.Teardown());
+  return json::object();
+}
+
+Result<json> HarnessWorker::Free() {
+  KF_RETURN_IF_ERROR(baseline_.Teardown());
+  KF_CUDA(cudaDeviceSynchronize());
+  SetProcessBackend(nullptr);
+  emulated_.reset();
+  view_.reset();
+  private_peers_.Close();
+  // Nobody frees an arena while a peer still has it mapped.
+  KF_RETURN_IF_ERROR(control_.Barrier());
+  private_ = DeviceArena();
+  candidate_ = DeviceArena();
+  return json::object();
+}
+
+// After a candidate's crash the GPU may be left in a bad state (under MPS a
+// fatal fault of one client can reach the others): a small round trip proves
+// this context still works.
+Result<json> HarnessWorker::Health() {
+  KF_CUDA(cudaMemsetAsync(check_, 0, sizeof(DeviceCheck), stream_));
+  KF_CUDA(LaunchNull(stream_).ok() ? cudaSuccess : cudaErrorUnknown);
+  KF_CUDA(cudaStreamSynchronize(stream_));
+  KF_CUDA(cudaGetLastError());
+  return json::object();
+}
+
+}  // namespace kforge::worker
