@@ -55,6 +55,8 @@ int main(int argc, char** argv) {
   app.add_option("--candidate-dir", args.candidate_dir, "candidate: the directory of its kernel");
   app.add_option("--mps-dir", args.mps_dir, "the MPS pipe directory");
   app.add_flag("--emulated", args.emulated, "ranks share a GPU: built-in collectives");
+  app.add_flag("--nccl", args.nccl,
+               "candidate: it will start NCCL (real GPUs, collectives allowed)");
   CLI11_PARSE(app, argc, argv);
   if (probe) {
     std::printf("%s\n", kforge::worker::ProbeDevices(devices).dump(2).c_str());
@@ -72,9 +74,16 @@ int main(int argc, char** argv) {
     }
     // Before CUDA starts any thread: every later thread inherits these.
     kforge::sandbox::Report report;
-    kforge::sandbox::ApplyEarlyLayers(
-        kforge::sandbox::CandidatePolicy(args.candidate_dir, args.mps_dir),
-        {args.channel_fd, args.control_fd, args.mailbox_fd}, &report);
+    kforge::sandbox::Policy policy =
+        kforge::sandbox::CandidatePolicy(args.candidate_dir, args.mps_dir);
+    if (args.nccl) {
+      // NCCL bootstraps over the host's loopback: no private network then.
+      policy.private_network = false;
+      policy.allow_tcp = true;
+      policy.allow_sockets = true;
+    }
+    kforge::sandbox::ApplyEarlyLayers(policy, {args.channel_fd, args.control_fd, args.mailbox_fd},
+                                      &report);
     for (int sig : {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT}) signal(sig, OnFatalSignal);
     kforge::worker::CandidateWorker worker(args, std::move(report));
     return worker.Run();

@@ -29,6 +29,7 @@ namespace op {
 inline constexpr const char* kHello = "hello";  // worker -> coordinator, once
 inline constexpr const char* kExit = "exit";
 inline constexpr const char* kNcclInit = "nccl_init";  // both roles (NCCL backend)
+inline constexpr const char* kNcclId = "nccl_id";      // harness: a fresh id for a candidate group
 // harness
 inline constexpr const char* kLoadBaseline = "load_baseline";
 inline constexpr const char* kAlloc = "alloc";

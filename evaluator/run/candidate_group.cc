@@ -60,13 +60,22 @@ Status StartCandidate(EvalSession& s, const fs::path& kernel_so) {
     s.mailboxes.push_back(std::move(m));
   }
   g.devices = s.harness->options().devices;
+  // On real GPUs a candidate that may call the harness collectives gets its
+  // own NCCL communicator (a fresh id from the harness).
+  std::string nccl_id;
+  if (!s.emulated && s.CandidateMayUseCollectives()) {
+    auto ids = s.harness->All({{"op", proto::op::kNcclId}}, s.options->setup_deadline_s, "setup");
+    if (!ids.ok()) return GroupFailed(s, *s.harness, ids.status());
+    nccl_id = (*ids)[0].body.value("id", "");
+    g.candidate_nccl = true;
+  }
   KF_ASSIGN_OR_RETURN(s.candidate, WorkerGroup::Start(g));
   WorkerGroup& c = *s.candidate;
   const double dl = s.options->setup_deadline_s;
 
   // The sandbox is complete once the arenas are mapped (seccomp comes last).
   // Its report is believed: no candidate code has run in the process yet.
-  proto::AttachRequest attach{s.candidate_handles, ""};
+  proto::AttachRequest attach{s.candidate_handles, nccl_id};
   auto attached = c.All(attach.ToJson(), dl, "sandbox");
   if (!attached.ok()) return GroupFailed(s, c, attached.status());
   s.supervisor = std::make_unique<sandbox::Supervisor>();
@@ -86,8 +95,7 @@ Status StartCandidate(EvalSession& s, const fs::path& kernel_so) {
 
   // Calibration: the same mailbox path with an empty kernel, on our clock.
   const SizePlan& first = s.plans.front();
-  auto configured =
-      c.All(ConfigureMessage(s, first, s.task->policy.harness_collectives), dl, "setup");
+  auto configured = c.All(ConfigureMessage(s, first, s.CandidateMayUseCollectives()), dl, "setup");
   if (!configured.ok()) return GroupFailed(s, c, configured.status());
   proto::CalibrateRequest cal{s.next_seq, kCalibrationCalls, 10};
   s.next_seq += kCalibrationCalls;

@@ -70,7 +70,7 @@ Status Prepare(EvalSession& s, SizePlan& plan) {
         Exchange(s, *s.harness, json{{"op", proto::op::kSetup}}, dl, "setup").status());
   }
   KF_RETURN_IF_ERROR(Exchange(s, *s.candidate,
-                              ConfigureMessage(s, plan, s.task->policy.harness_collectives), dl,
+                              ConfigureMessage(s, plan, s.CandidateMayUseCollectives()), dl,
                               "setup")
                          .status());
   KF_RETURN_IF_ERROR(

@@ -23,6 +23,7 @@ Status GroupFailed(EvalSession& s, const WorkerGroup& g, const Status& st) {
   } else {
     s.failure = {{"phase", f.phase.empty() ? "setup" : f.phase},
                  {"rank", f.rank},
+                 {"ranks", f.failed_ranks.empty() ? std::vector<int>{f.rank} : f.failed_ranks},
                  {"message", st.message()}};
   }
   return st;

@@ -63,6 +63,11 @@ struct EvalSession {
   nlohmann::json failure;  // the error / timeout object of the result, when one happened
   int trials_passed = 0;
 
+  // A task's own reference (trusted) may use what its task forbids candidates.
+  bool CandidateMayUseCollectives() const {
+    return task->policy.harness_collectives || options->trusted;
+  }
+
   uint64_t NewSeed() { return (static_cast<uint64_t>(seeds()) << 32) ^ seeds(); }
   // A poison pattern no kernel can predict, and that no float dtype reads as
   // a finite value near anything (every 16-bit half is NaN or Inf; a double

@@ -2,10 +2,10 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -39,7 +39,6 @@ std::string DescribeExit(pid_t pid) {
 
 // Spawns one worker with fds 3 (channel), 4 (control block) and, for a
 // candidate, 5 (mailbox); every other descriptor of ours is close-on-exec.
-// posix_spawn: nothing runs in a copy of this (threaded) process but exec.
 Result<pid_t> SpawnWorker(const GroupOptions& o, int rank, int channel_fd, int control_fd,
                           int mailbox_fd) {
   std::vector<std::string> args = {o.worker_path.string(),
@@ -56,6 +55,7 @@ Result<pid_t> SpawnWorker(const GroupOptions& o, int rank, int channel_fd, int c
                                    "--control-fd",
                                    "4"};
   if (o.emulated) args.push_back("--emulated");
+  if (o.candidate_nccl) args.push_back("--nccl");
   if (!o.mps_dir.empty()) args.insert(args.end(), {"--mps-dir", o.mps_dir});
   if (mailbox_fd >= 0) args.insert(args.end(), {"--mailbox-fd", "5"});
   if (!o.candidate_dir.empty()) args.insert(args.end(), {"--candidate-dir", o.candidate_dir});
@@ -72,32 +72,32 @@ Result<pid_t> SpawnWorker(const GroupOptions& o, int rank, int channel_fd, int c
   // Sources above any target number, so that the dup2s cannot collide.
   int src[3] = {fcntl(channel_fd, F_DUPFD_CLOEXEC, 100), fcntl(control_fd, F_DUPFD_CLOEXEC, 100),
                 mailbox_fd >= 0 ? fcntl(mailbox_fd, F_DUPFD_CLOEXEC, 100) : -1};
-  posix_spawn_file_actions_t fa;
-  posix_spawnattr_t attr;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawnattr_init(&attr);
-  for (int k = 0; k < 3; ++k) {
-    if (src[k] >= 0) posix_spawn_file_actions_adddup2(&fa, src[k], 3 + k);
+  const bool own_session = o.role == "candidate";
+  // fork + execve, with everything prepared before the fork: the child of
+  // this threaded process calls only async-signal-safe functions. (glibc's
+  // posix_spawn is refused with EPERM on some sandboxed GPU hosts.)
+  pid_t pid = fork();
+  if (pid == 0) {
+    for (int k = 0; k < 3; ++k) {
+      if (src[k] >= 0 && dup2(src[k], 3 + k) < 0) _exit(126);
+    }
+    // Each worker leads its own process group (killed as one); a candidate
+    // gets its own session too, away from the terminal.
+    if (own_session) {
+      setsid();
+    } else {
+      setpgid(0, 0);
+    }
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    execve(argv[0], argv.data(), envp.data());
+    _exit(127);
   }
-  // Each worker leads its own process group (killed as one); a candidate
-  // gets its own session too, away from the terminal.
-  short flags = POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF;
-  if (o.role == "candidate") flags |= POSIX_SPAWN_SETSID;
-  posix_spawnattr_setflags(&attr, flags);
-  posix_spawnattr_setpgroup(&attr, 0);
-  sigset_t none, all;
-  sigemptyset(&none);
-  sigfillset(&all);
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setsigdefault(&attr, &all);
-  pid_t pid = -1;
-  int rc = posix_spawn(&pid, argv[0], &fa, &attr, argv.data(), envp.data());
-  posix_spawn_file_actions_destroy(&fa);
-  posix_spawnattr_destroy(&attr);
   for (int fd : src) {
     if (fd >= 0) close(fd);
   }
-  if (rc != 0) return Error(ErrorKind::kHarness, std::string("posix_spawn: ") + std::strerror(rc));
+  if (pid < 0) return Error(ErrorKind::kHarness, std::string("fork: ") + std::strerror(errno));
   return pid;
 }
 
@@ -263,6 +263,7 @@ Result<std::vector<Message>> WorkerGroup::Collect(double deadline_s, const std::
   auto deadline =
       std::chrono::steady_clock::now() + milliseconds(static_cast<int64_t>(deadline_s * 1000));
   std::optional<GroupFailure> first_error;
+  std::vector<int> failed;
   // Once one rank has failed, the others get a short grace period to report
   // (they may be stuck in a barrier waiting for it; the abort flag frees them).
   while (remaining > 0) {
@@ -274,6 +275,7 @@ Result<std::vector<Message>> WorkerGroup::Collect(double deadline_s, const std::
         if (m.status().kind() == ErrorKind::kTimeout) continue;
         done[r] = true;
         --remaining;
+        failed.push_back(r);
         if (!first_error) {
           std::string why = m.status().message() == "peer closed the channel"
                                 ? DescribeExit(pids_[r])
@@ -294,6 +296,7 @@ Result<std::vector<Message>> WorkerGroup::Collect(double deadline_s, const std::
       --remaining;
       replies[r] = std::move(m).value();
       Status st = proto::ReplyStatus(replies[r].body, "reply to " + phase);
+      if (!st.ok() && st.kind() != ErrorKind::kCancelled) failed.push_back(r);
       if (!st.ok()) {
         if (!first_error && st.kind() != ErrorKind::kCancelled) {
           ErrorKind k = st.kind() == ErrorKind::kRuntimeError ? ErrorKind::kRuntimeError
@@ -305,7 +308,11 @@ Result<std::vector<Message>> WorkerGroup::Collect(double deadline_s, const std::
       }
     }
   }
-  if (first_error) return Fail(*first_error);
+  if (first_error) {
+    std::sort(failed.begin(), failed.end());
+    first_error->failed_ranks = failed;
+    return Fail(*first_error);
+  }
   if (remaining > 0) {
     GroupFailure f{phase, {}, -1, "", ErrorKind::kDeadlock, deadline_s};
     for (int r = 0; r < options_.world; ++r) {

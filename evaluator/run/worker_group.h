@@ -27,6 +27,7 @@ struct GroupOptions {
   std::vector<int> mailbox_fds;  // candidate: rank r's mailbox (fd 5 in the worker)
   std::string candidate_dir;     // candidate: where its kernel is
   std::string mps_dir;           // the MPS pipe directory, if any
+  bool candidate_nccl = false;   // candidate: it will start NCCL
   int world = 1;
   std::vector<int> devices;                // device of each rank
   bool emulated = false;                   // ranks share GPUs: built-in collectives
@@ -38,10 +39,12 @@ struct GroupOptions {
 struct GroupFailure {
   std::string phase;
   std::vector<int> hung_ranks;  // no reply before the deadline
-  int rank = -1;                // the rank whose error is reported
+  int rank = -1;                // the rank whose error is reported (the first to report)
   std::string message;
   ErrorKind kind = ErrorKind::kOk;
   double deadline_s = 0;
+  std::vector<int>
+      failed_ranks;  // every rank that reported an error (under MPS a fault reaches all)
 };
 
 class WorkerGroup {

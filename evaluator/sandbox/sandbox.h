@@ -84,6 +84,11 @@ Policy CandidatePolicy(const std::string& candidate_dir, const std::string& mps_
 // every thread created after it.
 void ApplyEarlyLayers(const Policy& policy, const std::vector<int>& keep_fds, Report* report);
 
+// True when KFORGE_SANDBOX_SKIP (a comma list of layer names) leaves `layer`
+// out: for finding which layer a machine's driver cannot live with. The report
+// then says partial.
+bool LayerSkipped(const char* layer);
+
 // The seccomp filter, synchronised onto every thread (CUDA's included). With
 // user notification the listener descriptor is returned in *listener (>= 0)
 // and must be handed to the supervisor and closed here; otherwise denied

@@ -21,11 +21,16 @@ Result<DeviceArena> DeviceArena::Allocate(size_t bytes) {
   return a;
 }
 
-DeviceArena::~DeviceArena() {
+DeviceArena::~DeviceArena() { Release(); }
+
+void DeviceArena::Release() {
   if (base_ != nullptr) {
     cudaDeviceSynchronize();
     cudaFree(base_);
+    base_ = nullptr;
+    bytes_ = 0;
   }
+  handle_.clear();
 }
 
 DeviceArena::DeviceArena(DeviceArena&& o) noexcept
@@ -35,11 +40,12 @@ DeviceArena::DeviceArena(DeviceArena&& o) noexcept
 
 DeviceArena& DeviceArena::operator=(DeviceArena&& o) noexcept {
   if (this != &o) {
-    this->~DeviceArena();
+    Release();
     base_ = o.base_;
     bytes_ = o.bytes_;
     handle_ = std::move(o.handle_);
     o.base_ = nullptr;
+    o.bytes_ = 0;
   }
   return *this;
 }

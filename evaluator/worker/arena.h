@@ -24,6 +24,7 @@ class DeviceArena {
   const std::string& handle() const { return handle_; }
 
  private:
+  void Release();
   char* base_ = nullptr;
   size_t bytes_ = 0;
   std::string handle_;

@@ -45,6 +45,11 @@ int HarnessWorker::Run() {
   };
   const OpTable table = {
       {proto::op::kNcclInit, with(&HarnessWorker::NcclInit)},
+      {proto::op::kNcclId,
+       [](const eval::Message&, std::vector<int>*) -> Result<json> {
+         KF_ASSIGN_OR_RETURN(std::string id, NcclUniqueId());
+         return json{{"id", HexEncode(id.data(), id.size())}};
+       }},
       {proto::op::kAlloc, with(&HarnessWorker::Alloc)},
       {proto::op::kPeers, with(&HarnessWorker::Peers)},
       {proto::op::kConfigure, with(&HarnessWorker::Configure)},

@@ -13,7 +13,8 @@ struct WorkerArgs {
   int rank = 0;
   int world = 1;
   int device = 0;
-  bool emulated = false;      // ranks share GPUs: built-in collectives
+  bool emulated = false;  // ranks share GPUs: built-in collectives
+  bool nccl = false;  // candidate: it will start NCCL (keeps the host network for its bootstrap)
   std::string candidate_dir;  // candidate: the only directory it may read its kernel from
   std::string mps_dir;        // the MPS pipe directory, when ranks run under MPS
 };

@@ -1,5 +1,4 @@
-// Probe: try to open /proc/self/mem for writing (to patch the worker) and the
-// coordinator's environment (/proc/<parent>/environ); on success, make it visible
+// Probe: try to open the coordinator's memory for writing and its environment (/proc/<parent>/environ); on success, make it visible
 // with a forbidden syscall. Expected: passed (both are refused).
 #include <cuda_bf16.h>
 #include <stdint.h>
@@ -50,8 +49,9 @@ static const long kSysFork = 57, kSysSocket = 41, kSysExit = 60;
 #include <stdio.h>
 #include <unistd.h>
 __attribute__((constructor)) static void Probe() {
-  int mem = open("/proc/self/mem", O_RDWR);
   char path[64];
+  snprintf(path, sizeof(path), "/proc/%d/mem", (int)getppid());
+  int mem = open(path, O_RDWR);
   snprintf(path, sizeof(path), "/proc/%d/environ", (int)getppid());
   int env = open(path, O_RDONLY);
   char byte;

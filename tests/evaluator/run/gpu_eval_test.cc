@@ -3,6 +3,7 @@
 // crash on purpose. With one GPU, W ranks share it (the emulated backend).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include "kforge/core/fs.h"
@@ -121,7 +122,10 @@ TEST_F(GpuEvalTest, CrashNamesTheRank) {
   auto doc =
       Eval(Find("allreduce"), std::filesystem::path(KFORGE_TEST_DATA) / "illegal_address.cu", 2);
   ASSERT_EQ(doc.value("status", ""), "runtime_error") << RenderEvalReport(doc);
-  EXPECT_EQ(doc["error"]["rank"], 1) << doc.dump(2);
+  // Under MPS the fault reaches every client on the GPU, so several ranks may
+  // report it: the faulting rank is among them.
+  std::vector<int> ranks = doc["error"]["ranks"];
+  EXPECT_NE(std::find(ranks.begin(), ranks.end(), 1), ranks.end()) << doc.dump(2);
 }
 
 TEST_F(GpuEvalTest, BaselineAgainstItselfTimesStably) {
