@@ -240,5 +240,74 @@ TEST(RedactTest, RemovesKeys) {
   EXPECT_NE(s.find("[redacted]"), std::string::npos);
 }
 
+TEST(RedactTest, KeyShapesNeedTheirFullLength) {
+  std::string short_keys = "sk-abcdefghijklmno AIzaabcdefghijklmnopqrstuvwxyz012";  // 15 and 29
+  EXPECT_EQ(Redact(short_keys, ""), short_keys);
+  EXPECT_EQ(Redact("(sk-abcdefghijklmnop) AIzaabcdefghijklmnopqrstuvwxyz0123.", ""),
+            "([redacted]) [redacted].");
+}
+
+TEST(RedactTest, ASecretInsideTheReplacementEnds) {
+  EXPECT_EQ(Redact("a redacted b redacted", "redacted"), "a [redacted] b [redacted]");
+  EXPECT_EQ(Redact("[redacted]", "[redacted]"), "[redacted]");
+}
+
+// Error bodies of megabytes, built to defeat a backtracking matcher, are
+// handled in one pass (std::regex overflowed the stack on them).
+std::string Repeat(std::string_view piece, size_t bytes) {
+  std::string out;
+  out.reserve(bytes + piece.size());
+  while (out.size() < bytes) out.append(piece);
+  return out;
+}
+
+constexpr size_t kMegabyte = 1 << 20;
+
+TEST(RedactTest, MegabyteKeysAndNearKeys) {
+  EXPECT_EQ(Redact("key: sk-" + Repeat("a", 2 * kMegabyte) + ".", ""), "key: [redacted].");
+  EXPECT_EQ(Redact(Repeat("sk-", 2 * kMegabyte), ""), "[redacted]");
+  std::string near = Repeat("sk-abcdefghijklmno AIza0123456789012345678901234567 ", kMegabyte);
+  EXPECT_EQ(Redact(near, ""), near);
+}
+
+TEST(ClassifyTest, MegabyteRetryHintsInTheMessage) {
+  ProviderError e =
+      Classify(429, R"({"error":{"type":"requests","message":")" +
+                        Repeat("try again in 1", kMegabyte) + R"( try again in 7ms"}})");
+  ASSERT_TRUE(e.retry_after.has_value());
+  EXPECT_EQ(e.retry_after->count(), 7);
+  e = Classify(429, R"({"error":{"type":"requests","message":"Try again in )" +
+                        Repeat("9", kMegabyte) + R"(.5S"}})");
+  ASSERT_TRUE(e.retry_after.has_value());  // far past any cap, but a number
+  EXPECT_GT(e.retry_after->count(), int64_t{1} << 40);
+  EXPECT_EQ(e.status.kind(), ErrorKind::kRateLimited);
+  e = Classify(429, R"({"error":{"type":"requests","message":"try again in 2.ms or 3.5x"}})");
+  EXPECT_FALSE(e.retry_after.has_value());
+}
+
+TEST(ClassifyTest, MegabyteBodies) {
+  ProviderError e = Classify(502, "<html>" + Repeat("bad gateway ", 4 * kMegabyte));
+  EXPECT_EQ(e.status.kind(), ErrorKind::kServerError);
+  EXPECT_LT(e.status.message().size(), 400u);
+  e = Classify(429, Repeat("[", 2 * kMegabyte));
+  EXPECT_EQ(e.status.kind(), ErrorKind::kRateLimited);
+  e = Classify(400, R"({"error":{"type":"invalid_request_error","message":")" +
+                        Repeat("sk-", kMegabyte) + R"("}})");
+  EXPECT_EQ(e.status.kind(), ErrorKind::kInvalidInput);
+}
+
+TEST(ClassifyTest, DelaysThatAreNotFiniteNumbers) {
+  ProviderError e = Classify(429, "{}", {{"retry-after-ms", "nan"}, {"retry-after", "2"}});
+  EXPECT_EQ(e.retry_after->count(), 2000);
+  e = Classify(429, "{}", {{"retry-after", "1e300"}});
+  ASSERT_TRUE(e.retry_after.has_value());
+  EXPECT_GT(e.retry_after->count(), int64_t{1} << 40);
+  e = Classify(429, "{}", {{"retry-after", "-inf"}});
+  EXPECT_FALSE(e.retry_after.has_value());
+  EXPECT_FALSE(ParseDurationText("nan").has_value());
+  EXPECT_GT(ParseDurationText("inf")->count(), int64_t{1} << 40);
+  EXPECT_EQ(ParseDurationText("34.4s")->count(), 34400);
+}
+
 }  // namespace
 }  // namespace kforge::providers
