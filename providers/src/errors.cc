@@ -185,12 +185,14 @@ std::string Describe(std::string_view where, const ErrorInfo& info, std::string_
                                              : info.code;
   std::string msg = info.message;
   if (!info.parsed || msg.empty()) {
-    std::string_view head = raw_body.substr(0, 300);
-    msg = head.empty() ? "(empty body)" : std::string(head);
+    msg = raw_body.empty() ? "(empty body)" : Utf8Prefix(raw_body, 300);
   }
   std::string out = label.empty() ? fmt::format("{}: {}", where, msg)
                                   : fmt::format("{}: {}: {}", where, label, msg);
-  if (!info.request_id.empty()) out += fmt::format(" (request id {})", info.request_id);
+  if (!info.request_id.empty()) {
+    out +=
+        fmt::format(" (request id {})", Utf8Prefix(info.request_id, 200));  // may be a raw header
+  }
   return out;
 }
 
