@@ -21,7 +21,6 @@ if ((${#targets[@]} == 0)); then
 fi
 
 cxx=${CLANGXX:-clang++}
-cc=${CLANG:-clang}
 if ! command -v "$cxx" >/dev/null; then
   echo "fuzz: $cxx not found (apt-get install clang libclang-rt-dev)" >&2
   exit 2
@@ -38,7 +37,7 @@ fi
 
 launcher=()
 if command -v ccache >/dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER="$cc" \
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_CXX_COMPILER="$cxx" -DKFORGE_FUZZ=ON -DKFORGE_BUILD_TESTS=OFF "${launcher[@]}" >/dev/null
 cmake --build "$build" -j "$(nproc)" --target "${targets[@]}"
 
