@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs every Debian package kforge needs to build and test. Idempotent: quiet
 # when everything is already there. Pass --with-browser to also install Chromium
-# (used by the web UI test).
+# (used by the web UI test), --with-fuzz for clang and its libFuzzer runtime
+# (scripts/fuzz.sh; Debian's clang only recommends libclang-rt-dev).
 set -euo pipefail
 
 packages=(
@@ -10,9 +11,16 @@ packages=(
   libgtest-dev libgmock-dev libsqlite3-dev libtomlplusplus-dev libcli11-dev
   libkainjow-mustache-dev libssl-dev libseccomp-dev clang-format
 )
-if [[ "${1:-}" == "--with-browser" ]]; then
-  packages+=(chromium)
-fi
+for arg in "$@"; do
+  case "$arg" in
+    --with-browser) packages+=(chromium) ;;
+    --with-fuzz) packages+=(clang libclang-rt-dev) ;;
+    *)
+      echo "install-deps: unknown option $arg (--with-browser, --with-fuzz)" >&2
+      exit 2
+      ;;
+  esac
+done
 
 missing=()
 for p in "${packages[@]}"; do

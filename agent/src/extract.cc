@@ -2,8 +2,9 @@
 
 #include <fmt/format.h>
 
-#include <regex>
 #include <vector>
+
+#include "kforge/core/scan.h"
 
 namespace kforge::agent {
 namespace {
@@ -60,9 +61,31 @@ bool IsCodeLanguage(const std::string& lang) {
          lang == "cxx" || lang == "cc" || lang == "c" || lang == "cuh";
 }
 
-bool DefinesKfRun(const std::string& body) {
-  static const std::regex kDefinition(R"(\bkf_run\s*\([^;{)]*\)\s*\{)");
-  return std::regex_search(body, kDefinition);
+// Whether `body` defines kf_run: the word kf_run, optional white space, '(',
+// a parameter list without ';', '{' or ')', ')', optional white space, '{'.
+// Linear: the parameter list of every occurrence ends at the first ';', '{'
+// or ')' after its '(', so one stop (and its verdict) serves all the
+// occurrences before it, e.g. a reply of "kf_run(" repeated a million times.
+bool DefinesKfRun(std::string_view body) {
+  constexpr std::string_view kName = "kf_run";
+  constexpr size_t npos = std::string_view::npos;
+  size_t stop = 0;          // the first ';', '{' or ')' after the last '(' looked at
+  bool stop_known = false;  // whether `stop` is computed
+  for (size_t at = body.find(kName); at != npos; at = body.find(kName, at + 1)) {
+    if (at > 0 && scan::IsWordChar(body[at - 1])) continue;
+    size_t open = scan::SkipWhile(body, at + kName.size(), scan::IsSpace);
+    if (open == body.size() || body[open] != '(') continue;
+    if (!stop_known || stop < open) {
+      stop = body.find_first_of(";{)", open + 1);
+      stop_known = true;
+      if (stop == npos) return false;  // no later occurrence can close its list either
+      if (body[stop] == ')') {
+        size_t brace = scan::SkipWhile(body, stop + 1, scan::IsSpace);
+        if (brace < body.size() && body[brace] == '{') return true;
+      }
+    }
+  }
+  return false;
 }
 
 }  // namespace

@@ -8,7 +8,6 @@
 #include <map>
 #include <mutex>
 #include <optional>
-#include <regex>
 #include <set>
 #include <thread>
 
@@ -17,6 +16,7 @@
 #include "kforge/core/fs.h"
 #include "kforge/core/hash.h"
 #include "kforge/core/log.h"
+#include "kforge/core/scan.h"
 #include "kforge/evaluator/compile.h"
 #include "link_check.h"
 #include "toolchain.h"
@@ -165,15 +165,25 @@ struct Compiler::Impl {
     return (options.cache_dir.empty() ? DefaultCacheDir() : options.cache_dir) / "kernels";
   }
 
+  // sm_<2 or 3 digits>[a|f], e.g. sm_90a.
+  static bool IsArch(std::string_view arch) {
+    if (!arch.starts_with("sm_")) return false;
+    size_t digits = scan::SkipWhile(arch, 3, scan::IsDigit) - 3;
+    std::string_view suffix = arch.substr(3 + digits);
+    return digits >= 2 && digits <= 3 && (suffix.empty() || suffix == "a" || suffix == "f");
+  }
+
+  static bool IsLibraryChar(char c) {
+    return scan::IsAlnum(c) || c == '_' || c == '+' || c == '.' || c == '-';
+  }
+
   static Status ValidateJob(const CompileJob& job) {
-    static const std::regex kArch("sm_[0-9]{2,3}[af]?");
-    static const std::regex kLibrary("[A-Za-z0-9_+.-]+");
-    if (!std::regex_match(job.arch, kArch)) {
+    if (!IsArch(job.arch)) {
       return Error(ErrorKind::kInvalidInput,
                    "bad arch '" + job.arch + "': expected sm_<digits>[a|f], e.g. sm_90a");
     }
     for (const std::string& lib : job.libraries) {
-      if (!std::regex_match(lib, kLibrary))
+      if (lib.empty() || scan::SkipWhile(lib, 0, IsLibraryChar) != lib.size())
         return Error(ErrorKind::kInvalidInput, "bad library name '" + lib + "'");
     }
     return Status::Ok();

@@ -5,17 +5,21 @@
 
 #include <algorithm>
 #include <cctype>
+#include <climits>
 #include <cstdlib>
+#include <initializer_list>
 #include <optional>
-#include <regex>
 #include <set>
 #include <tuple>
+#include <vector>
+
+#include "kforge/core/scan.h"
 
 namespace kforge::eval {
 namespace {
 
 // Lines longer than this are never diagnostic headers (template soup); they can
-// still be context. Bounds the regex work on pathological logs.
+// still be context. Bounds the work on pathological logs.
 constexpr size_t kMaxHeaderLine = 4096;
 
 std::optional<Severity> SeverityFromWord(std::string word) {
@@ -37,33 +41,132 @@ std::string Trim(std::string_view s) {
   return std::string(s.substr(b, e - b + 1));
 }
 
-// Replaces quoted mangled C++ names ('_Z...') with their demangled form, so
-// ptxas and linker messages read like the source.
-std::string DemangleQuoted(std::string text) {
-  static const std::regex kMangled("'(_Z[A-Za-z0-9_]+)'");
+// Replaces quoted mangled C++ names ('_Z' and word characters, in single
+// quotes) with their demangled form, so ptxas and linker messages read like
+// the source.
+std::string DemangleQuoted(std::string_view text) {
   std::string out;
-  auto begin = std::sregex_iterator(text.begin(), text.end(), kMangled);
-  size_t last = 0;
-  for (auto it = begin; it != std::sregex_iterator(); ++it) {
-    const std::smatch& m = *it;
-    out.append(text, last, m.position(0) - last);
+  size_t last = 0;  // text before `last` is in `out`
+  for (size_t open = text.find('\''); open != std::string_view::npos;
+       open = text.find('\'', open + 1)) {
+    if (!scan::At(text, open + 1, "_Z")) continue;
+    size_t close = scan::SkipWhile(text, open + 3, scan::IsWordChar);
+    if (close == open + 3 || close == text.size() || text[close] != '\'') continue;
+    std::string mangled(text.substr(open + 1, close - open - 1));
     int status = 0;
-    char* plain = abi::__cxa_demangle(m[1].str().c_str(), nullptr, nullptr, &status);
-    out += "'" + (status == 0 && plain != nullptr ? std::string(plain) : m[1].str()) + "'";
+    char* plain = abi::__cxa_demangle(mangled.c_str(), nullptr, nullptr, &status);
+    out.append(text.substr(last, open - last));
+    out += "'" + (status == 0 && plain != nullptr ? std::string(plain) : mangled) + "'";
     std::free(plain);
-    last = m.position(0) + m.length(0);
+    last = close + 1;
+    open = close;  // matches do not overlap
   }
-  out.append(text, last, std::string::npos);
+  out.append(text.substr(last));
   return out;
 }
 
-bool IsNoise(std::string_view line) {
-  static const std::regex kNoise(
-      R"(^(\d+ errors? detected in the compilation of .*|Remark: The warnings can be suppressed.*|)"
-      R"(compilation terminated\.|Compilation terminated\.|.*: Assembler messages:|In file included from .*|\s+from .*[:,]|)"
-      R"(.*: In (member )?function .*|.*: In instantiation of .*|.*: At global scope:|)"
-      R"(collect2: error: ld returned \d+ exit status|.*ld(\.\w+)?: .*: in function .*)$)");
-  return std::regex_match(line.begin(), line.end(), kNoise);
+// One line, with where it holds a line break ('\r'; what the old patterns'
+// "." refused to match) found once, so that every check below is one pass.
+class LineView {
+ public:
+  explicit LineView(std::string_view text)
+      : text_(text),
+        first_break_(text.find_first_of("\r\n")),
+        last_break_(text.find_last_of("\r\n")) {}
+  std::string_view text() const { return text_; }
+  // Whether text[0, end) holds no line break.
+  bool PlainPrefix(size_t end) const { return first_break_ == kNone || first_break_ >= end; }
+  // Whether text[begin, size) holds no line break.
+  bool PlainSuffix(size_t begin) const { return last_break_ == kNone || last_break_ < begin; }
+  bool Plain() const { return first_break_ == kNone; }
+  bool At(size_t at, std::string_view word) const { return scan::At(text_, at, word); }
+  bool Contains(std::string_view word) const { return text_.find(word) != kNone; }
+  // The end of the run of digits at `at` (== at when there is none).
+  size_t Digits(size_t at) const { return scan::SkipWhile(text_, at, scan::IsDigit); }
+  // The end of the first of `words` found at `at`, or npos.
+  size_t OneOf(size_t at, std::initializer_list<std::string_view> words) const {
+    for (std::string_view w : words) {
+      if (At(at, w)) return at + w.size();
+    }
+    return kNone;
+  }
+
+  static constexpr size_t kNone = std::string_view::npos;
+
+ private:
+  std::string_view text_;
+  size_t first_break_, last_break_;
+};
+
+// "ld", then an optional ".word", then ": " at `at`; with `variants`, "ld.bfd",
+// "ld.gold" and "ld.lld" may take the ".word" too. The index after ": ", or npos.
+size_t AfterLinkerName(const LineView& l, size_t at, bool variants) {
+  if (!l.At(at, "ld")) return LineView::kNone;
+  size_t p = at + 2;
+  for (int segment = 0; segment < (variants ? 2 : 1); ++segment) {
+    if (l.At(p, ": ")) return p + 2;
+    if (!l.At(p, ".")) return LineView::kNone;
+    size_t end = scan::SkipWhile(l.text(), p + 1, scan::IsWordChar);
+    if (end == p + 1) return LineView::kNone;
+    std::string_view word = l.text().substr(p + 1, end - p - 1);
+    p = end;
+    if (word != "bfd" && word != "gold" && word != "lld") break;
+  }
+  return l.At(p, ": ") ? p + 2 : LineView::kNone;
+}
+
+// "…ld(.word): …: in function …": the linker's "file.o: in function `f':" lead-in.
+bool IsLinkerFunctionLine(const LineView& l) {
+  size_t last_in_function = l.text().rfind(": in function ");
+  if (last_in_function == LineView::kNone) return false;
+  for (size_t at = l.text().find("ld"); at != LineView::kNone; at = l.text().find("ld", at + 1)) {
+    size_t after = AfterLinkerName(l, at, false);
+    if (after != LineView::kNone) return after <= last_in_function;
+  }
+  return false;
+}
+
+// The compiler drivers' chatter that is no diagnostic of its own: summaries,
+// include stacks, "In function" lead-ins, the assembler's banner.
+bool IsNoise(std::string_view text) {
+  LineView l(text);
+  // "<white space>from <file>:" (or ",") continues an include stack.
+  size_t lead = scan::SkipWhile(text, 0, scan::IsSpace);
+  if (lead > 0 && l.At(lead, "from ") && text.size() > lead + 5 &&
+      (text.back() == ':' || text.back() == ',') && l.PlainSuffix(lead)) {
+    return true;
+  }
+  if (!l.Plain()) return false;
+  if (text == "compilation terminated." || text == "Compilation terminated.") return true;
+  if (l.At(0, "Remark: The warnings can be suppressed") || l.At(0, "In file included from ")) {
+    return true;
+  }
+  if (text.ends_with(": Assembler messages:") || text.ends_with(": At global scope:")) return true;
+  if (l.Contains(": In function ") || l.Contains(": In member function ") ||
+      l.Contains(": In instantiation of ")) {
+    return true;
+  }
+  // "<n> error(s) detected in the compilation of …"
+  if (size_t n = l.Digits(0); n > 0 && l.At(n, " error")) {
+    size_t p = n + 6;
+    if (l.At(p, "s")) ++p;
+    if (l.At(p, " detected in the compilation of ")) return true;
+  }
+  // "collect2: error: ld returned <n> exit status"
+  constexpr std::string_view kCollect = "collect2: error: ld returned ";
+  if (l.At(0, kCollect)) {
+    size_t n = l.Digits(kCollect.size());
+    if (n > kCollect.size() && text.substr(n) == " exit status") return true;
+  }
+  return IsLinkerFunctionLine(l);
+}
+
+// A decimal line or column number; saturates instead of overflowing, since a
+// "#line 99999999999" directive in a kernel reaches the compiler's output.
+int ParseCount(std::string_view digits) {
+  int64_t v = 0;
+  for (char c : digits) v = std::min<int64_t>(v * 10 + (c - '0'), INT_MAX);
+  return static_cast<int>(v);
 }
 
 // The front end echoes the source line indented by two spaces and puts a caret
@@ -139,43 +242,144 @@ class Parser {
     open_ = -1;
   }
 
+  // One header line in any of the tools' formats, or nothing. Each format is
+  // a hand-written scanner (std::regex overflowed the stack on long lines).
   std::optional<Diagnostic> Header(const std::string& line, bool& edg) {
-    static const std::regex kEdg(
-        R"(^(.+?)\((\d+)\): (catastrophic error|internal error|error|warning|remark|note)(?: #\d+(?:-[A-Z])?)?: (.*)$)");
-    // The assembler prints "Error:" / "Warning:" with a capital.
-    static const std::regex kGcc(
-        R"(^(.+?):(\d+):(?:(\d+):)? (fatal error|error|warning|note|Error|Warning): (.*)$)");
-    static const std::regex kPtxasAt(
-        R"(^ptxas (.+?), line (\d+); (fatal|error|warning)\s*: (.*)$)");
-    static const std::regex kTool(
-        R"(^(ptxas|nvlink|nvcc|fatbinary|cicc|cudafe\+\+|nvdisasm)\s+(fatal|error|warning)\s*: (.*)$)");
-    static const std::regex kUndefined(R"(undefined reference to [`']([^']+)')");
-    static const std::regex kLd(
-        R"(^(?:\S*/)?(?:ld|ld\.bfd|ld\.gold|ld\.lld)(?:\.\w+)?: (warning: )?(.*)$)");
-    std::smatch m;
+    LineView l(line);
     // The undefined-reference test comes first: its lines also look like "file:NN: ...".
-    if (std::regex_search(line, m, kUndefined)) {
+    if (std::optional<std::string> name = UndefinedReference(line)) {
       return Make("", 0, 0, Severity::kError,
-                  DemangleQuoted("undefined reference to '" + m[1].str() + "'"));
+                  DemangleQuoted("undefined reference to '" + *name + "'"));
     }
-    if (std::regex_match(line, m, kEdg)) {
+    if (std::optional<Diagnostic> d = EdgHeader(l)) {
       edg = true;
-      return Make(NormalizeFile(m[1]), std::stoi(m[2]), 0, *SeverityFromWord(m[3].str()), m[4]);
+      return d;
     }
-    if (std::regex_match(line, m, kPtxasAt)) {
-      return Make("", 0, 0, *SeverityFromWord(m[3].str()), DemangleQuoted("ptxas: " + m[4].str()));
+    if (std::optional<Diagnostic> d = PtxasAtHeader(l)) return d;
+    if (std::optional<Diagnostic> d = ToolHeader(l)) return d;
+    if (std::optional<Diagnostic> d = GccHeader(l)) return d;
+    return LinkerHeader(l);
+  }
+
+  // "… undefined reference to `name'" (or 'name'), anywhere in the line.
+  static std::optional<std::string> UndefinedReference(std::string_view line) {
+    constexpr std::string_view kLead = "undefined reference to ";
+    for (size_t at = line.find(kLead); at != LineView::kNone; at = line.find(kLead, at + 1)) {
+      size_t open = at + kLead.size();
+      if (open == line.size() || (line[open] != '`' && line[open] != '\'')) continue;
+      size_t close = line.find('\'', open + 1);
+      if (close == LineView::kNone) return std::nullopt;  // no later one closes either
+      if (close > open + 1) return std::string(line.substr(open + 1, close - open - 1));
     }
-    if (std::regex_match(line, m, kTool)) {
-      return Make("", 0, 0, *SeverityFromWord(m[2].str()),
-                  DemangleQuoted(m[1].str() + ": " + m[3].str()));
+    return std::nullopt;
+  }
+
+  // cudafe: "file(NN): error: msg", "file(NN): warning #177-D: msg"; the file
+  // is the shortest prefix after which the rest fits.
+  std::optional<Diagnostic> EdgHeader(const LineView& l) const {
+    if (!l.Plain()) return std::nullopt;
+    std::string_view t = l.text();
+    for (size_t paren = t.find('(', 1); paren != LineView::kNone; paren = t.find('(', paren + 1)) {
+      size_t digits_end = l.Digits(paren + 1);
+      if (digits_end == paren + 1 || !l.At(digits_end, "): ")) continue;
+      size_t word = digits_end + 3;
+      size_t p = l.OneOf(
+          word, {"catastrophic error", "internal error", "error", "warning", "remark", "note"});
+      if (p == LineView::kNone) continue;
+      size_t word_end = p;
+      if (l.At(p, " #") && l.Digits(p + 2) > p + 2) {  // " #177", maybe "-D"
+        size_t q = l.Digits(p + 2);
+        if (l.At(q, "-") && q + 1 < t.size() && scan::IsUpper(t[q + 1])) q += 2;
+        if (l.At(q, ": ")) p = q;
+      }
+      if (!l.At(p, ": ")) continue;
+      return Make(NormalizeFile(std::string(t.substr(0, paren))),
+                  ParseCount(t.substr(paren + 1, digits_end - paren - 1)), 0,
+                  *SeverityFromWord(std::string(t.substr(word, word_end - word))),
+                  std::string(t.substr(p + 2)));
     }
-    if (std::regex_match(line, m, kGcc)) {
-      return Make(NormalizeFile(m[1]), std::stoi(m[2]), m[3].matched ? std::stoi(m[3]) : 0,
-                  *SeverityFromWord(m[4].str()), m[5]);
+    return std::nullopt;
+  }
+
+  // "ptxas <file>, line NN; error   : msg"
+  static std::optional<Diagnostic> PtxasAtHeader(const LineView& l) {
+    if (!l.At(0, "ptxas ")) return std::nullopt;
+    std::string_view t = l.text();
+    for (size_t comma = t.find(", line ", 7); comma != LineView::kNone;
+         comma = t.find(", line ", comma + 1)) {
+      if (!l.PlainPrefix(comma)) return std::nullopt;  // the file may hold no break
+      size_t digits_end = l.Digits(comma + 7);
+      if (digits_end == comma + 7 || !l.At(digits_end, "; ")) continue;
+      size_t word = digits_end + 2;
+      size_t p = l.OneOf(word, {"fatal", "error", "warning"});
+      if (p == LineView::kNone) continue;
+      size_t colon = scan::SkipWhile(t, p, scan::IsSpace);
+      if (!l.At(colon, ": ") || !l.PlainSuffix(colon + 2)) continue;
+      return Make("", 0, 0, *SeverityFromWord(std::string(t.substr(word, p - word))),
+                  DemangleQuoted("ptxas: " + std::string(t.substr(colon + 2))));
     }
-    if (std::regex_match(line, m, kLd)) {
-      return Make("", 0, 0, m[1].matched ? Severity::kWarning : Severity::kError,
-                  DemangleQuoted("ld: " + m[2].str()));
+    return std::nullopt;
+  }
+
+  // "nvlink error   : msg", "nvcc fatal   : msg", …
+  static std::optional<Diagnostic> ToolHeader(const LineView& l) {
+    std::string_view t = l.text();
+    size_t tool_end =
+        l.OneOf(0, {"ptxas", "nvlink", "nvcc", "fatbinary", "cicc", "cudafe++", "nvdisasm"});
+    if (tool_end == LineView::kNone) return std::nullopt;
+    size_t word = scan::SkipWhile(t, tool_end, scan::IsSpace);
+    if (word == tool_end) return std::nullopt;
+    size_t p = l.OneOf(word, {"fatal", "error", "warning"});
+    if (p == LineView::kNone) return std::nullopt;
+    size_t colon = scan::SkipWhile(t, p, scan::IsSpace);
+    if (!l.At(colon, ": ") || !l.PlainSuffix(colon + 2)) return std::nullopt;
+    return Make("", 0, 0, *SeverityFromWord(std::string(t.substr(word, p - word))),
+                DemangleQuoted(std::string(t.substr(0, tool_end)) + ": " +
+                               std::string(t.substr(colon + 2))));
+  }
+
+  // gcc and the assembler: "file:NN:CC: error: msg", "file:NN: Error: msg"; the
+  // file is the shortest prefix after which the rest fits.
+  std::optional<Diagnostic> GccHeader(const LineView& l) const {
+    if (!l.Plain()) return std::nullopt;
+    std::string_view t = l.text();
+    for (size_t colon = t.find(':', 1); colon != LineView::kNone; colon = t.find(':', colon + 1)) {
+      size_t line_end = l.Digits(colon + 1);
+      if (line_end == colon + 1 || !l.At(line_end, ":")) continue;
+      size_t column_end = l.Digits(line_end + 1);
+      bool has_column = column_end > line_end + 1 && l.At(column_end, ":");
+      size_t space = has_column ? column_end + 1 : line_end + 1;
+      if (!l.At(space, " ")) continue;
+      size_t word = space + 1;
+      size_t p = l.OneOf(word, {"fatal error", "error", "warning", "note", "Error", "Warning"});
+      if (p == LineView::kNone || !l.At(p, ": ")) continue;
+      return Make(NormalizeFile(std::string(t.substr(0, colon))),
+                  ParseCount(t.substr(colon + 1, line_end - colon - 1)),
+                  has_column ? ParseCount(t.substr(line_end + 1, column_end - line_end - 1)) : 0,
+                  *SeverityFromWord(std::string(t.substr(word, p - word))),
+                  std::string(t.substr(p + 2)));
+    }
+    return std::nullopt;
+  }
+
+  // "ld: msg", "/usr/bin/ld.gold: warning: msg". The name is looked for after
+  // each '/' of the line's first word, the last first, then at the start.
+  static std::optional<Diagnostic> LinkerHeader(const LineView& l) {
+    std::string_view t = l.text();
+    std::string_view word =
+        t.substr(0, scan::SkipWhile(t, 0, [](char c) { return !scan::IsSpace(c); }));
+    std::vector<size_t> starts;
+    for (size_t slash = word.rfind('/'); slash != LineView::kNone;
+         slash = slash == 0 ? LineView::kNone : word.rfind('/', slash - 1)) {
+      starts.push_back(slash + 1);
+    }
+    starts.push_back(0);
+    for (size_t start : starts) {
+      size_t after = AfterLinkerName(l, start, true);
+      if (after == LineView::kNone || !l.PlainSuffix(after)) continue;
+      bool warning = l.At(after, "warning: ");
+      return Make("", 0, 0, warning ? Severity::kWarning : Severity::kError,
+                  DemangleQuoted("ld: " + std::string(t.substr(warning ? after + 9 : after))));
     }
     return std::nullopt;
   }

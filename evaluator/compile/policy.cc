@@ -1,10 +1,10 @@
 #include "compile/policy.h"
 
 #include <array>
-#include <regex>
 #include <set>
 
 #include "elf_symbols.h"
+#include "kforge/core/scan.h"
 #include "link_check.h"
 
 namespace kforge::eval {
@@ -130,8 +130,13 @@ std::optional<std::string_view> TaskRule(std::string_view symbol, const Policy& 
 // Whether an exported name could interpose on a library the harness uses:
 // cudaX / cuX / ncclX / cublasX (X upper case), or a forbidden or timing libc name.
 bool LooksLikeLibraryFunction(std::string_view symbol) {
-  static const std::regex kLibraryName("^(cuda|cu|nccl|pnccl|cublas|cublasLt)[A-Z].*");
-  if (std::regex_match(symbol.begin(), symbol.end(), kLibraryName)) return true;
+  for (std::string_view lib : {"cuda", "cu", "nccl", "pnccl", "cublas"}) {  // cublasLt is cublas+L
+    if (symbol.starts_with(lib) && symbol.size() > lib.size() &&
+        scan::IsUpper(symbol[lib.size()]) &&
+        symbol.find_first_of("\n\r") == std::string_view::npos) {
+      return true;
+    }
+  }
   for (std::string_view timing : {"clock_gettime", "gettimeofday", "time", "clock"}) {
     if (symbol == timing) return true;
   }
@@ -192,6 +197,33 @@ std::string StripComments(std::string_view src) {
   return out;
 }
 
+// Finds the first `#include <name.h>` or `#include "name.h"` (white space, new
+// lines included, allowed around "include") whose name is `prefix` followed by
+// letters and underscores (and digits when `digits`); sets `header` to it.
+// Linear: the characters looked at from one '#' hold no other '#'.
+bool FindInclude(std::string_view code, std::string_view prefix, bool digits, std::string& header) {
+  auto name_char = [digits](char c) {
+    return scan::IsAlpha(c) || c == '_' || (digits && scan::IsDigit(c));
+  };
+  for (size_t hash = code.find('#'); hash != std::string_view::npos;
+       hash = code.find('#', hash + 1)) {
+    size_t at = scan::SkipWhile(code, hash + 1, scan::IsSpace);
+    if (!scan::At(code, at, "include")) continue;
+    at = scan::SkipWhile(code, at + 7, scan::IsSpace);
+    if (at == code.size() || (code[at] != '<' && code[at] != '"')) continue;
+    size_t name = at + 1;
+    if (!scan::At(code, name, prefix)) continue;
+    size_t end = scan::SkipWhile(code, name + prefix.size(), name_char);
+    if (!scan::At(code, end, ".h") || end + 2 == code.size() ||
+        (code[end + 2] != '>' && code[end + 2] != '"')) {
+      continue;
+    }
+    header = std::string(code.substr(name, end + 2 - name));
+    return true;
+  }
+  return false;
+}
+
 void ScanSource(std::string_view source, const Policy& policy, std::vector<std::string>& out) {
   std::string code = StripComments(source);
   if (code.find("multimem") != std::string::npos) {
@@ -206,14 +238,11 @@ void ScanSource(std::string_view source, const Policy& policy, std::vector<std::
         "shared GPUs out of "
         "service");
   }
-  static const std::regex kNcclInclude(R"(#\s*include\s*[<"](nccl[A-Za-z_]*\.h)[>"])");
-  static const std::regex kCublasInclude(R"(#\s*include\s*[<"](cublas[A-Za-z_0-9]*\.h)[>"])");
-  std::smatch m;
-  if (!policy.nccl && std::regex_search(code, m, kNcclInclude)) {
-    out.push_back("includes " + m[1].str() + ": this task does not allow NCCL");
+  if (std::string header; !policy.nccl && FindInclude(code, "nccl", false, header)) {
+    out.push_back("includes " + header + ": this task does not allow NCCL");
   }
-  if (!policy.cublas && std::regex_search(code, m, kCublasInclude)) {
-    out.push_back("includes " + m[1].str() + ": this task does not allow cuBLAS");
+  if (std::string header; !policy.cublas && FindInclude(code, "cublas", true, header)) {
+    out.push_back("includes " + header + ": this task does not allow cuBLAS");
   }
 }
 

@@ -99,7 +99,7 @@ class Decoder final : public StreamDecoder {
     if (j.is_discarded())
       return ProviderError{
           Error(ErrorKind::kServerError,
-                fmt::format("malformed JSON in messages stream: '{}'", data.substr(0, 200)))};
+                fmt::format("malformed JSON in messages stream: '{}'", Utf8Prefix(data, 200)))};
     std::string type = GetString(j, "type", std::string(event));
     if (type == "message_start") {
       const Json& m = Field(j, "message");

@@ -6,14 +6,23 @@
 #include <cctype>
 #include <cmath>
 #include <ctime>
-#include <regex>
 
 #include "json_util.h"
+#include "kforge/core/scan.h"
 
 namespace kforge::providers {
 namespace {
 
 using std::chrono::milliseconds;
+
+// A server-sent delay in milliseconds as a duration: none when negative or not
+// a number; delays past a millennium are held there (the retry cap refuses them
+// anyway), so that converting "1e300" or "inf" to an integer is defined.
+std::optional<milliseconds> Millis(double ms) {
+  if (!(ms >= 0)) return std::nullopt;
+  constexpr double kMillennium = 1000.0 * 365 * 24 * 3600 * 1000;
+  return milliseconds(static_cast<int64_t>(std::ceil(std::min(ms, kMillennium))));
+}
 
 // The fields every provider's error body carries under one name or another.
 struct ErrorInfo {
@@ -83,13 +92,23 @@ ErrorInfo ExtractInfo(std::string_view body) {
 }
 
 // OpenAI ends rate-limit messages with "Please try again in 2.5s." or "in 120ms."
-std::optional<milliseconds> DelayFromMessage(const std::string& message) {
-  static const std::regex kTryAgain(R"(try again in ([0-9]+(?:\.[0-9]+)?)(ms|s))",
-                                    std::regex::icase);
-  std::smatch m;
-  if (!std::regex_search(message, m, kTryAgain)) return std::nullopt;
-  double v = std::stod(m[1].str());
-  return milliseconds(static_cast<int64_t>(std::ceil(m[2].str() == "ms" ? v : v * 1000)));
+// Finds the first "try again in <digits>[.<digits>](ms|s)", case ignored.
+std::optional<milliseconds> DelayFromMessage(std::string_view message) {
+  constexpr std::string_view kLead = "try again in ";
+  for (size_t at = scan::FindIgnoreCase(message, kLead); at != std::string_view::npos;
+       at = scan::FindIgnoreCase(message, kLead, at + 1)) {
+    size_t begin = at + kLead.size();
+    size_t end = scan::SkipWhile(message, begin, scan::IsDigit);
+    if (end == begin) continue;
+    if (end + 1 < message.size() && message[end] == '.' && scan::IsDigit(message[end + 1])) {
+      end = scan::SkipWhile(message, end + 1, scan::IsDigit);
+    }
+    bool ms = scan::AtIgnoreCase(message, end, "ms");
+    if (!ms && !scan::AtIgnoreCase(message, end, "s")) continue;
+    double v = std::strtod(std::string(message.substr(begin, end - begin)).c_str(), nullptr);
+    return Millis(ms ? v : v * 1000);
+  }
+  return std::nullopt;
 }
 
 // retry-after is delta-seconds (possibly fractional) or an HTTP-date (RFC 9110 §10.2.3).
@@ -97,10 +116,7 @@ std::optional<milliseconds> ParseRetryAfter(const std::string& value) {
   if (value.empty()) return std::nullopt;
   char* end = nullptr;
   double secs = std::strtod(value.c_str(), &end);
-  if (end != value.c_str() && *end == '\0') {
-    if (secs < 0) return std::nullopt;
-    return milliseconds(static_cast<int64_t>(std::ceil(secs * 1000)));
-  }
+  if (end != value.c_str() && *end == '\0') return Millis(secs * 1000);
   std::tm tm{};
   if (strptime(value.c_str(), "%a, %d %b %Y %H:%M:%S GMT", &tm) == nullptr) return std::nullopt;
   double delta = std::difftime(timegm(&tm), std::time(nullptr));
@@ -169,12 +185,14 @@ std::string Describe(std::string_view where, const ErrorInfo& info, std::string_
                                              : info.code;
   std::string msg = info.message;
   if (!info.parsed || msg.empty()) {
-    std::string_view head = raw_body.substr(0, 300);
-    msg = head.empty() ? "(empty body)" : std::string(head);
+    msg = raw_body.empty() ? "(empty body)" : Utf8Prefix(raw_body, 300);
   }
   std::string out = label.empty() ? fmt::format("{}: {}", where, msg)
                                   : fmt::format("{}: {}: {}", where, label, msg);
-  if (!info.request_id.empty()) out += fmt::format(" (request id {})", info.request_id);
+  if (!info.request_id.empty()) {
+    out +=
+        fmt::format(" (request id {})", Utf8Prefix(info.request_id, 200));  // may be a raw header
+  }
   return out;
 }
 
@@ -193,8 +211,7 @@ ProviderError ClassifyHttpError(std::string_view provider, const HttpResponseHea
   if (std::string ms = head.Header("retry-after-ms"); !ms.empty()) {
     char* end = nullptr;
     double v = std::strtod(ms.c_str(), &end);
-    if (end != ms.c_str() && v >= 0)
-      err.retry_after = milliseconds(static_cast<int64_t>(std::ceil(v)));
+    if (end != ms.c_str()) err.retry_after = Millis(v);
   }
   if (!err.retry_after) err.retry_after = ParseRetryAfter(head.Header("retry-after"));
   if (!err.retry_after) err.retry_after = info.retry_delay;
@@ -230,21 +247,51 @@ std::optional<milliseconds> ParseDurationText(std::string_view text) {
   std::string s(text);
   char* end = nullptr;
   double v = std::strtod(s.c_str(), &end);
-  if (end == s.c_str() || v < 0) return std::nullopt;
+  if (end == s.c_str()) return std::nullopt;
   std::string unit(end);
-  if (unit == "s" || unit.empty()) return milliseconds(static_cast<int64_t>(std::ceil(v * 1000)));
-  if (unit == "ms") return milliseconds(static_cast<int64_t>(std::ceil(v)));
+  if (unit == "s" || unit.empty()) return Millis(v * 1000);
+  if (unit == "ms") return Millis(v);
   return std::nullopt;
 }
 
+namespace {
+
+bool IsKeyChar(char c) { return scan::IsAlnum(c) || c == '_' || c == '-'; }
+
+}  // namespace
+
 std::string Redact(std::string text, std::string_view secret) {
+  constexpr std::string_view kRedacted = "[redacted]";
   if (secret.size() >= 8) {
-    for (size_t pos = text.find(secret); pos != std::string::npos; pos = text.find(secret, pos)) {
-      text.replace(pos, secret.size(), "[redacted]");
+    // Search on after the replacement: a secret found inside "[redacted]"
+    // would otherwise be replaced forever.
+    for (size_t pos = text.find(secret); pos != std::string::npos;
+         pos = text.find(secret, pos + kRedacted.size())) {
+      text.replace(pos, secret.size(), kRedacted);
     }
   }
-  static const std::regex kKeyShapes(R"((sk-[A-Za-z0-9_\-]{16,}|AIza[0-9A-Za-z_\-]{30,}))");
-  return std::regex_replace(text, kKeyShapes, "[redacted]");
+  // Key shapes: "sk-" and 16+ key characters, "AIza" and 30+; a match takes
+  // the whole run of key characters, and matches do not overlap.
+  std::string out;
+  out.reserve(text.size());
+  size_t i = 0;
+  while (i < text.size()) {
+    size_t key_end = i;
+    if (scan::At(text, i, "sk-")) {
+      size_t end = scan::SkipWhile(text, i + 3, IsKeyChar);
+      if (end - (i + 3) >= 16) key_end = end;
+    } else if (scan::At(text, i, "AIza")) {
+      size_t end = scan::SkipWhile(text, i + 4, IsKeyChar);
+      if (end - (i + 4) >= 30) key_end = end;
+    }
+    if (key_end > i) {
+      out += kRedacted;
+      i = key_end;
+    } else {
+      out += text[i++];
+    }
+  }
+  return out;
 }
 
 }  // namespace kforge::providers

@@ -124,7 +124,7 @@ class Decoder final : public StreamDecoder {
     if (j.is_discarded())
       return ProviderError{
           Error(ErrorKind::kServerError,
-                fmt::format("malformed JSON in Gemini stream: '{}'", data.substr(0, 200)))};
+                fmt::format("malformed JSON in Gemini stream: '{}'", Utf8Prefix(data, 200)))};
     if (Has(j, "error")) return ClassifyStreamError(data);
     if (Apply(j, response_, [this](std::string_view t) { EmitText(t); })) done_ = true;
     return std::nullopt;

@@ -25,4 +25,10 @@ int64_t GetInt(const Json& j, std::string_view key, int64_t fallback = 0);
 std::optional<int64_t> GetOptInt(const Json& j, std::string_view key);
 bool Has(const Json& j, std::string_view key);
 
+// At most `max_bytes` of `text`, cut at a character boundary, with each byte
+// that is not part of well-formed UTF-8 replaced by U+FFFD. Raw bytes from the
+// network quoted in an error message go through it: a message that is not
+// UTF-8 makes serialising it as JSON (run events, results) throw.
+std::string Utf8Prefix(std::string_view text, size_t max_bytes);
+
 }  // namespace kforge::providers

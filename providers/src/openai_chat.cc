@@ -78,7 +78,7 @@ Result<ChatResponse> Parse(std::string_view text) {
   const Json& choices = Field(j, "choices");
   if (!choices.is_array() || choices.empty()) {
     return Error(ErrorKind::kServerError,
-                 fmt::format("chat completion without choices: '{}'", text.substr(0, 200)));
+                 fmt::format("chat completion without choices: '{}'", Utf8Prefix(text, 200)));
   }
   const Json& message = Field(choices[0], "message");
   r.text = GetString(message, "content");
@@ -105,7 +105,7 @@ class Decoder final : public StreamDecoder {
     if (j.is_discarded())
       return ProviderError{
           Error(ErrorKind::kServerError,
-                fmt::format("malformed JSON in chat stream: '{}'", data.substr(0, 200)))};
+                fmt::format("malformed JSON in chat stream: '{}'", Utf8Prefix(data, 200)))};
     if (Has(j, "error") || GetString(j, "object") == "error") return ClassifyStreamError(data);
     if (response_.request_id.empty()) response_.request_id = GetString(j, "id");
     if (response_.model.empty()) response_.model = GetString(j, "model");

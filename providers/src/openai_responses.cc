@@ -99,7 +99,7 @@ class Decoder final : public StreamDecoder {
     if (j.is_discarded())
       return ProviderError{
           Error(ErrorKind::kServerError,
-                fmt::format("malformed JSON in responses stream: '{}'", data.substr(0, 200)))};
+                fmt::format("malformed JSON in responses stream: '{}'", Utf8Prefix(data, 200)))};
     std::string type = GetString(j, "type", std::string(event));
     if (type == "response.output_text.delta") {
       EmitText(GetString(j, "delta"));

@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+#include <string_view>
+
 namespace kforge::agent {
 namespace {
 
@@ -60,6 +63,86 @@ TEST(Extract, CutOffBlockIsReportedAsSuch) {
 TEST(Extract, IgnoresNonCodeLanguages) {
   Extraction x = ExtractKernel(std::string("```text\n") + kKernel + "```\n");
   EXPECT_FALSE(x.ok);
+}
+
+// Replies of several megabytes built to defeat a backtracking matcher: each
+// must be handled in one pass (std::regex overflowed the stack at ~60 KB).
+std::string Repeat(std::string_view piece, size_t bytes) {
+  std::string out;
+  out.reserve(bytes + piece.size());
+  while (out.size() < bytes) out.append(piece);
+  return out;
+}
+
+constexpr size_t kMegabyte = 1 << 20;
+
+TEST(ExtractAdversarial, MegabyteOfKfRunOpenings) {
+  Extraction x = ExtractKernel("```cuda\n" + Repeat("kf_run(", 2 * kMegabyte) + "\n```\n");
+  EXPECT_FALSE(x.ok);
+  EXPECT_EQ(x.blocks_seen, 1);
+  EXPECT_NE(x.problem.find("None of the 1 code block"), std::string::npos) << x.problem;
+}
+
+TEST(ExtractAdversarial, DefinitionAfterAMegabyteOfOpenings) {
+  std::string body = Repeat("kf_run(", kMegabyte) + ";\n" + kKernel;
+  Extraction x = ExtractKernel("```cuda\n" + body + "```\n");
+  ASSERT_TRUE(x.ok) << x.problem;
+  EXPECT_EQ(x.source, body);
+}
+
+TEST(ExtractAdversarial, OpeningsThatShareOneClosingParenthesis) {
+  // Every occurrence's parameter list ends at the same ')', which is followed
+  // by a megabyte of white space and no '{'.
+  std::string body = Repeat("kf_run( ", kMegabyte) + ")" + Repeat(" \n", kMegabyte) + "x\n";
+  Extraction x = ExtractKernel("```cuda\n" + body + "```\n");
+  EXPECT_FALSE(x.ok);
+  EXPECT_NE(x.problem.find("None of the 1 code block"), std::string::npos) << x.problem;
+}
+
+TEST(ExtractAdversarial, WhiteSpaceBeforeTheBodyIsStillADefinition) {
+  std::string body = "int kf_run" + Repeat(" \t", kMegabyte) + "(kf_ctx* c)" +
+                     Repeat("\n", kMegabyte) + "{ return 0; }\n";
+  Extraction x = ExtractKernel("```cuda\n" + body + "```\n");
+  ASSERT_TRUE(x.ok) << x.problem;
+  EXPECT_EQ(x.source, body);
+}
+
+TEST(ExtractAdversarial, DeeplyNestedBraces) {
+  std::string body = std::string(kKernel) + "void f() " + Repeat("{", 2 * kMegabyte) +
+                     Repeat("}", 2 * kMegabyte) + "\n";
+  Extraction x = ExtractKernel("```cuda\n" + body + "```\n");
+  ASSERT_TRUE(x.ok) << x.problem;
+  EXPECT_EQ(x.source, body);
+}
+
+TEST(ExtractAdversarial, MegabyteOfUnterminatedFences) {
+  // Only the first fence opens a block; the rest are its content (their
+  // marker line is not a bare ```), and the block never closes.
+  Extraction x = ExtractKernel(Repeat("```cuda\n", kMegabyte));
+  EXPECT_FALSE(x.ok);
+  EXPECT_EQ(x.blocks_seen, 1);
+  EXPECT_NE(x.problem.find("None of the 1 code block"), std::string::npos) << x.problem;
+}
+
+TEST(ExtractAdversarial, MegabyteOfEmptyFencedBlocks) {
+  std::string reply = Repeat("```\n```\n", kMegabyte);
+  Extraction x = ExtractKernel(reply);
+  EXPECT_FALSE(x.ok);
+  EXPECT_EQ(x.blocks_seen, static_cast<int>(reply.size() / 8));
+}
+
+TEST(ExtractAdversarial, CutOffAfterAMegabyteIsReportedAsSuch) {
+  Extraction x = ExtractKernel(std::string("```cuda\n") + kKernel + Repeat("kf_run(", kMegabyte));
+  EXPECT_FALSE(x.ok);
+  EXPECT_NE(x.problem.find("cut off"), std::string::npos) << x.problem;
+}
+
+TEST(ExtractAdversarial, OnlyWholeWordsCount) {
+  EXPECT_FALSE(ExtractKernel("```cuda\nint my_kf_run(int a) { return a; }\n```\n").ok);
+  EXPECT_FALSE(ExtractKernel("```cuda\nint kf_runner(int a) { return a; }\n```\n").ok);
+  EXPECT_FALSE(ExtractKernel("```cuda\nint kf_run(int a);\n```\n").ok);
+  EXPECT_FALSE(ExtractKernel("```cuda\nint kf_run(int a) ;{\n```\n").ok);
+  EXPECT_TRUE(ExtractKernel("```cuda\n(kf_run\v(int a)\f{}\n```\n").ok);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include "adapter.h"
 #include "fixtures.h"
+#include "json_util.h"
 #include "retry.h"
 
 namespace kforge::providers {
@@ -238,6 +239,119 @@ TEST(RedactTest, RemovesKeys) {
   EXPECT_EQ(s.find("abcdefghijklmnop"), std::string::npos);
   EXPECT_EQ(s.find("mysecretvalue1"), std::string::npos);
   EXPECT_NE(s.find("[redacted]"), std::string::npos);
+}
+
+TEST(RedactTest, KeyShapesNeedTheirFullLength) {
+  std::string short_keys = "sk-abcdefghijklmno AIzaabcdefghijklmnopqrstuvwxyz012";  // 15 and 29
+  EXPECT_EQ(Redact(short_keys, ""), short_keys);
+  EXPECT_EQ(Redact("(sk-abcdefghijklmnop) AIzaabcdefghijklmnopqrstuvwxyz0123.", ""),
+            "([redacted]) [redacted].");
+}
+
+TEST(RedactTest, ASecretInsideTheReplacementEnds) {
+  EXPECT_EQ(Redact("a redacted b redacted", "redacted"), "a [redacted] b [redacted]");
+  EXPECT_EQ(Redact("[redacted]", "[redacted]"), "[redacted]");
+}
+
+// Error bodies of megabytes, built to defeat a backtracking matcher, are
+// handled in one pass (std::regex overflowed the stack on them).
+std::string Repeat(std::string_view piece, size_t bytes) {
+  std::string out;
+  out.reserve(bytes + piece.size());
+  while (out.size() < bytes) out.append(piece);
+  return out;
+}
+
+constexpr size_t kMegabyte = 1 << 20;
+
+TEST(RedactTest, MegabyteKeysAndNearKeys) {
+  EXPECT_EQ(Redact("key: sk-" + Repeat("a", 2 * kMegabyte) + ".", ""), "key: [redacted].");
+  EXPECT_EQ(Redact(Repeat("sk-", 2 * kMegabyte), ""), "[redacted]");
+  std::string near = Repeat("sk-abcdefghijklmno AIza0123456789012345678901234567 ", kMegabyte);
+  EXPECT_EQ(Redact(near, ""), near);
+}
+
+TEST(ClassifyTest, MegabyteRetryHintsInTheMessage) {
+  ProviderError e =
+      Classify(429, R"({"error":{"type":"requests","message":")" +
+                        Repeat("try again in 1", kMegabyte) + R"( try again in 7ms"}})");
+  ASSERT_TRUE(e.retry_after.has_value());
+  EXPECT_EQ(e.retry_after->count(), 7);
+  e = Classify(429, R"({"error":{"type":"requests","message":"Try again in )" +
+                        Repeat("9", kMegabyte) + R"(.5S"}})");
+  ASSERT_TRUE(e.retry_after.has_value());  // far past any cap, but a number
+  EXPECT_GT(e.retry_after->count(), int64_t{1} << 40);
+  EXPECT_EQ(e.status.kind(), ErrorKind::kRateLimited);
+  e = Classify(429, R"({"error":{"type":"requests","message":"try again in 2.ms or 3.5x"}})");
+  EXPECT_FALSE(e.retry_after.has_value());
+}
+
+TEST(ClassifyTest, MegabyteBodies) {
+  ProviderError e = Classify(502, "<html>" + Repeat("bad gateway ", 4 * kMegabyte));
+  EXPECT_EQ(e.status.kind(), ErrorKind::kServerError);
+  EXPECT_LT(e.status.message().size(), 400u);
+  e = Classify(429, Repeat("[", 2 * kMegabyte));
+  EXPECT_EQ(e.status.kind(), ErrorKind::kRateLimited);
+  e = Classify(400, R"({"error":{"type":"invalid_request_error","message":")" +
+                        Repeat("sk-", kMegabyte) + R"("}})");
+  EXPECT_EQ(e.status.kind(), ErrorKind::kInvalidInput);
+}
+
+TEST(ClassifyTest, DelaysThatAreNotFiniteNumbers) {
+  ProviderError e = Classify(429, "{}", {{"retry-after-ms", "nan"}, {"retry-after", "2"}});
+  EXPECT_EQ(e.retry_after->count(), 2000);
+  e = Classify(429, "{}", {{"retry-after", "1e300"}});
+  ASSERT_TRUE(e.retry_after.has_value());
+  EXPECT_GT(e.retry_after->count(), int64_t{1} << 40);
+  e = Classify(429, "{}", {{"retry-after", "-inf"}});
+  EXPECT_FALSE(e.retry_after.has_value());
+  EXPECT_FALSE(ParseDurationText("nan").has_value());
+  EXPECT_GT(ParseDurationText("inf")->count(), int64_t{1} << 40);
+  EXPECT_EQ(ParseDurationText("34.4s")->count(), 34400);
+}
+
+// Serialises a message the way run events store it; throws on bytes that are not UTF-8.
+std::string AsJson(const std::string& message) { return nlohmann::json(message).dump(); }
+
+TEST(ClassifyTest, RawBodiesQuotedInMessagesStayUtf8) {
+  // A proxy's Latin-1 error page, a UTF-8 character cut by the 300-byte limit,
+  // and a request id header of raw bytes.
+  ProviderError e = Classify(502,
+                             "<html>Erreur \xe9"
+                             "chou\xe9"
+                             "e</html>",
+                             {{"x-request-id",
+                               "r\xff"
+                               "1"}});
+  EXPECT_NO_THROW(AsJson(e.status.message()));
+  EXPECT_NE(e.status.message().find("Erreur \xef\xbf\xbd"), std::string::npos)
+      << e.status.message();
+  e = Classify(500, std::string(299, 'a') + "\xc3\xa9 and more");
+  EXPECT_NO_THROW(AsJson(e.status.message()));
+  EXPECT_TRUE(e.status.message().ends_with(": " + std::string(299, 'a'))) << e.status.message();
+  for (WireFormat wire : {WireFormat::kOpenAiChat, WireFormat::kOpenAiResponses,
+                          WireFormat::kAnthropic, WireFormat::kGemini}) {
+    Result<ChatResponse> r = AdapterFor(wire).parse("\xff\xfe{not json");
+    ASSERT_FALSE(r.ok());
+    EXPECT_NO_THROW(AsJson(r.status().message())) << WireFormatName(wire);
+    std::optional<ProviderError> stream_error =
+        AdapterFor(wire).make_decoder()->OnEvent("message", "\xf0\x9f\x98{");
+    ASSERT_TRUE(stream_error.has_value()) << WireFormatName(wire);
+    EXPECT_NO_THROW(AsJson(stream_error->status.message())) << WireFormatName(wire);
+  }
+}
+
+TEST(Utf8PrefixTest, KeepsWellFormedTextAndReplacesTheRest) {
+  EXPECT_EQ(Utf8Prefix("h\xc3\xa9llo \xe2\x82\xac \xf0\x9f\x98\x80", 100),
+            "h\xc3\xa9llo \xe2\x82\xac \xf0\x9f\x98\x80");
+  EXPECT_EQ(Utf8Prefix("ab\xc3\xa9", 3), "ab");  // never half a character
+  EXPECT_EQ(Utf8Prefix("\xff", 10), "\xef\xbf\xbd");
+  // Overlong, surrogate, past U+10FFFF, truncated: each byte becomes U+FFFD.
+  EXPECT_EQ(Utf8Prefix("\xc0\xaf", 10), "\xef\xbf\xbd\xef\xbf\xbd");
+  EXPECT_EQ(Utf8Prefix("\xed\xa0\x80", 10).size(), 9u);
+  EXPECT_EQ(Utf8Prefix("\xf4\x90\x80\x80", 20).size(), 12u);
+  EXPECT_EQ(Utf8Prefix("x\xe2\x82", 10), "x\xef\xbf\xbd\xef\xbf\xbd");
+  EXPECT_EQ(Utf8Prefix(std::string(1 << 20, '\x80'), 30).size(), 30u);
 }
 
 }  // namespace

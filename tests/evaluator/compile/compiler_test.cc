@@ -225,6 +225,34 @@ TEST(CompilerTest, CacheKeyCoversSourceFlagsArchAndToolchain) {
   EXPECT_EQ(compiler.CacheKey(bad_arch).status().kind(), ErrorKind::kInvalidInput);
 }
 
+TEST(CompilerTest, ArchAndLibraryNamesAreChecked) {
+  TempCache cache;
+  FakeRunner runner(FailWithError);
+  Compiler compiler(FakeOptions(cache.dir()), runner);
+  CompileJob base = JobFor(testing::kGoodKernel);
+  for (const char* arch : {"sm_90", "sm_90a", "sm_100f", "sm_120"}) {
+    CompileJob job = base;
+    job.arch = arch;
+    EXPECT_TRUE(compiler.CacheKey(job).ok()) << arch;
+  }
+  for (const char* arch :
+       {"", "sm_", "sm_9", "sm_1000", "sm_90b", "sm_90aa", "compute_90", "sm_9a0"}) {
+    CompileJob job = base;
+    job.arch = arch;
+    EXPECT_EQ(compiler.CacheKey(job).status().kind(), ErrorKind::kInvalidInput) << arch;
+  }
+  for (const char* lib : {"nccl", "cublasLt", "stdc++", "foo-1.2_x"}) {
+    CompileJob job = base;
+    job.libraries = {lib};
+    EXPECT_TRUE(compiler.CacheKey(job).ok()) << lib;
+  }
+  for (const char* lib : {"", "a b", "x;y", "-Wl,--evil", "c/d"}) {
+    CompileJob job = base;
+    job.libraries = {lib};
+    EXPECT_EQ(compiler.CacheKey(job).status().kind(), ErrorKind::kInvalidInput) << lib;
+  }
+}
+
 TEST(CompilerTest, TimeoutIsItsOwnStatusAndIsNotCached) {
   TempCache cache;
   std::chrono::milliseconds seen{0};

@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+#include <string_view>
+
 namespace kforge::eval {
 namespace {
 
@@ -182,6 +185,58 @@ TEST(DiagnosticsTest, JsonHasTheResultSchemaFields) {
                                {"column", 5},
                                {"severity", "remark"},
                                {"message", "m"}}));
+}
+
+// A "#line" directive in a kernel puts any number into the compiler's output;
+// std::stoi threw on one past INT_MAX.
+TEST(DiagnosticsTest, HugeLineNumbersSaturate) {
+  std::vector<Diagnostic> d = ParseDiagnostics(
+      "k.cu(99999999999999999999): error: expected a \";\"\n"
+      "k.cu:4294967296:18446744073709551617: warning: w\n",
+      Options());
+  ASSERT_EQ(d.size(), 2u);
+  EXPECT_EQ(d[0].line, 2147483647);
+  EXPECT_EQ(d[0].message, "expected a \";\"");
+  EXPECT_EQ(d[1].line, 2147483647);
+  EXPECT_EQ(d[1].column, 2147483647);
+}
+
+// Compiler logs built to defeat a backtracking matcher (the kernel's source is
+// echoed into them) are parsed in one pass per line, with the same results.
+std::string Repeat(std::string_view piece, size_t bytes) {
+  std::string out;
+  out.reserve(bytes + piece.size());
+  while (out.size() < bytes) out.append(piece);
+  return out;
+}
+
+TEST(DiagnosticsTest, AdversarialHeaderLines) {
+  std::string log;
+  log += Repeat("(1", 4000) + "(7): error: after many parentheses\n";
+  log += Repeat("a:1", 4000) + ":9: warning: after many colons\n";
+  log += "ptxas " + Repeat(", line 1", 4000) + ", line 5; error : after many commas\n";
+  log += Repeat("/ld", 4000) + "/ld.gold: warning: after many slashes\n";
+  log += "x: undefined reference to `" + Repeat("_Z", 4000) + "'\n";
+  // Not headers, so context of the last one: a quote never closed, nothing
+  // that fits, and a line too long to be a header.
+  std::string context = "'" + Repeat("_Z1", 4000) + "\n" + Repeat("(", 4000) + "\n" +
+                        Repeat(":", 4000) + "\n" + Repeat("x(1): error: ", 1 << 20);
+  log += context + "\n";
+  std::vector<Diagnostic> d = ParseDiagnostics(log, Options());
+  ASSERT_EQ(d.size(), 5u);
+  EXPECT_EQ(d[0].file, Repeat("(1", 4000));
+  EXPECT_EQ(d[0].line, 7);
+  EXPECT_EQ(d[0].message, "after many parentheses");
+  std::string colons = Repeat("a:1", 4000);
+  EXPECT_EQ(d[1].file, colons.substr(0, colons.size() - 2));  // the shortest file that fits
+  EXPECT_EQ(d[1].line, 1);
+  EXPECT_EQ(d[1].column, 9);
+  EXPECT_EQ(d[1].severity, Severity::kWarning);
+  EXPECT_EQ(d[2].message, "ptxas: after many commas");
+  EXPECT_EQ(d[3].message, "ld: after many slashes");
+  EXPECT_EQ(d[3].severity, Severity::kWarning);
+  EXPECT_EQ(d[4].message, "undefined reference to '" + Repeat("_Z", 4000) + "'");
+  EXPECT_EQ(d[4].context, context);
 }
 
 }  // namespace

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <string>
+#include <string_view>
 
 #include "kforge/core/fs.h"
 #include "test_kernels.h"
@@ -168,6 +170,60 @@ TEST(PolicyTest, CompiledBadActorIsCaughtTwice) {
   EXPECT_EQ(v.size(), 2u) << Joined(v);
   EXPECT_TRUE(Contains(v, "calls dlopen: a kernel may not load code"));
   EXPECT_TRUE(Contains(v, "uses multimem PTX instructions"));
+}
+
+// Sources and symbol names of megabytes, built to defeat a backtracking
+// matcher, are scanned in one pass (std::regex overflowed the stack on them).
+std::string Repeat(std::string_view piece, size_t bytes) {
+  std::string out;
+  out.reserve(bytes + piece.size());
+  while (out.size() < bytes) out.append(piece);
+  return out;
+}
+
+constexpr size_t kMegabyte = 1 << 20;
+
+TEST(PolicyAdversarialTest, MegabyteIncludeLookalikes) {
+  KernelSymbols clean;
+  std::string source = Repeat("#include <", kMegabyte) + Repeat("#", kMegabyte) + "#include <nccl" +
+                       Repeat("x", kMegabyte) + ">\n" + "# include <cublas" +
+                       Repeat("_", kMegabyte) + ".hh>\n";
+  EXPECT_TRUE(CheckPolicy(clean, source, Policy{}).empty());
+  std::vector<std::string> v = CheckPolicy(clean, source + "#include \"cublas_v2.h\"\n", Policy{});
+  ASSERT_EQ(v.size(), 1u) << Joined(v);
+  EXPECT_EQ(v[0], "includes cublas_v2.h: this task does not allow cuBLAS");
+}
+
+TEST(PolicyAdversarialTest, MegabyteOfWhiteSpaceInsideAnInclude) {
+  KernelSymbols clean;
+  std::string source =
+      "#" + Repeat(" \t", kMegabyte) + "include" + Repeat("\n", kMegabyte) + "<nccl_net.h>\n";
+  std::vector<std::string> v = CheckPolicy(clean, source, Policy{});
+  ASSERT_EQ(v.size(), 1u) << Joined(v);
+  EXPECT_EQ(v[0], "includes nccl_net.h: this task does not allow NCCL");
+  // Digits are not part of an NCCL header name; the mismatched quotes still count.
+  EXPECT_TRUE(CheckPolicy(clean, "#include <nccl2.h>\n", Policy{}).empty());
+  EXPECT_EQ(CheckPolicy(clean, "#include \"nccl.h>\n", Policy{}).size(), 1u);
+}
+
+TEST(PolicyAdversarialTest, MegabyteCommentsAndStrings) {
+  KernelSymbols clean;
+  EXPECT_TRUE(CheckPolicy(clean, "/*" + Repeat("#include <nccl.h> ", kMegabyte), Policy{}).empty());
+  std::vector<std::string> v =
+      CheckPolicy(clean, "\"" + Repeat("\\\"{", kMegabyte) + "#include <nccl.h>", Policy{});
+  EXPECT_EQ(v.size(), 1u) << Joined(v);
+}
+
+TEST(PolicyAdversarialTest, MegabyteSymbolNames) {
+  KernelSymbols s;
+  std::string tail = Repeat("a", 2 * kMegabyte);
+  s.exported = {"cudaX" + tail,    "cuda_" + tail,  "cu" + tail,
+                "cublasLt" + tail, "pncclZ" + tail, "cuM\n" + tail};
+  std::vector<std::string> v = CheckPolicy(s, "", Allow(true, true, true));
+  ASSERT_EQ(v.size(), 3u);
+  EXPECT_TRUE(v[0].starts_with("defines cudaXaaa")) << v[0].substr(0, 40);
+  EXPECT_TRUE(v[1].starts_with("defines cublasLtaaa")) << v[1].substr(0, 40);
+  EXPECT_TRUE(v[2].starts_with("defines pncclZaaa")) << v[2].substr(0, 40);
 }
 
 }  // namespace
