@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKFORGE_BUILD_TESTS=ON >/dev/null
-cmake --build build -j "$(nproc)" --target kforge kforge-worker gpu_eval_test
+cmake --build build -j "$(nproc)" --target kforge kforge-worker kforge-jail gpu_eval_test
 rm -rf build-gpu
 mkdir -p build-gpu
 (cd build && find . \( -name '*.o' -o -name '*.a' -o -name '*.d' -o -name 'CMakeFiles' -prune \) -o -type f -print) |

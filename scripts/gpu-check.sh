@@ -28,7 +28,7 @@ if [[ "$BUILD" == build-gpu ]]; then
   export LD_LIBRARY_PATH="$ROOT/build-gpu/deps:$LD_LIBRARY_PATH"
 else
   cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null && \
-    cmake --build "$BUILD" -j "$(nproc)" --target kforge kforge-worker gpu_eval_test || exit 1
+    cmake --build "$BUILD" -j "$(nproc)" --target kforge kforge-worker kforge-jail gpu_eval_test || exit 1
 fi
 KFORGE="$ROOT/$BUILD/bin/kforge"
 nvidia-smi --query-gpu=index,name,clocks.sm,temperature.gpu --format=csv,noheader 2>/dev/null | tee "$OUT/gpus.txt"

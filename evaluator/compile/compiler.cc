@@ -225,7 +225,19 @@ Status Compiler::Impl::Build(const CompileJob& job, const fs::path& nvcc_path,
                              const fs::path& staging, CacheRecord& record) {
   std::string file_name = SourceFileName(job.display_name);
   KF_RETURN_IF_ERROR(WriteFileAtomic(staging / file_name, job.source));
-  std::vector<std::string> argv = {nvcc_path.string()};
+  std::vector<std::string> argv;
+  if (!options.jail.empty()) {
+    // The toolkit root holds nvcc's own headers, libraries and tools.
+    argv = {options.jail.string(),
+            "--read",
+            IncludeDir().string(),
+            "--read",
+            nvcc_path.parent_path().parent_path().string(),
+            "--write",
+            staging.string(),
+            "--"};
+  }
+  argv.push_back(nvcc_path.string());
   for (std::string& f : Flags(job)) argv.push_back(std::move(f));
   argv.push_back("-I" + IncludeDir().string());
   argv.insert(argv.end(), {file_name, "-o", kSharedObjectName});

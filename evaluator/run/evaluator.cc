@@ -22,6 +22,7 @@ namespace kforge::eval {
 namespace {
 
 using nlohmann::json;
+namespace fs = std::filesystem;
 
 std::string StatusName(ErrorKind k) {
   switch (k) {
@@ -117,6 +118,9 @@ class RealEvaluator final : public Evaluator {
     if (!reference.ok()) return reference.status();
     CompileOptions copts;
     copts.cache_dir = options.cache_dir;
+    // nvcc on a candidate's source runs jailed when kforge-jail is installed
+    // beside the worker (docs/integrity.md).
+    if (fs::path jail = worker_.parent_path() / "kforge-jail"; fs::exists(jail)) copts.jail = jail;
     copts.timeout =
         std::chrono::milliseconds(static_cast<int64_t>(options.compile_timeout_s * 1000));
     Compiler compiler(copts);

@@ -152,6 +152,32 @@ TEST(CompilerTest, SecondCompileIsACacheHitAndFaster) {
   }
 }
 
+// nvcc on a candidate's source runs in kforge-jail: a kernel that includes a
+// credentials file by absolute path gets "permission denied", never the
+// file's content in the diagnostics it is shown; an honest kernel compiles.
+TEST(CompilerTest, JailedNvccCannotReadFilesOutsideItsView) {
+  REQUIRE_NVCC();
+  TempCache cache;
+  TempCache secret_dir;
+  const fs::path secret = secret_dir.dir() / "keys.txt";
+  ASSERT_TRUE(WriteFileAtomic(secret, "sk-kforge-secret-4242 = the key\n").ok());
+  CompileOptions options;
+  options.cache_dir = cache.dir();
+  options.jail = KFORGE_JAIL;
+  Compiler compiler(options);
+  const std::string leak_source = "#include \"" + secret.string() + "\"\n" + testing::kGoodKernel;
+  CompileJob leak = JobFor(leak_source.c_str());
+  CompileResult r = compiler.Compile(leak);
+  ASSERT_FALSE(r.status.ok());
+  EXPECT_EQ(r.status.kind(), ErrorKind::kCompileError);
+  const std::string shown = r.ToJson().dump() + r.status.message();
+  EXPECT_EQ(shown.find("sk-kforge-secret"), std::string::npos) << shown;
+  EXPECT_NE(shown.find("ermission denied"), std::string::npos) << shown;
+  const std::string honest = std::string(testing::kGoodKernel) + "// jailed\n";
+  CompileResult ok = compiler.Compile(JobFor(honest.c_str()));
+  EXPECT_TRUE(ok.status.ok()) << ok.status.ToString();
+}
+
 TEST(CompilerTest, FailedCompilesAreCachedWithTheirDiagnostics) {
   REQUIRE_NVCC();
   const CompileResult& first = Kernels().syntax_error;

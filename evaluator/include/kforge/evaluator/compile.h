@@ -36,6 +36,10 @@ struct CompileOptions {
   // Shared libraries the worker has loaded globally; their exports count as provided.
   std::vector<std::filesystem::path> host_libraries;
   size_t max_log_bytes = 64 << 10;  // CompileResult::log is truncated past this
+  // kforge-jail (apps/jail): when set, nvcc runs confined to the toolkit, the
+  // system, the kforge include directory and its job's directory, with a
+  // scrubbed environment. Empty: unconfined (trusted sources only).
+  std::filesystem::path jail;
 };
 
 struct CompileJob {

@@ -1,0 +1,70 @@
+// kforge-jail: runs one untrusted tool (nvcc on a candidate's source) confined:
+//   kforge-jail [--read DIR]... [--write DIR]... -- PROGRAM ARGS...
+// The program sees the system (read-only), the given read directories, and can
+// write only beneath the given write directories (Landlock); no TCP; a
+// scrubbed environment (PATH kept, TMPDIR = the first write directory);
+// no_new_privs; no inherited descriptors but 0-2. So a kernel's
+// `#include "/home/me/.config/keys"` fails to open instead of being quoted in
+// the diagnostics, and nvcc cannot write outside its job's directory.
+// Exit status: the program's, or 125 when the jail itself failed.
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "sandbox/landlock.h"
+#include "sandbox/sandbox.h"
+
+int main(int argc, char** argv) {
+  kforge::sandbox::LandlockRules rules;
+  rules.read_paths = {"/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc", "/opt", "/proc", "/sys",
+                      "/dev/urandom", "/dev/random", "/dev/zero"};
+  rules.write_paths = {"/dev/null"};
+  int i = 1;
+  std::string tmpdir;
+  for (; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--") {
+      ++i;
+      break;
+    }
+    if ((a == "--read" || a == "--write") && i + 1 < argc) {
+      std::string dir = argv[++i];
+      if (a == "--read") {
+        rules.read_paths.push_back(dir);
+      } else {
+        if (tmpdir.empty()) tmpdir = dir;
+        rules.write_paths.push_back(dir);
+      }
+      continue;
+    }
+    std::fprintf(stderr, "kforge-jail: unknown argument %s\nusage: kforge-jail [--read DIR]... [--write DIR]... -- PROGRAM ARGS...\n", argv[i]);
+    return 125;
+  }
+  if (i >= argc) {
+    std::fprintf(stderr, "kforge-jail: no program given after --\n");
+    return 125;
+  }
+  close_range(3, ~0u, 0);
+  std::map<std::string, std::string> extra;
+  if (!tmpdir.empty()) extra["TMPDIR"] = tmpdir;
+  std::vector<std::string> env = kforge::sandbox::ScrubbedEnvironment(extra, /*keep_path=*/true);
+  kforge::sandbox::Layer l = kforge::sandbox::ApplyLandlock(rules);
+  if (!l.applied) {
+    // A kernel without Landlock still gets the scrubbed environment; say so.
+    std::fprintf(stderr, "kforge-jail: warning: %s\n", l.detail.c_str());
+  }
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) {
+    std::fprintf(stderr, "kforge-jail: no_new_privs: %s\n", std::strerror(errno));
+    return 125;
+  }
+  std::vector<char*> envp;
+  for (auto& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  execvpe(argv[i], argv + i, envp.data());
+  std::fprintf(stderr, "kforge-jail: cannot run %s: %s\n", argv[i], std::strerror(errno));
+  return 125;
+}
