@@ -20,8 +20,8 @@
 
 int main(int argc, char** argv) {
   kforge::sandbox::LandlockRules rules;
-  rules.read_paths = {"/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc", "/opt", "/proc", "/sys",
-                      "/dev/urandom", "/dev/random", "/dev/zero"};
+  rules.read_paths = {"/usr", "/lib",  "/lib64", "/lib32",       "/bin",        "/sbin",    "/etc",
+                      "/opt", "/proc", "/sys",   "/dev/urandom", "/dev/random", "/dev/zero"};
   rules.write_paths = {"/dev/null"};
   int i = 1;
   std::string tmpdir;
@@ -41,7 +41,10 @@ int main(int argc, char** argv) {
       }
       continue;
     }
-    std::fprintf(stderr, "kforge-jail: unknown argument %s\nusage: kforge-jail [--read DIR]... [--write DIR]... -- PROGRAM ARGS...\n", argv[i]);
+    std::fprintf(stderr,
+                 "kforge-jail: unknown argument %s\nusage: kforge-jail [--read DIR]... [--write "
+                 "DIR]... -- PROGRAM ARGS...\n",
+                 argv[i]);
     return 125;
   }
   if (i >= argc) {

@@ -6,13 +6,14 @@
 #include <nlohmann/json.hpp>
 
 #include "kforge/core/fs.h"
+#include "kforge/core/hash.h"
 
 namespace kforge::eval {
 namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kRecordName = "record.json";
-constexpr int kRecordVersion = 1;
+constexpr int kRecordVersion = 2;  // 2: the shared object's SHA-256
 
 std::optional<Severity> SeverityFromName(const std::string& name) {
   for (Severity s : {Severity::kError, Severity::kWarning, Severity::kNote, Severity::kRemark}) {
@@ -23,12 +24,24 @@ std::optional<Severity> SeverityFromName(const std::string& name) {
 
 }  // namespace
 
+namespace {
+
+// A damaged, outdated or tampered entry is removed, so that the compile that
+// follows the miss can publish a good one in its place.
+std::optional<CacheRecord> Discard(const fs::path& entry_dir) {
+  std::error_code ec;
+  fs::remove_all(entry_dir, ec);
+  return std::nullopt;
+}
+
+}  // namespace
+
 std::optional<CacheRecord> LoadCacheRecord(const fs::path& entry_dir) {
   Result<std::string> text = ReadFile(entry_dir / kRecordName);
   if (!text.ok()) return std::nullopt;
   // The record is our own file, but a damaged one must be a miss, not a crash.
   nlohmann::json j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object() || j.value("version", 0) != kRecordVersion) return std::nullopt;
+  if (!j.is_object() || j.value("version", 0) != kRecordVersion) return Discard(entry_dir);
   try {
     CacheRecord r;
     r.ok = j.at("ok").get<bool>();
@@ -47,10 +60,16 @@ std::optional<CacheRecord> LoadCacheRecord(const fs::path& entry_dir) {
       d.context = item.value("context", "");
       r.diagnostics.push_back(std::move(d));
     }
-    if (r.ok && !fs::exists(entry_dir / kSharedObjectName)) return std::nullopt;
+    if (r.ok) {
+      // Verified on every hit: an entry whose object changed since it was
+      // published (a kernel that wrote into the cache) is never loaded.
+      Result<std::string> so = ReadFile(entry_dir / kSharedObjectName);
+      if (!so.ok() || Sha256Hex(*so) != j.at("so_sha256").get<std::string>())
+        return Discard(entry_dir);
+    }
     return r;
   } catch (const nlohmann::json::exception&) {
-    return std::nullopt;
+    return Discard(entry_dir);
   }
 }
 
@@ -65,6 +84,10 @@ Status PublishCacheEntry(const fs::path& staging, const fs::path& entry_dir,
   nlohmann::json j = {{"version", kRecordVersion}, {"ok", record.ok},
                       {"message", record.message}, {"log", record.log},
                       {"seconds", record.seconds}, {"diagnostics", diagnostics}};
+  if (record.ok) {
+    KF_ASSIGN_OR_RETURN(std::string so, ReadFile(staging / kSharedObjectName));
+    j["so_sha256"] = Sha256Hex(so);
+  }
   // dump() with "replace" so that odd bytes in a compiler log never throw.
   KF_RETURN_IF_ERROR(WriteFileAtomic(
       staging / kRecordName, j.dump(1, ' ', false, nlohmann::json::error_handler_t::replace)));

@@ -178,6 +178,29 @@ TEST(CompilerTest, JailedNvccCannotReadFilesOutsideItsView) {
   EXPECT_TRUE(ok.status.ok()) << ok.status.ToString();
 }
 
+// A cache entry whose object changed after it was published (a kernel that
+// wrote into the cache at load time) is never served: the hit is verified.
+TEST(CompilerTest, TamperedCacheEntryIsRecompiled) {
+  REQUIRE_NVCC();
+  TempCache cache;
+  CompileOptions options;
+  options.cache_dir = cache.dir();
+  Compiler compiler(options);
+  const std::string source = std::string(testing::kGoodKernel) + "// tamper variant\n";
+  CompileResult first = compiler.Compile(JobFor(source.c_str()));
+  ASSERT_TRUE(first.status.ok()) << first.status.ToString();
+  auto original = ReadFile(first.shared_object);
+  ASSERT_TRUE(original.ok());
+  ASSERT_TRUE(WriteFileAtomic(first.shared_object, *original + "poisoned").ok());
+  CompileResult again = compiler.Compile(JobFor(source.c_str()));
+  ASSERT_TRUE(again.status.ok()) << again.status.ToString();
+  EXPECT_FALSE(again.cache_hit);
+  auto now = ReadFile(again.shared_object);
+  ASSERT_TRUE(now.ok());
+  EXPECT_EQ(now->find("poisoned"), std::string::npos);
+  EXPECT_TRUE(compiler.Compile(JobFor(source.c_str())).cache_hit);
+}
+
 TEST(CompilerTest, FailedCompilesAreCachedWithTheirDiagnostics) {
   REQUIRE_NVCC();
   const CompileResult& first = Kernels().syntax_error;
