@@ -16,6 +16,7 @@
 #include "harness.h"
 #include "probe.h"
 #include "sandbox/sandbox.h"
+#include "sandbox/self_test.h"
 
 namespace {
 
@@ -43,6 +44,11 @@ int main(int argc, char** argv) {
   bool probe = false;
   std::vector<int> devices;
   app.add_flag("--probe", probe, "print the hardware card (JSON) and exit");
+  bool sandbox_check = false;
+  app.add_flag(
+      "--sandbox-check", sandbox_check,
+      "confine a child as a candidate would be, try the known escapes, print what held (JSON); "
+      "exit 0 only if every layer applied and every escape was refused");
   app.add_option("--devices", devices, "devices to probe (default: all)")->delimiter(',');
   app.add_option("--role", args.role, "harness or candidate")
       ->check(CLI::IsMember({"harness", "candidate"}));
@@ -58,6 +64,15 @@ int main(int argc, char** argv) {
   app.add_flag("--nccl", args.nccl,
                "candidate: it will start NCCL (real GPUs, collectives allowed)");
   CLI11_PARSE(app, argc, argv);
+  if (sandbox_check) {
+    auto r = kforge::sandbox::RunSelfTest();
+    if (!r.ok()) {
+      std::fprintf(stderr, "kforge-worker: %s\n", r.status().ToString().c_str());
+      return 2;
+    }
+    std::printf("%s\n", r->ToJson().dump(2).c_str());
+    return r->Passed() ? 0 : 1;
+  }
   if (probe) {
     std::printf("%s\n", kforge::worker::ProbeDevices(devices).dump(2).c_str());
     return 0;
