@@ -116,6 +116,10 @@ void AddCompare(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   cmd->callback([o, &exit_code] {
     auto run = [&]() -> Status {
+      KF_RETURN_IF_ERROR(ValidateCompareOptions(o->options));
+      if (o->format != "text" && o->format != "json")
+        return Error(ErrorKind::kInvalidInput,
+                     "--format: unknown format \"" + o->format + "\" (text, json)");
       std::vector<fs::path> defaults;
       for (const auto& r : o->runs) {
         KF_ASSIGN_OR_RETURN(fs::path d, ResolveRunDir(r, o->runs_root));

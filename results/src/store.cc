@@ -505,12 +505,14 @@ Result<std::vector<SessionUsage>> RunStore::ListSessionUsage(int64_t run_id) con
   KF_ASSIGN_OR_RETURN(Stmt q,
                       db_->Prepare("SELECT t.session_id, count(*), sum(t.input_tokens), "
                                    "sum(t.output_tokens), sum(t.cost_usd), "
-                                   "sum(t.latency_s) FROM turns t JOIN sessions s ON "
+                                   "sum(t.latency_s), sum(t.kernel_sha = '') "
+                                   "FROM turns t JOIN sessions s ON "
                                    "s.id=t.session_id WHERE s.run_id=? GROUP BY t.session_id"));
   q.Bind(1, run_id);
   return Collect<SessionUsage>(q, [](const Stmt& r) {
-    return SessionUsage{r.Int(0),   static_cast<int>(r.Int(1)), r.Int(2), r.Int(3), r.Double(4),
-                        r.Double(5)};
+    return SessionUsage{r.Int(0),    static_cast<int>(r.Int(1)), r.Int(2),
+                        r.Int(3),    r.Double(4),                r.Double(5),
+                        static_cast<int>(r.Int(6))};
   });
 }
 

@@ -134,3 +134,25 @@ TEST_F(WebTest, UnknownThingsAre404) {
 
 }  // namespace
 }  // namespace kforge::results
+
+namespace kforge::results {
+namespace {
+
+// A second server on a listening port must not share it (requests would go
+// to either at random); a port past 65535 must not wrap around.
+TEST_F(WebTest, BusyPortAndOutOfRangePortAreRefused) {
+  ServerOptions options;
+  options.runs_root = tmp_->path();
+  options.port = server_->port();
+  auto second = Server::Bind(options);
+  ASSERT_FALSE(second.ok()) << "bound a port another server listens on";
+  EXPECT_NE(second.status().message().find(std::to_string(server_->port())), std::string::npos);
+  options.port = 99999;
+  auto wrapped = Server::Bind(options);
+  ASSERT_FALSE(wrapped.ok());
+  EXPECT_EQ(wrapped.status().kind(), ErrorKind::kInvalidInput);
+  EXPECT_NE(wrapped.status().message().find("1..65535"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kforge::results
