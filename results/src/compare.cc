@@ -93,9 +93,9 @@ Status ValidateCompareOptions(const CompareOptions& o) {
                  fmt::format("--confidence {:g}: expected a level between 0 and 1, e.g. 0.95",
                              o.confidence));
   if (o.resamples < 100)
-    return Error(ErrorKind::kInvalidInput,
-                 fmt::format("--resamples {}: expected at least 100 (2000 is the default)",
-                             o.resamples));
+    return Error(
+        ErrorKind::kInvalidInput,
+        fmt::format("--resamples {}: expected at least 100 (2000 is the default)", o.resamples));
   if (!(o.tie_tolerance >= 0))
     return Error(ErrorKind::kInvalidInput,
                  fmt::format("tie tolerance {:g}: expected >= 0", o.tie_tolerance));

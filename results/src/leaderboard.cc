@@ -125,9 +125,8 @@ std::vector<const SampleOutcome*> NotEvaluatedSamples(const Leaderboard& board) 
 std::string NotEvaluatedNote(const Leaderboard& board) {
   const auto missing = NotEvaluatedSamples(board);
   if (missing.empty()) return "";
-  std::string out = fmt::format(
-      "\nNot evaluated ({} session{}; left out of every figure above):\n", missing.size(),
-      missing.size() == 1 ? "" : "s");
+  std::string out = fmt::format("\nNot evaluated ({} session{}; left out of every figure above):\n",
+                                missing.size(), missing.size() == 1 ? "" : "s");
   for (const auto* s : missing) {
     out += fmt::format("- {} / {} / {} (sample {}): {}\n", s->run, s->model, s->task, s->sample,
                        s->not_evaluated_reason);
@@ -207,8 +206,8 @@ std::string RenderJson(const Leaderboard& board) {
     row["not_evaluated"] = r.not_evaluated;
     row["evaluated"] = r.evaluated();
     row["solved"] = r.solved;
-    row["correct_rate"] = r.evaluated() ? nlohmann::ordered_json(r.correct_rate)
-                                        : nlohmann::ordered_json(nullptr);
+    row["correct_rate"] =
+        r.evaluated() ? nlohmann::ordered_json(r.correct_rate) : nlohmann::ordered_json(nullptr);
     nlohmann::ordered_json fast = nlohmann::ordered_json::object();
     for (const auto& [p, v] : r.fast_p) fast[fmt::format("{:g}", p)] = v;
     row["fast_p"] = fast;
@@ -219,8 +218,8 @@ std::string RenderJson(const Leaderboard& board) {
     row["pass_at_k"] = pass;
     row["fast1_at_k"] = fast1;
     row["geomean_speedup_correct"] = OptJson(r.geomean_correct);
-    row["geomean_speedup_all"] = r.evaluated() ? nlohmann::ordered_json(r.geomean_all)
-                                               : nlohmann::ordered_json(nullptr);
+    row["geomean_speedup_all"] =
+        r.evaluated() ? nlohmann::ordered_json(r.geomean_all) : nlohmann::ordered_json(nullptr);
     row["tokens"] = r.tokens;
     row["cost_usd"] = r.cost_usd;
     row["tokens_per_solved"] = OptJson(r.tokens_per_solved);

@@ -137,14 +137,14 @@ TEST(NotEvaluatedTest, UnreachedAndCompileOnlySessionsAreNamedNotScored) {
   auto run = (*store)->CreateOrGetRun("nokey", {}, "v", "h", {});
   ASSERT_OK(run);
   // 1: the model was never reached (no turn at all).
-  auto s1 = (*store)->UpsertSession(run->id, {"openai:gpt-5.5", "001_allreduce", "refine", 0, 2,
-                                              "bf16", "collective"});
+  auto s1 = (*store)->UpsertSession(
+      run->id, {"openai:gpt-5.5", "001_allreduce", "refine", 0, 2, "bf16", "collective"});
   ASSERT_OK(s1);
-  ASSERT_STATUS_OK((*store)->SetSessionState(*s1, "stopped",
-                                             "provider: auth: no API key; set OPENAI_API_KEY"));
+  ASSERT_STATUS_OK(
+      (*store)->SetSessionState(*s1, "stopped", "provider: auth: no API key; set OPENAI_API_KEY"));
   // 2: compile-only: a compile error, then a kernel that compiled and never ran.
-  auto s2 = (*store)->UpsertSession(run->id, {"replay:demo", "001_allreduce", "refine", 0, 2,
-                                              "bf16", "collective"});
+  auto s2 = (*store)->UpsertSession(
+      run->id, {"replay:demo", "001_allreduce", "refine", 0, 2, "bf16", "collective"});
   ASSERT_OK(s2);
   auto k = (*store)->PutBlob("kernel");
   ASSERT_OK(k);
@@ -157,8 +157,8 @@ TEST(NotEvaluatedTest, UnreachedAndCompileOnlySessionsAreNamedNotScored) {
   ASSERT_STATUS_OK((*store)->AppendEvent(run->id, "compiled", {{"session", *s2}, {"turn", 1}}));
   ASSERT_STATUS_OK((*store)->SetSessionState(*s2, "stopped", "compiled; evaluation needs a GPU"));
   // 3: judged: every turn failed to compile.
-  auto s3 = (*store)->UpsertSession(run->id, {"replay:demo", "002_allgather", "refine", 0, 2,
-                                              "bf16", "collective"});
+  auto s3 = (*store)->UpsertSession(
+      run->id, {"replay:demo", "002_allgather", "refine", 0, 2, "bf16", "collective"});
   ASSERT_OK(s3);
   TurnRecord t2 = Turn(*s3, 0, *k);
   auto t2id = (*store)->AppendTurn(t2);

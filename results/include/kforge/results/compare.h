@@ -66,8 +66,8 @@ struct Comparison {
   int only_a = 0, only_b = 0;  // problems one side lacks (not compared)
   int excluded_emulated = 0;
   int not_evaluated_a = 0, not_evaluated_b = 0;  // sessions nothing judged (left out)
-  Interval fast1_diff;     // fast_1(A) - fast_1(B), in [−1, 1]
-  Interval geomean_ratio;  // geomean_all(A) / geomean_all(B)
+  Interval fast1_diff;                           // fast_1(A) - fast_1(B), in [−1, 1]
+  Interval geomean_ratio;                        // geomean_all(A) / geomean_all(B)
   int resamples = 0;
   uint64_t seed = 0;
   double confidence = 0;

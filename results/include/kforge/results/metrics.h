@@ -61,7 +61,7 @@ struct GroupMetrics {
   int problems = 0;
   int samples = 0;        // evaluated sessions only
   int not_evaluated = 0;  // sessions left out: nothing judged them
-  int solved = 0;  // problems with a correct sample
+  int solved = 0;         // problems with a correct sample
   double correct_rate = 0;
   std::vector<std::pair<double, double>> fast_p;  // (p, fast_p)
   std::vector<std::pair<int, double>> pass_at_k;
