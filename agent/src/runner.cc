@@ -240,6 +240,10 @@ Status RunEngine::OnAnswer(SessionSlot& slot, int cand, Result<LlmAnswer>& answe
       StopModel(model, fmt::format("provider: {}", st.ToString()));
     } else if (Transient(st.kind()) && ++slot.attempts[cand] < spec_.max_llm_attempts) {
       double wait = spec_.retry_backoff_s * std::pow(2.0, slot.attempts[cand] - 1);
+      // Say so: a run-level wait was 20-90 s of silence.
+      if (deps_.progress)
+        deps_.progress->Event(fmt::format("{} {} turn {}: retrying the model call in {:.0f} s",
+                                          model, s.spec().task, cand + 1, wait));
       slot.retry_at[cand] = deps_.clock->Now() + std::chrono::duration_cast<Clock::Duration>(
                                                      std::chrono::duration<double>(wait));
     } else {

@@ -53,6 +53,7 @@ TEST_F(CliTest, UsageErrorsExit64NotCli11Codes) {
   EXPECT_EQ(typo.exit_code, 64);
   EXPECT_NE(typo.err.find("--modles"), std::string::npos) << typo.err;
   EXPECT_EQ(typo.err.find("run_file"), std::string::npos) << typo.err;
+  EXPECT_NE(typo.err.find("did you mean --models?"), std::string::npos) << typo.err;
   auto help = Kforge({"--help"});
   EXPECT_EQ(help.exit_code, 0);
   EXPECT_NE(help.out.find("Exit status"), std::string::npos) << help.out;

@@ -143,6 +143,9 @@ namespace {
 // A second server on a listening port must not share it (requests would go
 // to either at random); a port past 65535 must not wrap around.
 TEST_F(WebTest, BusyPortAndOutOfRangePortAreRefused) {
+  // The suite's server must be serving before the suite stops it (a Stop()
+  // before Run() starts would leave Run() waiting forever).
+  ASSERT_TRUE(Get("/"));
   ServerOptions options;
   options.runs_root = tmp_->path();
   options.port = server_->port();
