@@ -8,6 +8,7 @@
 #include <map>
 #include <mutex>
 
+#include "kforge/agent/task_select.h"
 #include "kforge/core/fs.h"
 #include "kforge/evaluator/evaluate.h"
 #include "kforge/evaluator/hardware.h"
@@ -41,10 +42,15 @@ class ProviderLlm final : public LlmPort {
     a.output_tokens = r.usage.output_tokens;
     a.reasoning_tokens = r.usage.reasoning_tokens;
     a.cost_usd = r.cost_usd;
+    a.priced = r.cost_known || r.from_cache;
     a.latency_s = r.latency_s;
     a.request_id = r.request_id;
     return a;
   }
+
+  // Makes the model's client now: an unknown provider, a missing key or a
+  // missing cassette shows before the run starts.
+  Status Prepare(const std::string& model) { return ClientFor(model).status(); }
 
  private:
   Result<providers::Client*> ClientFor(const std::string& model) {
@@ -209,6 +215,21 @@ class RunStoreAdapter final : public StorePort {
 
 std::unique_ptr<LlmPort> MakeProviderLlm() { return std::make_unique<ProviderLlm>(); }
 
+Result<std::unique_ptr<LlmPort>> MakeProviderLlmFor(const std::vector<std::string>& models) {
+  auto llm = std::make_unique<ProviderLlm>();
+  std::vector<std::string> problems;
+  for (const auto& model : models) {
+    Status st = llm->Prepare(model);
+    if (!st.ok()) problems.push_back(st.ToString());
+  }
+  if (!problems.empty()) {
+    return Error(ErrorKind::kInvalidInput,
+                 fmt::format("{} of {} model(s) cannot be used: {}", problems.size(), models.size(),
+                             fmt::join(problems, "; ")));
+  }
+  return std::unique_ptr<LlmPort>(std::move(llm));
+}
+
 std::unique_ptr<EvalPort> MakeEvaluatorPort(const std::vector<eval::Task>* tasks,
                                             std::vector<int> gpus) {
   return std::make_unique<EvaluatorPort>(tasks, std::move(gpus));
@@ -227,6 +248,7 @@ Result<nlohmann::json> ProbeHardwareCard(const std::vector<int>& gpus) {
 
 Result<PromptInputs> TaskPromptInputs(const eval::Task& task, int world, const std::string& dtype,
                                       const Strategy& strategy, const std::string& hardware_card) {
+  KF_RETURN_IF_ERROR(CheckTaskProblem(task, world, dtype));
   PromptInputs in;
   in.task_key = task.key;
   in.task_title = task.title;

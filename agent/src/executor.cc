@@ -30,12 +30,15 @@ class ThreadExecutor final : public Executor {
 
   std::vector<uint64_t> Wait(std::optional<Clock::TimePoint> until) override {
     std::unique_lock<std::mutex> lock(mu_);
-    auto ready = [this] { return !done_.empty() || threads_.empty(); };
     if (until) {
+      // Sleep until the time point (a retry's backoff) or a job's end. With
+      // nothing in flight only the clock can wake us: returning at once
+      // would make the runner's loop spin a core for the whole wait.
       auto left = *until - RealClock().Now();
-      cv_.wait_for(lock, std::max(left, Clock::Duration::zero()), ready);
+      cv_.wait_for(lock, std::max(left, Clock::Duration::zero()),
+                   [this] { return !done_.empty(); });
     } else {
-      cv_.wait(lock, ready);
+      cv_.wait(lock, [this] { return !done_.empty() || threads_.empty(); });
     }
     std::vector<uint64_t> out(done_.begin(), done_.end());
     done_.clear();

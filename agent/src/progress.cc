@@ -13,16 +13,19 @@ constexpr size_t kRunningShown = 8;
 }  // namespace
 
 std::string RenderStatsTable(const RunStats& s) {
-  std::string out =
-      fmt::format("{:<40} {:>8} {:>8} {:>8} {:>8} {:>6} {:>10} {:>10}\n", "model", "tasks", "ended",
-                  s.compile_only ? "compiled" : "correct", "faster", "turns", "tokens", "spend");
+  std::string out = fmt::format(
+      "{:<40} {:>8} {:>8} {:>8} {:>8} {:>8} {:>6} {:>10} {:>10}\n", "model", "tasks", "ended",
+      "not eval", s.compile_only ? "compiled" : "correct", "faster", "turns", "tokens", "spend");
   ModelStats total;
   for (const auto& [model, m] : s.models) {
-    out += fmt::format("{:<40} {:>8} {:>8} {:>8} {:>8} {:>6} {:>10} {:>10}\n", model, m.sessions,
-                       m.ended, s.compile_only ? m.compiled : m.correct, m.faster, m.turns,
-                       m.tokens, fmt::format("${:.4f}", m.usd));
+    out += fmt::format("{:<40} {:>8} {:>8} {:>8} {:>8} {:>8} {:>6} {:>10} {:>10}\n", model,
+                       m.sessions, m.ended, m.not_evaluated,
+                       s.compile_only ? m.compiled : m.correct, m.faster, m.turns, m.tokens,
+                       m.unpriced ? std::string("unpriced") : fmt::format("${:.4f}", m.usd));
+    total.unpriced = total.unpriced || m.unpriced;
     total.sessions += m.sessions;
     total.ended += m.ended;
+    total.not_evaluated += m.not_evaluated;
     total.correct += m.correct;
     total.compiled += m.compiled;
     total.faster += m.faster;
@@ -31,9 +34,12 @@ std::string RenderStatsTable(const RunStats& s) {
     total.usd += m.usd;
   }
   if (s.models.size() > 1) {
-    out += fmt::format("{:<40} {:>8} {:>8} {:>8} {:>8} {:>6} {:>10} {:>10}\n", "all",
-                       total.sessions, total.ended, s.compile_only ? total.compiled : total.correct,
-                       total.faster, total.turns, total.tokens, fmt::format("${:.4f}", total.usd));
+    out += fmt::format("{:<40} {:>8} {:>8} {:>8} {:>8} {:>8} {:>6} {:>10} {:>10}\n", "all",
+                       total.sessions, total.ended, total.not_evaluated,
+                       s.compile_only ? total.compiled : total.correct, total.faster, total.turns,
+                       total.tokens,
+                       total.unpriced ? fmt::format("${:.4f}+unpriced", total.usd)
+                                      : fmt::format("${:.4f}", total.usd));
   }
   return out;
 }

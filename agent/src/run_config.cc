@@ -4,6 +4,8 @@
 #include <fnmatch.h>
 #include <toml++/toml.h>
 
+#include <algorithm>
+#include <cctype>
 #include <ctime>
 #include <set>
 
@@ -92,7 +94,7 @@ Result<RunConfig> ParseRunFile(std::string_view text, const fs::path& origin) {
   static const std::set<std::string> kKnown = {
       "name",     "models",          "tasks",        "strategy", "turns",    "samples",
       "repeats",  "world",           "dtype",        "gpus",     "hardware", "compile_only",
-      "deadline", "llm_concurrency", "compile_jobs", "out",      "budget"};
+      "deadline", "llm_concurrency", "compile_jobs", "out",      "budget",   "tasks_dir"};
   for (const auto& [k, v] : root) {
     if (!kKnown.count(std::string(k.str())))
       return FieldError(origin, &v, k.str(), "unknown field");
@@ -126,6 +128,7 @@ Result<RunConfig> ParseRunFile(std::string_view text, const fs::path& origin) {
   KF_RETURN_IF_ERROR(str("dtype", &c.dtype));
   KF_RETURN_IF_ERROR(str("hardware", &c.hardware));
   KF_RETURN_IF_ERROR(str("out", &c.out));
+  KF_RETURN_IF_ERROR(str("tasks_dir", &c.tasks_dir));
   int turns = 0, samples = 0;
   KF_RETURN_IF_ERROR(integer("turns", 1, &turns));
   KF_RETURN_IF_ERROR(integer("samples", 1, &samples));
@@ -202,7 +205,8 @@ json RunConfigToJson(const RunConfig& c) {
             {"compile_only", c.compile_only},
             {"llm_concurrency", c.llm_concurrency},
             {"compile_jobs", c.compile_jobs},
-            {"out", c.out}};
+            {"out", c.out},
+            {"tasks_dir", c.tasks_dir}};
   if (c.turns) j["turns"] = *c.turns;
   if (c.samples) j["samples"] = *c.samples;
   if (c.deadline_unix) j["deadline_unix"] = *c.deadline_unix;
@@ -228,6 +232,7 @@ Result<RunConfig> RunConfigFromJson(const json& j) {
     c.llm_concurrency = j.value("llm_concurrency", 4);
     c.compile_jobs = j.value("compile_jobs", 0);
     c.out = j.value("out", "runs");
+    c.tasks_dir = j.value("tasks_dir", "");
     if (j.contains("turns")) c.turns = j["turns"].get<int>();
     if (j.contains("samples")) c.samples = j["samples"].get<int>();
     if (j.contains("deadline_unix")) c.deadline_unix = j["deadline_unix"].get<double>();
@@ -240,6 +245,20 @@ Result<RunConfig> RunConfigFromJson(const json& j) {
   } catch (const json::exception& e) {
     return Error(ErrorKind::kInvalidInput, fmt::format("stored run config: {}", e.what()));
   }
+}
+
+std::vector<std::string> RunConfigDifferences(const RunConfig& stored, const RunConfig& asked) {
+  json a = RunConfigToJson(stored), b = RunConfigToJson(asked);
+  std::set<std::string> keys;
+  for (const auto& [k, v] : a.items()) keys.insert(k);
+  for (const auto& [k, v] : b.items()) keys.insert(k);
+  std::vector<std::string> out;
+  for (const auto& k : keys) {
+    if (k == "name" || k == "out") continue;
+    const json va = a.value(k, json()), vb = b.value(k, json());
+    if (va != vb) out.push_back(fmt::format("{}: {} -> {}", k, va.dump(), vb.dump()));
+  }
+  return out;
 }
 
 Result<double> ParseDeadline(const std::string& text, double now_unix) {
@@ -287,7 +306,12 @@ Result<std::vector<std::string>> SelectTasks(const std::vector<std::string>& sel
         match = fnmatch(sel.c_str(), t.key.c_str(), 0) == 0 ||
                 fnmatch(sel.c_str(), t.name.c_str(), 0) == 0;
       } else {
-        match = sel == t.key || sel == t.name || sel == std::to_string(t.id) || sel == t.category;
+        // A number matches the task's id with or without leading zeros ("1", "001").
+        const bool numeric = sel.size() <= 6 && std::all_of(sel.begin(), sel.end(), [](char ch) {
+                               return std::isdigit(static_cast<unsigned char>(ch)) != 0;
+                             });
+        match = sel == t.key || sel == t.name || (numeric && std::stoi(sel) == t.id) ||
+                sel == t.category;
       }
       if (match) {
         picked.insert(t.key);

@@ -76,6 +76,7 @@ class RunEngine {
   std::set<uint64_t> dispatched_;
   uint64_t next_job_ = 1;
   std::set<std::string> stopped_models_;
+  std::set<std::string> unpriced_models_;  // models with a call the registry could not price
 };
 
 }  // namespace kforge::agent::internal

@@ -23,6 +23,35 @@ bool Transient(ErrorKind k) {
 // Failures that no other call of the same model can get past.
 bool ModelWide(ErrorKind k) { return k == ErrorKind::kAuth || k == ErrorKind::kQuota; }
 
+// Mirrors results::NotEvaluated over the session's finished candidates.
+bool SessionNotEvaluated(const Session& s) {
+  bool verdict = false, compiled = false, gpu = false;
+  for (const auto& c : s.candidates()) {
+    if (c.phase != Phase::kFinished) continue;
+    if (IsCorrect(c.outcome)) return false;
+    switch (c.outcome) {
+      case Outcome::kCompiled:
+        compiled = true;
+        break;
+      case Outcome::kHarnessError:
+        break;
+      case Outcome::kRuntimeError:
+      case Outcome::kHang:
+      case Outcome::kMismatch:
+        gpu = true;
+        verdict = true;
+        break;
+      default:
+        verdict = true;
+    }
+  }
+  return !verdict || (compiled && !gpu);
+}
+
+bool StoppedByError(const std::string& reason) {
+  return reason.rfind("provider: ", 0) == 0 || reason.rfind("harness: ", 0) == 0;
+}
+
 std::string KernelName(const Session& s, int cand) {
   return fmt::format("{}_turn{}.cu", s.spec().task, cand);
 }
@@ -41,9 +70,18 @@ Status RunEngine::Prepare() {
   KF_ASSIGN_OR_RETURN(std::vector<SessionRow> stored, deps_.store->ListSessions(run_id_));
   for (const auto& model : spec_.models) {
     for (const auto& task : spec_.tasks) {
+      const std::string& dtype = task.dtype.empty() ? spec_.dtype : task.dtype;
       for (int r = 0; r < spec_.repeats; ++r) {
-        SessionKeyRow key{model,       task.key,    spec_.strategy->name, r,
-                          spec_.world, spec_.dtype, task.category};
+        SessionKeyRow key{model,       task.key, spec_.strategy->name, r,
+                          spec_.world, dtype,    task.category};
+        // Stores written before dtypes were resolved keep "" for the
+        // default: resume those sessions rather than starting new ones.
+        for (const auto& row : stored) {
+          if (row.key.dtype.empty() && row.key.model == key.model && row.key.task == key.task &&
+              row.key.strategy == key.strategy && row.key.sample == key.sample &&
+              row.key.world == key.world)
+            key.dtype = "";
+        }
         KF_ASSIGN_OR_RETURN(int64_t id, deps_.store->UpsertSession(run_id_, key));
         SessionSlot slot;
         slot.id = id;
@@ -55,7 +93,7 @@ Status RunEngine::Prepare() {
                        task.key,
                        r,
                        spec_.world,
-                       spec_.dtype,
+                       key.dtype,
                        spec_.strategy,
                        task.prompt,
                        spec_.compile_only};
@@ -202,6 +240,10 @@ Status RunEngine::OnAnswer(SessionSlot& slot, int cand, Result<LlmAnswer>& answe
       StopModel(model, fmt::format("provider: {}", st.ToString()));
     } else if (Transient(st.kind()) && ++slot.attempts[cand] < spec_.max_llm_attempts) {
       double wait = spec_.retry_backoff_s * std::pow(2.0, slot.attempts[cand] - 1);
+      // Say so: a run-level wait was 20-90 s of silence.
+      if (deps_.progress)
+        deps_.progress->Event(fmt::format("{} {} turn {}: retrying the model call in {:.0f} s",
+                                          model, s.spec().task, cand + 1, wait));
       slot.retry_at[cand] = deps_.clock->Now() + std::chrono::duration_cast<Clock::Duration>(
                                                      std::chrono::duration<double>(wait));
     } else {
@@ -209,7 +251,7 @@ Status RunEngine::OnAnswer(SessionSlot& slot, int cand, Result<LlmAnswer>& answe
     }
     if (deps_.progress)
       deps_.progress->Event(fmt::format("{} {} turn {}: model call failed: {}", model,
-                                        s.spec().task, cand, st.ToString()));
+                                        s.spec().task, cand + 1, st.ToString()));
     return Status::Ok();
   }
   const LlmAnswer& a = answer.value();
@@ -234,6 +276,7 @@ Status RunEngine::OnAnswer(SessionSlot& slot, int cand, Result<LlmAnswer>& answe
   turn.finish_reason = a.finish_reason;
   KF_ASSIGN_OR_RETURN(int64_t turn_id, deps_.store->AppendTurn(turn));
   budget_.Charge(model, s.spec().task, a.cost_usd, a.input_tokens + a.output_tokens);
+  if (!a.priced) unpriced_models_.insert(model);
   slot.attempts.erase(cand);
   slot.retry_at.erase(cand);
   s.OnReply(cand, a.text, turn.kernel, x.problem, turn_id);
@@ -243,7 +286,7 @@ Status RunEngine::OnAnswer(SessionSlot& slot, int cand, Result<LlmAnswer>& answe
     s.OnFinished(cand, Outcome::kNoKernel, 0, fb, 0);
     if (deps_.progress)
       deps_.progress->Event(
-          fmt::format("{} {} turn {}: no kernel in the reply", model, s.spec().task, cand));
+          fmt::format("{} {} turn {}: no kernel in the reply", model, s.spec().task, cand + 1));
   }
   return Status::Ok();
 }
@@ -273,7 +316,7 @@ Status RunEngine::OnCompileDoc(SessionSlot& slot, int cand, Result<json>& doc) {
   s.OnFinished(cand, Outcome::kCompiled, 0, fb, 0);
   if (deps_.progress)
     deps_.progress->Event(fmt::format("{} {} turn {}: compiled; evaluation needs a GPU",
-                                      s.spec().model, s.spec().task, cand));
+                                      s.spec().model, s.spec().task, cand + 1));
   return Status::Ok();
 }
 
@@ -304,7 +347,7 @@ Status RunEngine::FinishWithEval(SessionSlot& slot, int cand, const json& doc, O
     KF_RETURN_IF_ERROR(deps_.store->SetBestEvaluation(slot.id, s.candidate(*after).eval_id));
   if (deps_.progress) {
     deps_.progress->Event(fmt::format(
-        "{} {} turn {}: {}{}", s.spec().model, s.spec().task, cand, OutcomeName(outcome),
+        "{} {} turn {}: {}{}", s.spec().model, s.spec().task, cand + 1, OutcomeName(outcome),
         IsCorrect(outcome) ? fmt::format(" ({:.2f}x)", speedup) : ""));
   }
   return Status::Ok();
@@ -403,11 +446,13 @@ RunStats RunEngine::Stats() const {
       m.turns += c.turn_id != 0;
     }
     m.compiled += compiled;
+    m.not_evaluated += s.Ended() && SessionNotEvaluated(s);
   }
   for (auto& [model, m] : st.models) {
     BudgetBook::Spend sp = budget_.model(model);
     m.usd = sp.usd;
     m.tokens = sp.tokens;
+    m.unpriced = unpriced_models_.count(model) > 0;
   }
   for (const auto& [id, job] : jobs_) {
     if (!dispatched_.count(id)) continue;
@@ -416,7 +461,7 @@ RunStats RunEngine::Stats() const {
                        : job->pool == Pool::kCompile ? "compile"
                                                      : "GPU    ";
     st.running.push_back(
-        fmt::format("{} {} {} turn {}", what, s.spec().model, s.spec().task, job->candidate));
+        fmt::format("{} {} {} turn {}", what, s.spec().model, s.spec().task, job->candidate + 1));
   }
   st.queued_llm = static_cast<int>(scheduler_.queued(Pool::kLlm));
   st.queued_compile = static_cast<int>(scheduler_.queued(Pool::kCompile));
@@ -429,6 +474,7 @@ RunStats RunEngine::Stats() const {
 RunSummary RunEngine::Summarize() const {
   RunSummary sum;
   sum.run_id = run_id_;
+  sum.name = spec_.name;
   sum.stats = Stats();
   sum.compile_only = spec_.compile_only;
   sum.wall_s = sum.stats.elapsed_s;
@@ -446,6 +492,8 @@ RunSummary RunEngine::Summarize() const {
       row.best_speedup = s.candidate(*b).speedup;
     }
     for (const auto& c : s.candidates()) row.turns += c.turn_id != 0;
+    row.not_evaluated = SessionNotEvaluated(s);
+    row.failed = row.state == "stopped" && row.not_evaluated && StoppedByError(row.stop_reason);
     sum.sessions.push_back(row);
   }
   return sum;
@@ -467,13 +515,25 @@ Result<RunSummary> ExecuteRun(const RunSpec& spec, const RunDeps& deps) {
   return engine.Run();
 }
 
+bool RunSummary::AllFailed() const {
+  if (sessions.empty()) return false;
+  for (const auto& r : sessions) {
+    if (!r.failed) return false;
+  }
+  return true;
+}
+
 std::string RenderRunSummary(const RunSummary& s) {
   std::string out = "\n" + RenderStatsTable(s.stats) + "\n";
   out += fmt::format("{:<40} {:<16} {:<8} {:<14} {:>8} {:>6}  {}\n", "model", "task", "state",
                      "best", "speedup", "turns", "stop reason");
+  int not_evaluated = 0;
   for (const auto& r : s.sessions) {
+    not_evaluated += r.not_evaluated;
     out += fmt::format("{:<40} {:<16} {:<8} {:<14} {:>8} {:>6}  {}\n", r.model, r.task, r.state,
-                       r.best_outcome.empty() ? "-" : r.best_outcome,
+                       r.not_evaluated          ? "not evaluated"
+                       : r.best_outcome.empty() ? "-"
+                                                : r.best_outcome,
                        r.best_speedup > 0 ? fmt::format("{:.2f}x", r.best_speedup) : "-", r.turns,
                        r.stop_reason);
   }
@@ -481,13 +541,24 @@ std::string RenderRunSummary(const RunSummary& s) {
   if (!s.compile_only && !s.stats.gpu_busy_s.empty())
     out += fmt::format(", GPU busy {:.0f}% of wall time", 100 * s.gpu_busy_fraction);
   out += "\n";
-  if (s.compile_only) {
-    out +=
-        "NOTE: no GPU was used. Kernels were compiled and policy-checked only; correctness and "
-        "speed were NOT "
-        "measured. Evaluation needs a GPU: resume this run on a GPU machine (kforge run --resume "
-        "NAME).\n";
+  if (not_evaluated > 0) {
+    out += fmt::format(
+        "{} of {} session(s) NOT EVALUATED (left out of correctness and speed figures):\n",
+        not_evaluated, s.sessions.size());
+    for (const auto& r : s.sessions) {
+      if (r.not_evaluated)
+        out += fmt::format("  {} {} (sample {}): {}\n", r.model, r.task, r.sample,
+                           r.stop_reason.empty() ? "nothing judged" : r.stop_reason);
+    }
   }
+  if (s.compile_only) {
+    out += fmt::format(
+        "NOTE: no GPU was used. Kernels were compiled and policy-checked only; correctness and "
+        "speed were NOT measured. Evaluation needs a GPU: resume this run on a GPU machine "
+        "(kforge run --resume {}).\n",
+        s.name.empty() ? "NAME" : s.name);
+  }
+  if (s.AllFailed()) out += "FAILED: every session stopped on an error; nothing was measured.\n";
   return out;
 }
 

@@ -8,12 +8,14 @@
 #include <thread>
 
 #include "command.h"
+#include "exit_codes.h"
 #include "kforge/agent/adapters.h"
 #include "kforge/agent/hardware_card.h"
 #include "kforge/agent/prompt.h"
 #include "kforge/agent/run_config.h"
 #include "kforge/agent/runner.h"
 #include "kforge/agent/strategy.h"
+#include "kforge/agent/task_select.h"
 #include "kforge/core/clock.h"
 #include "kforge/evaluator/evaluate.h"
 #include "kforge/evaluator/task.h"
@@ -25,9 +27,9 @@ namespace {
 namespace fs = std::filesystem;
 using agent::RunConfig;
 
+// A usage error: the command never started.
 int Fail(const char* cmd, const std::string& message) {
-  std::fprintf(stderr, "kforge %s: %s\n", cmd, message.c_str());
-  return 1;
+  return FailWith(cmd, Error(ErrorKind::kInvalidInput, message));
 }
 
 // The card for the prompt: a named profile, else the probe, else none.
@@ -54,13 +56,14 @@ struct PromptArgs {
 
 int RunPrompt(const PromptArgs& a) {
   fs::path dir = a.tasks_dir.empty() ? eval::DefaultTasksDir() : fs::path(a.tasks_dir);
-  auto tasks = eval::LoadTasks(dir);
-  if (!tasks.ok()) return Fail("prompt", tasks.status().message());
-  const eval::Task* task = eval::FindTask(*tasks, a.task);
-  if (!task) return Fail("prompt", fmt::format("no task '{}' in {}", a.task, dir.string()));
+  auto tasks = agent::LoadCheckedTasks(dir);
+  if (!tasks.ok()) return FailWith("prompt", tasks.status());
+  auto selected = agent::SelectOneTask(*tasks, a.task, dir.string());
+  if (!selected.ok()) return FailWith("prompt", selected.status());
+  const eval::Task* task = *selected;
   fs::path prompts = agent::DefaultPromptsDir();
   auto strategy = agent::FindStrategy(a.strategy, prompts);
-  if (!strategy.ok()) return Fail("prompt", strategy.status().message());
+  if (!strategy.ok()) return FailWith("prompt", strategy.status());
   std::string why;
   std::string hw = HardwareMarkdown(a.hardware, {}, a.world, prompts, &why, nullptr);
   if (hw.empty()) {
@@ -70,9 +73,9 @@ int RunPrompt(const PromptArgs& a) {
                  why.c_str());
   }
   auto in = agent::TaskPromptInputs(*task, a.world, a.dtype, *strategy, hw);
-  if (!in.ok()) return Fail("prompt", in.status().message());
+  if (!in.ok()) return FailWith("prompt", in.status());
   auto p = agent::BuildPrompt(*strategy, *in);
-  if (!p.ok()) return Fail("prompt", p.status().message());
+  if (!p.ok()) return FailWith("prompt", p.status());
   std::printf("===== system =====\n%s\n===== user =====\n%s", p->system.c_str(), p->user.c_str());
   return 0;
 }
@@ -84,7 +87,8 @@ void AddPrompt(CLI::App& app, int& exit_code) {
   cmd->add_option("--strategy", a->strategy, "strategy name or file (prompts/strategies)");
   cmd->add_option("--hardware", a->hardware,
                   "hardware profile (prompts/hardware) instead of probing the GPUs");
-  cmd->add_option("--world", a->world, "world size W")->check(CLI::Range(1, 64));
+  cmd->add_option("--world", a->world, "world size W (must be one the task declares)")
+      ->check(CLI::Range(1, 64));
   cmd->add_option("--dtype", a->dtype, "the task's T (default: its first dtype)");
   cmd->add_option("--tasks-dir", a->tasks_dir, "where tasks live");
   cmd->callback([a, &exit_code] { exit_code = RunPrompt(*a); });
@@ -115,20 +119,23 @@ std::vector<std::string> SplitCommas(const std::string& s) {
 }
 
 // The config: stored (resume), else the run file, then flags on top.
-Result<RunConfig> ConfigFromArgs(const RunArgs& a) {
+Result<RunConfig> ConfigFromArgs(const RunArgs& a, bool* default_name) {
   RunConfig c;
+  *default_name = false;
   if (!a.resume.empty()) {
     fs::path dir = fs::path(a.out) / a.resume;
     if (!fs::exists(results::StorePath(dir))) {
       return Error(ErrorKind::kNotFound, fmt::format("no run '{}' under {}", a.resume, a.out));
     }
-    KF_ASSIGN_OR_RETURN(auto store, results::RunStore::Open(dir, true));
+    // Writable: resuming writes anyway, and an older schema is migrated here.
+    KF_ASSIGN_OR_RETURN(auto store, results::RunStore::Open(dir, false));
     KF_ASSIGN_OR_RETURN(auto runs, store->ListRuns());
     for (const auto& r : runs) {
       if (r.name == a.resume) {
         KF_ASSIGN_OR_RETURN(c, agent::RunConfigFromJson(r.config));
         c.out = a.out;
         if (a.compile_only) c.compile_only = true;
+        if (!a.tasks_dir.empty()) c.tasks_dir = a.tasks_dir;
         return c;
       }
     }
@@ -138,6 +145,7 @@ Result<RunConfig> ConfigFromArgs(const RunArgs& a) {
     KF_ASSIGN_OR_RETURN(c, agent::LoadRunFile(a.run_file));
   }
   if (!a.name.empty()) c.name = a.name;
+  if (!a.tasks_dir.empty()) c.tasks_dir = a.tasks_dir;
   if (!a.models.empty()) c.models = SplitCommas(a.models);
   if (!a.tasks.empty()) c.tasks = SplitCommas(a.tasks);
   if (!a.strategy.empty()) c.strategy = a.strategy;
@@ -171,24 +179,66 @@ Result<RunConfig> ConfigFromArgs(const RunArgs& a) {
     std::time_t now = std::time(nullptr);
     std::strftime(buf, sizeof buf, "run-%Y%m%d-%H%M%S", std::localtime(&now));
     c.name = buf;
+    *default_name = true;
   }
   return c;
 }
 
+// A run name already in use is refused unless --resume (a silent merge would
+// mix two configs under one stored config); a default name gets a suffix.
+Status CheckRunName(RunConfig& cfg, bool default_name) {
+  for (int attempt = 2;; ++attempt) {
+    const fs::path dir = fs::path(cfg.out) / cfg.name;
+    if (!fs::exists(results::StorePath(dir))) return Status::Ok();
+    KF_ASSIGN_OR_RETURN(auto store, results::RunStore::Open(dir, true));
+    KF_ASSIGN_OR_RETURN(auto runs, store->ListRuns());
+    const results::RunInfo* same = nullptr;
+    for (const auto& r : runs) {
+      if (r.name == cfg.name) same = &r;
+    }
+    if (!same) return Status::Ok();
+    if (default_name) {
+      cfg.name =
+          fmt::format("{}-{}", fs::path(cfg.name).filename().string().substr(0, 19), attempt);
+      continue;
+    }
+    auto stored = agent::RunConfigFromJson(same->config);
+    std::vector<std::string> diff;
+    if (stored.ok()) diff = agent::RunConfigDifferences(*stored, cfg);
+    return Error(ErrorKind::kInvalidInput,
+                 fmt::format("run '{}' already exists in {}{}{}; continue it with `kforge run "
+                             "--resume {} --out {}`, or pick another --name",
+                             cfg.name, dir.string(), diff.empty() ? "" : ", and this asks: ",
+                             fmt::join(diff, "; "), cfg.name, cfg.out));
+  }
+}
+
 int RunRun(const RunArgs& a) {
-  auto cfg_or = ConfigFromArgs(a);
-  if (!cfg_or.ok()) return Fail("run", cfg_or.status().message());
+  bool default_name = false;
+  auto cfg_or = ConfigFromArgs(a, &default_name);
+  if (!cfg_or.ok()) return FailWith("run", cfg_or.status());
   RunConfig cfg = *cfg_or;
-  fs::path tasks_dir = a.tasks_dir.empty() ? eval::DefaultTasksDir() : fs::path(a.tasks_dir);
-  auto tasks = eval::LoadTasks(tasks_dir);
-  if (!tasks.ok()) return Fail("run", tasks.status().message());
+  if (a.resume.empty()) {
+    if (Status st = CheckRunName(cfg, default_name); !st.ok()) return FailWith("run", st);
+  }
+  fs::path tasks_dir = cfg.tasks_dir.empty() ? eval::DefaultTasksDir() : fs::path(cfg.tasks_dir);
+  auto tasks = agent::LoadCheckedTasks(tasks_dir);
+  if (!tasks.ok()) return FailWith("run", tasks.status());
   std::vector<agent::TaskRef> suite;
-  for (const auto& t : *tasks) suite.push_back({t.key, t.name, t.id, t.category});
+  for (const auto& t : *tasks) suite.push_back(agent::RefFor(t));
   auto keys = agent::SelectTasks(cfg.tasks, suite);
-  if (!keys.ok()) return Fail("run", keys.status().message());
+  if (!keys.ok()) return FailWith("run", keys.status());
+  for (const auto& key : *keys) {
+    Status st = agent::CheckTaskProblem(*eval::FindTask(*tasks, key), cfg.world, cfg.dtype);
+    if (!st.ok()) return FailWith("run", st);
+  }
   fs::path prompts = agent::DefaultPromptsDir();
   auto strategy_or = agent::FindStrategy(cfg.strategy, prompts);
-  if (!strategy_or.ok()) return Fail("run", strategy_or.status().message());
+  if (!strategy_or.ok()) return FailWith("run", strategy_or.status());
+  // Every model must be callable before anything is stored or spent.
+  auto llm_or = agent::MakeProviderLlmFor(cfg.models);
+  if (!llm_or.ok()) return FailWith("run", llm_or.status());
+  std::unique_ptr<agent::LlmPort> llm = std::move(*llm_or);
   agent::Strategy strategy = *strategy_or;
   if (cfg.turns) strategy.turns = *cfg.turns;
   if (cfg.samples) strategy.samples = *cfg.samples;
@@ -234,16 +284,29 @@ int RunRun(const RunArgs& a) {
   spec.budgets = cfg.budgets;
   spec.deadline_unix = cfg.deadline_unix;
   spec.config = agent::RunConfigToJson(cfg);
+  // What the run resolved the config to (defaults filled in), for readers of
+  // the store; `compile_only` above stays what was asked, so a resume on a
+  // GPU machine evaluates.
+  nlohmann::json resolved = {{"compile_only", compile_only},
+                             {"world", cfg.world},
+                             {"strategy", strategy.name},
+                             {"turns", strategy.turns},
+                             {"samples", strategy.samples},
+                             {"tasks_dir", tasks_dir.string()},
+                             {"tasks", *keys},
+                             {"dtypes", nlohmann::json::object()}};
   spec.hardware = card;
   spec.link_peak_gbps = agent::LinkPeakGbps(card);
   for (const auto& key : *keys) {
     const eval::Task* t = eval::FindTask(*tasks, key);
     auto in = agent::TaskPromptInputs(*t, cfg.world, cfg.dtype, strategy, hw_md);
-    if (!in.ok()) return Fail("run", fmt::format("{}: {}", key, in.status().message()));
+    if (!in.ok()) return FailWith("run", in.status());
     auto p = agent::BuildPrompt(strategy, *in);
-    if (!p.ok()) return Fail("run", p.status().message());
-    spec.tasks.push_back({t->key, t->category, *p});
+    if (!p.ok()) return FailWith("run", p.status());
+    spec.tasks.push_back({t->key, t->category, *p, in->dtype});
+    resolved["dtypes"][t->key] = in->dtype;
   }
+  spec.config["resolved"] = resolved;
 
   // Pools: one evaluator per disjoint GPU set of `world` GPUs (all GPUs in one
   // set when there are fewer than world: the evaluator then emulates).
@@ -279,8 +342,7 @@ int RunRun(const RunArgs& a) {
 
   fs::path run_dir = fs::path(cfg.out) / cfg.name;
   auto store = agent::OpenRunStore(run_dir);
-  if (!store.ok()) return Fail("run", store.status().message());
-  auto llm = agent::MakeProviderLlm();
+  if (!store.ok()) return FailWith("run", store.status());
   auto executor = agent::MakeThreadExecutor();
   agent::ProgressView progress(stderr, isatty(fileno(stderr)) != 0, RealClock());
   deps.llm = llm.get();
@@ -294,19 +356,21 @@ int RunRun(const RunArgs& a) {
                strategy.name.c_str(), cfg.world, run_dir.string().c_str());
   auto summary = agent::ExecuteRun(spec, deps);
   if (!summary.ok()) {
-    return Fail("run", fmt::format("{} (the run is resumable: kforge run --resume {})",
-                                   summary.status().ToString(), cfg.name));
+    std::fprintf(stderr, "kforge run: %s (the run is resumable: kforge run --resume %s)\n",
+                 summary.status().ToString().c_str(), cfg.name.c_str());
+    return kExitFailed;
   }
   std::printf("%s", agent::RenderRunSummary(*summary).c_str());
   std::printf("store: %s\n", run_dir.string().c_str());
-  return 0;
+  return summary->AllFailed() ? kExitFailed : kExitOk;
 }
 
 void AddRun(CLI::App& app, int& exit_code) {
   auto a = std::make_shared<RunArgs>();
   CLI::App* cmd = app.add_subcommand("run", "run models x tasks under a strategy (resumable)");
-  cmd->add_option("run_file", a->run_file, "a run file (TOML); flags override it")
-      ->check(CLI::ExistingFile);
+  // No ExistingFile check here: CLI11 would report a misspelled flag's value
+  // as a missing run file before naming the flag. LoadRunFile names the file.
+  cmd->add_option("run_file", a->run_file, "a run file (TOML); flags override it");
   cmd->add_option("--resume", a->resume, "continue the run called NAME where it stopped");
   cmd->add_option("--name", a->name, "the run's name (default run-DATE-TIME)");
   cmd->add_option("--models", a->models,
@@ -325,17 +389,25 @@ void AddRun(CLI::App& app, int& exit_code) {
   cmd->add_option("--hardware", a->hardware,
                   "hardware profile for the prompt instead of the probe");
   cmd->add_flag("--compile-only", a->compile_only, "compile and policy-check only (no GPU)");
-  cmd->add_option("--budget-usd", a->budget_usd, "dollars for the whole run");
-  cmd->add_option("--budget-tokens", a->budget_tokens, "tokens for the whole run");
-  cmd->add_option("--budget-wall", a->budget_wall_s, "wall-clock seconds for the whole run");
-  cmd->add_option("--model-budget-usd", a->model_budget_usd, "dollars per model");
-  cmd->add_option("--model-budget-tokens", a->model_budget_tokens, "tokens per model");
-  cmd->add_option("--task-budget-usd", a->task_budget_usd, "dollars per model and task");
+  cmd->add_option("--budget-usd", a->budget_usd, "dollars for the whole run")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--budget-tokens", a->budget_tokens, "tokens for the whole run")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--budget-wall", a->budget_wall_s, "wall-clock seconds for the whole run")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--model-budget-usd", a->model_budget_usd, "dollars per model")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--model-budget-tokens", a->model_budget_tokens, "tokens per model")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--task-budget-usd", a->task_budget_usd, "dollars per model and task")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--deadline", a->deadline,
                   "no new model calls after: YYYY-MM-DDTHH:MM, +8h, +90m");
   cmd->add_option("--llm-concurrency", a->llm_concurrency,
-                  "model calls in flight per model (default 4)");
-  cmd->add_option("--compile-jobs", a->compile_jobs, "concurrent compiles (default: CPU cores)");
+                  "model calls in flight per model (default 4)")
+      ->check(CLI::Range(1, 1024));
+  cmd->add_option("--compile-jobs", a->compile_jobs, "concurrent compiles (default: CPU cores)")
+      ->check(CLI::Range(1, 1024));
   cmd->add_option("--out", a->out, "where run directories go (default runs)");
   cmd->add_option("--tasks-dir", a->tasks_dir, "where tasks live");
   cmd->callback([a, &exit_code] { exit_code = RunRun(*a); });

@@ -3,6 +3,8 @@
 #include <iostream>
 
 #include "command.h"
+#include "exit_codes.h"
+#include "kforge/agent/task_select.h"
 #include "kforge/core/fs.h"
 #include "kforge/evaluator/evaluate.h"
 #include "kforge/evaluator/hardware.h"
@@ -31,22 +33,17 @@ struct EvalArgs {
 int RunEval(const EvalArgs& a) {
   std::filesystem::path dir =
       a.tasks_dir.empty() ? eval::DefaultTasksDir() : std::filesystem::path(a.tasks_dir);
-  auto tasks = eval::LoadTasks(dir);
-  if (!tasks.ok()) {
-    std::fprintf(stderr, "kforge eval: %s\n", tasks.status().message().c_str());
-    return 7;
-  }
-  const eval::Task* task = eval::FindTask(*tasks, a.task);
-  if (!task) {
-    std::fprintf(stderr, "kforge eval: no task '%s' in %s (see `kforge tasks list`)\n",
-                 a.task.c_str(), dir.c_str());
-    return 7;
-  }
+  auto tasks = agent::LoadCheckedTasks(dir);
+  if (!tasks.ok()) return FailWith("eval", tasks.status());
+  auto selected = agent::SelectOneTask(*tasks, a.task, dir.string());
+  if (!selected.ok()) return FailWith("eval", selected.status());
+  const eval::Task* task = *selected;
+  // A world size or dtype the task does not declare is a usage error, not an
+  // evaluation (world 0: the evaluator picks from the visible GPUs).
+  if (Status st = agent::CheckTaskProblem(*task, a.world, a.dtype); !st.ok())
+    return FailWith("eval", st);
   auto source = ReadFile(a.kernel);
-  if (!source.ok()) {
-    std::fprintf(stderr, "kforge eval: %s\n", source.status().message().c_str());
-    return 7;
-  }
+  if (!source.ok()) return FailWith("eval", source.status());
   eval::EvalOptions o;
   o.world = a.world;
   o.gpus = a.gpus;
@@ -59,15 +56,14 @@ int RunEval(const EvalArgs& a) {
   o.bench_sizes = a.bench_sizes;
   if (!a.dtype.empty()) {
     auto dt = eval::ParseDtype(a.dtype);
-    if (!dt.ok()) {
-      std::fprintf(stderr, "kforge eval: --dtype: %s\n", dt.status().message().c_str());
-      return 7;
-    }
+    if (!dt.ok()) return FailWith("eval", dt.status().WithContext("--dtype"));
     o.dtype = *dt;
   }
+  bool no_gpu = false;  // compile-only because there is no GPU, not because it was asked
   if (!o.compile_only) {
     auto card = eval::ProbeHardware(o.gpus);
     if (!card.ok()) {
+      no_gpu = true;
       std::fprintf(stderr,
                    "kforge eval: running a kernel needs a GPU (%s); compiling and checking the "
                    "policy only.\n",
@@ -80,16 +76,26 @@ int RunEval(const EvalArgs& a) {
       evaluator->Evaluate(*task, *source, std::filesystem::path(a.kernel).filename().string(), o);
   if (!doc.ok()) {
     std::fprintf(stderr, "kforge eval: %s\n", doc.status().ToString().c_str());
-    return 7;
+    return kExitHarnessError;
   }
+  // A compile-only document has no world; the report would print "world 0".
+  if (!doc->contains("world") && a.world > 0) (*doc)["world"] = a.world;
   std::cout << eval::RenderEvalReport(*doc);
   if (!a.json_out.empty()) {
-    if (Status s = WriteFileAtomic(a.json_out, doc->dump(2) + "\n"); !s.ok()) {
-      std::fprintf(stderr, "kforge eval: --json: %s\n", s.message().c_str());
-      return 7;
-    }
+    if (Status s = WriteFileAtomic(a.json_out, doc->dump(2) + "\n"); !s.ok())
+      return FailWith("eval", s.WithContext("--json"));
   }
-  return eval::ExitCodeFor(doc->value("status", ""));
+  const std::string status = doc->value("status", "");
+  if (status == "compiled" && no_gpu) {
+    // Not a pass: nothing ran. A script reading the exit status must not
+    // take a machine without a GPU for a correct kernel.
+    std::printf(
+        "verdict   NOT EVALUATED: the kernel compiled and passed the policy check, but "
+        "no GPU ran it (exit %d)\n",
+        static_cast<int>(kExitNotEvaluated));
+    return kExitNotEvaluated;
+  }
+  return eval::ExitCodeFor(status);
 }
 
 void AddEval(CLI::App& app, int& exit_code) {

@@ -1,8 +1,12 @@
 // kforge: LLMs write multi-GPU CUDA kernels; kforge judges them.
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
+#include <string>
+#include <vector>
 
 #include "command.h"
+#include "exit_codes.h"
 
 namespace kforge::cli {
 
@@ -17,24 +21,75 @@ const std::vector<CommandEntry>& Commands() {
   return table;
 }
 
+namespace {
+
+size_t EditDistance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] != b[j - 1])});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// For a flag the parsed subcommand does not have, the nearest one it has
+// ("--modles": did you mean --models?).
+void SuggestFlags(const CLI::App& app, int argc, char** argv) {
+  const auto parsed = app.get_subcommands();
+  const CLI::App* cmd = parsed.empty() ? &app : parsed.back();
+  while (!cmd->get_subcommands().empty()) cmd = cmd->get_subcommands().back();
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg.rfind("--", 0) != 0 || arg.size() < 3) continue;
+    arg = arg.substr(2, arg.find('=') == std::string::npos ? std::string::npos : arg.find('=') - 2);
+    bool known = false;
+    std::string best;
+    size_t best_d = 3;  // suggest within two edits only
+    for (const CLI::Option* opt : cmd->get_options()) {
+      for (const auto& name : opt->get_lnames()) {
+        if (name == arg) known = true;
+        const size_t d = EditDistance(arg, name);
+        if (d < best_d) best_d = d, best = name;
+      }
+    }
+    if (!known && !best.empty())
+      std::fprintf(stderr, "kforge %s: unknown flag --%s; did you mean --%s?\n",
+                   cmd->get_name().c_str(), arg.c_str(), best.c_str());
+  }
+}
+
+}  // namespace
 }  // namespace kforge::cli
 
 int main(int argc, char** argv) {
   CLI::App app{"kforge: LLM-written multi-GPU CUDA kernels, judged honestly"};
   app.require_subcommand(1);
+  app.footer(kforge::cli::ExitCodeHelp());
   app.set_version_flag("--version", "kforge 0.1.0");
   int exit_code = 0;
   for (const auto& entry : kforge::cli::Commands()) entry.add(app, exit_code);
+  for (CLI::App* sub : app.get_subcommands({})) sub->footer(kforge::cli::ExitCodeHelp());
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help and --version print and succeed; every other parse error is a
+    // usage error (64), not CLI11's own 105-115.
+    if (dynamic_cast<const CLI::ExtrasError*>(&e) != nullptr)
+      kforge::cli::SuggestFlags(app, argc, argv);
+    const int cli11 = app.exit(e);
+    return cli11 == 0 ? kforge::cli::kExitOk : kforge::cli::kExitUsage;
   } catch (const std::exception& e) {
     // Errors are values inside kforge; an exception reaching here is a bug.
     // Say so plainly instead of aborting (the run store stays consistent: every
     // step is committed before the next begins).
     std::fprintf(stderr, "kforge: internal error: %s\n", e.what());
-    return 70;
+    return kforge::cli::kExitInternal;
   }
   return exit_code;
 }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "command.h"
+#include "exit_codes.h"
 #include "kforge/core/status.h"
 #include "kforge/providers/client.h"
 #include "kforge/providers/registry.h"
@@ -37,10 +38,7 @@ int RunAsk(const AskFlags& f) {
   options.record_path = f.record;
   // Retries are reported by the providers log (one WARN line each).
   auto client = providers::MakeClient(f.model, options);
-  if (!client.ok()) {
-    std::fprintf(stderr, "kforge ask: %s\n", client.status().ToString().c_str());
-    return 2;
-  }
+  if (!client.ok()) return FailWith("ask", client.status());
   ChatRequest req;
   req.model = f.model;
   req.system = f.system;
@@ -60,7 +58,7 @@ int RunAsk(const AskFlags& f) {
   std::fputc('\n', stdout);
   if (!resp.ok()) {
     std::fprintf(stderr, "kforge ask: %s\n", resp.status().ToString().c_str());
-    return 1;
+    return kExitFailed;  // the call itself failed, whatever its kind
   }
   const auto& u = resp->usage;
   std::string cost = resp->from_cache   ? "$0 (cached)"
@@ -83,10 +81,7 @@ int RunAsk(const AskFlags& f) {
 int RunModels(const std::vector<std::string>& registries) {
   std::vector<std::filesystem::path> paths(registries.begin(), registries.end());
   auto reg = providers::LoadRegistry(paths);
-  if (!reg.ok()) {
-    std::fprintf(stderr, "kforge models: %s\n", reg.status().ToString().c_str());
-    return 2;
-  }
+  if (!reg.ok()) return FailWith("models", reg.status());
   static const char* const kStyles[] = {"-", "effort", "budget", "adaptive"};
   std::string out =
       fmt::format("{:<38} {:<16} {:>9} {:>8} {:<9} {:<28} {:>8} {:>8} {:>8}\n", "spec", "wire",

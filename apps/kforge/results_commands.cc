@@ -7,8 +7,11 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <set>
 
 #include "command.h"
+#include "exit_codes.h"
+#include "kforge/agent/task_select.h"
 #include "kforge/core/fs.h"
 #include "kforge/results/compare.h"
 #include "kforge/results/fixture.h"
@@ -25,10 +28,7 @@ namespace {
 namespace fs = std::filesystem;
 using namespace kforge::results;
 
-int Fail(const Status& s) {
-  std::fprintf(stderr, "kforge: %s\n", s.ToString().c_str());
-  return s.kind() == ErrorKind::kInvalidInput || s.kind() == ErrorKind::kNotFound ? 2 : 1;
-}
+int Fail(const char* command, const Status& s) { return FailWith(command, s); }
 
 // RUN arguments -> directories; none given = every run under runs_root.
 Result<std::vector<fs::path>> RunDirs(const std::vector<std::string>& args,
@@ -44,6 +44,29 @@ Result<std::vector<fs::path>> RunDirs(const std::vector<std::string>& args,
       return Error(ErrorKind::kNotFound, "no runs under " + runs_root.string() + " (pass RUN…)");
   }
   return dirs;
+}
+
+// The TASK of `kforge show RUN TASK` in the grammar every command uses
+// (agent/task_select.h), over the task keys the run's sessions hold.
+Result<std::string> ResolveStoredTask(const RunStore& store, const std::string& selector) {
+  std::set<std::string> keys;
+  KF_ASSIGN_OR_RETURN(auto runs, store.ListRuns());
+  for (const auto& run : runs) {
+    KF_ASSIGN_OR_RETURN(auto sessions, store.ListSessions(run.id));
+    for (const auto& s : sessions) keys.insert(s.key.task);
+  }
+  std::vector<agent::TaskRef> suite;
+  for (const auto& k : keys) suite.push_back(agent::RefFromKey(k));
+  auto picked = agent::SelectTasks({selector}, suite);
+  if (!picked.ok() || picked->empty())
+    return Error(ErrorKind::kNotFound,
+                 fmt::format("no session of task '{}' in {} (its tasks: {})", selector,
+                             store.dir().string(), fmt::join(keys, ", ")));
+  if (picked->size() > 1)
+    return Error(ErrorKind::kInvalidInput,
+                 fmt::format("task '{}' names {} tasks ({}); give one", selector, picked->size(),
+                             fmt::join(*picked, ", ")));
+  return picked->front();
 }
 
 Status WriteOutput(const std::string& out, const std::string& text) {
@@ -89,7 +112,7 @@ void AddLeaderboard(CLI::App& app, int& exit_code) {
       return WriteOutput(o->out, Render(BuildLeaderboard(std::move(samples), options), format));
     };
     Status s = run();
-    exit_code = s.ok() ? 0 : Fail(s);
+    exit_code = s.ok() ? 0 : Fail("leaderboard", s);
   });
 }
 
@@ -116,6 +139,10 @@ void AddCompare(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   cmd->callback([o, &exit_code] {
     auto run = [&]() -> Status {
+      KF_RETURN_IF_ERROR(ValidateCompareOptions(o->options));
+      if (o->format != "text" && o->format != "json")
+        return Error(ErrorKind::kInvalidInput,
+                     "--format: unknown format \"" + o->format + "\" (text, json)");
       std::vector<fs::path> defaults;
       for (const auto& r : o->runs) {
         KF_ASSIGN_OR_RETURN(fs::path d, ResolveRunDir(r, o->runs_root));
@@ -141,7 +168,7 @@ void AddCompare(CLI::App& app, int& exit_code) {
       return WriteOutput("", text);
     };
     Status s = run();
-    exit_code = s.ok() ? 0 : Fail(s);
+    exit_code = s.ok() ? 0 : Fail("compare", s);
   });
 }
 
@@ -164,11 +191,14 @@ void AddShow(CLI::App& app, int& exit_code) {
     auto run = [&]() -> Status {
       KF_ASSIGN_OR_RETURN(fs::path dir, ResolveRunDir(o->run, o->runs_root));
       KF_ASSIGN_OR_RETURN(auto store, RunStore::Open(dir, true));
+      if (!o->show.task.empty()) {
+        KF_ASSIGN_OR_RETURN(o->show.task, ResolveStoredTask(*store, o->show.task));
+      }
       KF_ASSIGN_OR_RETURN(std::string text, RenderShowText(*store, o->show));
       return WriteOutput("", text);
     };
     Status s = run();
-    exit_code = s.ok() ? 0 : Fail(s);
+    exit_code = s.ok() ? 0 : Fail("show", s);
   });
 }
 
@@ -218,7 +248,7 @@ void AddServe(CLI::App& app, int& exit_code) {
       return s;
     };
     Status s = run();
-    exit_code = s.ok() ? 0 : Fail(s);
+    exit_code = s.ok() ? 0 : Fail("serve", s);
   });
 }
 
@@ -246,7 +276,7 @@ void AddResults(CLI::App& app, int& exit_code) {
       return Status::Ok();
     };
     Status s = run();
-    exit_code = s.ok() ? 0 : Fail(s);
+    exit_code = s.ok() ? 0 : Fail("results export", s);
   });
   auto* imp =
       group->add_subcommand("import", "Add a JSON Lines export into a run store (idempotent)");
@@ -264,7 +294,7 @@ void AddResults(CLI::App& app, int& exit_code) {
       return Status::Ok();
     };
     Status s = run();
-    exit_code = s.ok() ? 0 : Fail(s);
+    exit_code = s.ok() ? 0 : Fail("results import", s);
   });
   auto* merge =
       group->add_subcommand("merge", "Merge run stores (e.g. from several machines) into one");
@@ -282,7 +312,7 @@ void AddResults(CLI::App& app, int& exit_code) {
       return Status::Ok();
     };
     Status s = run();
-    exit_code = s.ok() ? 0 : Fail(s);
+    exit_code = s.ok() ? 0 : Fail("results merge", s);
   });
   auto* fx = group->add_subcommand("fixture", "Write a synthetic run (for demos and UI checks)");
   fx->add_option("DIR", o->dest, "run directory to create")->required();
@@ -292,7 +322,7 @@ void AddResults(CLI::App& app, int& exit_code) {
   fx->callback([o, &exit_code] {
     o->fixture.run_name = fs::path(o->dest).filename().string();
     Status s = WriteFixtureRun(o->dest, o->fixture);
-    exit_code = s.ok() ? 0 : Fail(s);
+    exit_code = s.ok() ? 0 : Fail("results fixture", s);
   });
 }
 

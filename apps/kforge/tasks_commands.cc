@@ -8,6 +8,8 @@
 #include <memory>
 
 #include "command.h"
+#include "exit_codes.h"
+#include "kforge/agent/task_select.h"
 #include "kforge/evaluator/evaluate.h"
 #include "kforge/evaluator/task.h"
 #include "kforge/evaluator/task_card.h"
@@ -40,11 +42,8 @@ std::string Join(const std::vector<eval::Dtype>& v) {
 }
 
 int List(const TasksArgs& a) {
-  auto tasks = eval::LoadTasks(TasksDir(a));
-  if (!tasks.ok()) {
-    std::fprintf(stderr, "kforge tasks list: %s\n", tasks.status().message().c_str());
-    return 1;
-  }
+  auto tasks = agent::LoadCheckedTasks(TasksDir(a));
+  if (!tasks.ok()) return FailWith("tasks list", tasks.status());
   std::printf("%-28s %-18s %-10s %-16s %s\n", "KEY", "CATEGORY", "WORLD", "DTYPES", "TITLE");
   for (const auto& t : *tasks) {
     std::printf("%-28s %-18s %-10s %-16s %s\n", t.key.c_str(), t.category.c_str(),
@@ -54,37 +53,16 @@ int List(const TasksArgs& a) {
 }
 
 int Show(const TasksArgs& a) {
-  auto tasks = eval::LoadTasks(TasksDir(a));
-  if (!tasks.ok()) {
-    std::fprintf(stderr, "kforge tasks show: %s\n", tasks.status().message().c_str());
-    return 1;
-  }
-  const eval::Task* t = eval::FindTask(*tasks, a.id);
-  if (t == nullptr) {
-    std::fprintf(stderr, "kforge tasks show: no task '%s' in %s (see `kforge tasks list`)\n",
-                 a.id.c_str(), TasksDir(a).c_str());
-    return 1;
-  }
+  auto tasks = agent::LoadCheckedTasks(TasksDir(a));
+  if (!tasks.ok()) return FailWith("tasks show", tasks.status());
+  auto selected = agent::SelectOneTask(*tasks, a.id, TasksDir(a).string());
+  if (!selected.ok()) return FailWith("tasks show", selected.status());
+  const eval::Task* t = *selected;
   const int world = a.world > 0 ? a.world : t->world_sizes.front();
-  if (std::find(t->world_sizes.begin(), t->world_sizes.end(), world) == t->world_sizes.end()) {
-    std::fprintf(stderr, "kforge tasks show: %s supports W in {%s}, not %d\n", t->key.c_str(),
-                 Join(t->world_sizes).c_str(), world);
-    return 1;
-  }
+  if (Status st = agent::CheckTaskProblem(*t, world, a.dtype); !st.ok())
+    return FailWith("tasks show", st);
   eval::Dtype dtype = t->dtypes.front();
-  if (!a.dtype.empty()) {
-    auto dt = eval::ParseDtype(a.dtype);
-    if (!dt.ok()) {
-      std::fprintf(stderr, "kforge tasks show: --dtype: %s\n", dt.status().message().c_str());
-      return 1;
-    }
-    if (std::find(t->dtypes.begin(), t->dtypes.end(), *dt) == t->dtypes.end()) {
-      std::fprintf(stderr, "kforge tasks show: %s supports dtypes {%s}, not %s\n", t->key.c_str(),
-                   Join(t->dtypes).c_str(), a.dtype.c_str());
-      return 1;
-    }
-    dtype = *dt;
-  }
+  if (!a.dtype.empty()) dtype = *eval::ParseDtype(a.dtype);  // CheckTaskProblem parsed it
   std::fputs(eval::RenderTaskCard(*t, world, dtype).c_str(), stdout);
   return 0;
 }
@@ -98,11 +76,11 @@ int Validate(const TasksArgs& a) {
   std::vector<const eval::Task*> selected;
   if (a.id.empty()) {
     for (const auto& t : *tasks) selected.push_back(&t);
-  } else if (const eval::Task* t = eval::FindTask(*tasks, a.id)) {
-    selected.push_back(t);
+  } else if (auto t = agent::SelectOneTask(*tasks, a.id, TasksDir(a).string()); t.ok()) {
+    selected.push_back(*t);
   } else {
-    std::printf("FAIL  no task '%s' in %s\n", a.id.c_str(), TasksDir(a).c_str());
-    return 1;
+    std::printf("FAIL  %s\n", t.status().message().c_str());
+    return kExitUsage;
   }
   int failures = 0;
   // A fixed seed: validation is about the task, and failures must reproduce.

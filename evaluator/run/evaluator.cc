@@ -136,7 +136,7 @@ class RealEvaluator final : public Evaluator {
     if (!compiled[0].status.ok()) {
       ErrorKind k = compiled[0].status.kind();
       if (k == ErrorKind::kNotFound || k == ErrorKind::kIo) return compiled[0].status;
-      return finish(ErrorKind::kCompileError, "compile failed: " + compiled[0].status.message());
+      return finish(ErrorKind::kCompileError, compiled[0].status.message());
     }
     if (!compiled[1].status.ok()) {
       return Error(ErrorKind::kHarness,

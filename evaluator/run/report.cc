@@ -11,7 +11,7 @@ int ExitCodeFor(const std::string& status) {
   if (status == "runtime_error") return 4;
   if (status == "mismatch") return 5;
   if (status == "timeout") return 6;
-  if (status == "integrity_violation") return 8;
+  if (status == "integrity_violation") return 9;
   return 7;
 }
 

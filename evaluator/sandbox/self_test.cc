@@ -42,7 +42,9 @@ long Opened(const std::string& path, int flags) {
   if (!ch.Send({{"report", report.ToJson()}, {"listener", listener >= 0}}, fds).ok()) _exit(3);
   const std::string p = "/proc/" + std::to_string(parent);
   nlohmann::json r = nlohmann::json::array();
-  auto note = [&](const char* what, long result) { r.push_back({{"what", what}, {"result", result}}); };
+  auto note = [&](const char* what, long result) {
+    r.push_back({{"what", what}, {"result", result}});
+  };
   long forked = RawSyscall(SYS_fork);
   if (forked == 0) _exit(0);  // the copy, had it existed
   note("fork", forked);
@@ -69,10 +71,12 @@ bool SelfTestResult::Passed() const {
 
 nlohmann::json SelfTestResult::ToJson() const {
   nlohmann::json a = nlohmann::json::array();
-  for (const Attempt& x : attempts) a.push_back({{"what", x.what}, {"result", x.result}, {"refused", x.refused}});
-  return {{"passed", Passed()},      {"sandbox", report.ToJson()}, {"summary", report.Summary()},
-          {"notify", notify},        {"killed_by_sigsys", killed_by_sigsys}, {"attempts", a},
-          {"reported", reported}};
+  for (const Attempt& x : attempts)
+    a.push_back({{"what", x.what}, {"result", x.result}, {"refused", x.refused}});
+  return {
+      {"passed", Passed()},  {"sandbox", report.ToJson()},           {"summary", report.Summary()},
+      {"notify", notify},    {"killed_by_sigsys", killed_by_sigsys}, {"attempts", a},
+      {"reported", reported}};
 }
 
 Result<SelfTestResult> RunSelfTest() {

@@ -13,8 +13,8 @@
 namespace kforge::sandbox {
 
 struct Attempt {
-  std::string what;    // "fork", "socket(AF_INET)", ...
-  long result = 0;     // the raw result (-errno when refused)
+  std::string what;  // "fork", "socket(AF_INET)", ...
+  long result = 0;   // the raw result (-errno when refused)
   bool refused = false;
 };
 

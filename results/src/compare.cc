@@ -36,10 +36,16 @@ class SplitMix64 {
 };
 
 std::map<std::string, ProblemSide> BestPerProblem(const std::vector<SampleOutcome>& samples,
-                                                  bool include_emulated, int* excluded) {
+                                                  bool include_emulated, int* excluded,
+                                                  int* not_evaluated) {
   std::map<std::string, ProblemSide> out;
   std::map<std::string, double> best;  // best correct, timed speedup
   for (const auto& s : samples) {
+    // Nothing judged it: neither a win nor a loss (metrics.h).
+    if (s.not_evaluated) {
+      ++*not_evaluated;
+      continue;
+    }
     if (s.emulated && !include_emulated) {
       ++*excluded;
       continue;
@@ -80,6 +86,21 @@ std::string Sentence(const std::string& metric, const Interval& iv, const std::s
 }
 
 }  // namespace
+
+Status ValidateCompareOptions(const CompareOptions& o) {
+  if (!(o.confidence > 0 && o.confidence < 1))
+    return Error(ErrorKind::kInvalidInput,
+                 fmt::format("--confidence {:g}: expected a level between 0 and 1, e.g. 0.95",
+                             o.confidence));
+  if (o.resamples < 100)
+    return Error(
+        ErrorKind::kInvalidInput,
+        fmt::format("--resamples {}: expected at least 100 (2000 is the default)", o.resamples));
+  if (!(o.tie_tolerance >= 0))
+    return Error(ErrorKind::kInvalidInput,
+                 fmt::format("tie tolerance {:g}: expected >= 0", o.tie_tolerance));
+  return Status::Ok();
+}
 
 Result<Selector> ParseSelector(const std::string& spec, const fs::path& runs_root,
                                const std::vector<fs::path>& default_runs) {
@@ -139,8 +160,10 @@ Comparison Compare(const std::vector<SampleOutcome>& a, const std::vector<Sample
   c.resamples = options.resamples;
   c.seed = options.seed;
   c.confidence = options.confidence;
-  const auto pa = BestPerProblem(a, options.include_emulated, &c.excluded_emulated);
-  const auto pb = BestPerProblem(b, options.include_emulated, &c.excluded_emulated);
+  const auto pa =
+      BestPerProblem(a, options.include_emulated, &c.excluded_emulated, &c.not_evaluated_a);
+  const auto pb =
+      BestPerProblem(b, options.include_emulated, &c.excluded_emulated, &c.not_evaluated_b);
   const double tol = std::log1p(options.tie_tolerance);
   for (const auto& [name, sa] : pa) {
     auto it = pb.find(name);
@@ -199,7 +222,9 @@ Comparison Compare(const std::vector<SampleOutcome>& a, const std::vector<Sample
   c.geomean_ratio.significant = n > 0 && (c.geomean_ratio.lo > 1 || c.geomean_ratio.hi < 1);
 
   if (n == 0) {
-    c.verdict = "No problem was attempted by both sides: nothing to compare.";
+    c.verdict = c.not_evaluated_a || c.not_evaluated_b
+                    ? "No problem was evaluated on both sides: nothing to compare."
+                    : "No problem was attempted by both sides: nothing to compare.";
     return c;
   }
   c.verdict = Sentence("fast_1", c.fast1_diff, a_label, b_label,
@@ -234,6 +259,9 @@ std::string RenderComparisonText(const Comparison& c) {
     out += fmt::format(" ({} only in A, {} only in B: not compared)", c.only_a, c.only_b);
   if (c.excluded_emulated)
     out += fmt::format("; {} emulated sessions left out", c.excluded_emulated);
+  if (c.not_evaluated_a || c.not_evaluated_b)
+    out += fmt::format("; sessions not evaluated (left out): {} in A, {} in B", c.not_evaluated_a,
+                       c.not_evaluated_b);
   out += fmt::format(".\nPaired bootstrap: {} resamples of problems, seed {}.\n\n{}\n", c.resamples,
                      c.seed, c.verdict);
   return out;
@@ -250,6 +278,8 @@ std::string RenderComparisonJson(const Comparison& c) {
   j["only_a"] = c.only_a;
   j["only_b"] = c.only_b;
   j["excluded_emulated"] = c.excluded_emulated;
+  j["not_evaluated_a"] = c.not_evaluated_a;
+  j["not_evaluated_b"] = c.not_evaluated_b;
   auto iv = [](const Interval& i) {
     return nlohmann::ordered_json{
         {"estimate", i.estimate}, {"lo", i.lo}, {"hi", i.hi}, {"significant", i.significant}};

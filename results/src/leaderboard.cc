@@ -49,16 +49,26 @@ Table BuildTable(const Leaderboard& board, bool human) {
   for (int k : ks) t.header.push_back(fmt::format("pass@{}", k));
   for (int k : ks) t.header.push_back(fmt::format("fast1@{}", k));
   t.header.insert(t.header.end(), {"geomean_correct", "geomean_all", "tokens_per_solved",
-                                   "usd_per_solved", "usd_total", "wall_h"});
+                                   "usd_per_solved", "usd_total", "wall_h", "not_evaluated"});
   for (const auto& r : board.rows) {
     std::vector<std::string> cells;
     for (const auto& [dim, value] : r.key) cells.push_back(value);
-    cells.push_back(r.emulated ? "emulated" : (r.includes_emulated ? "mixed" : "real"));
+    cells.push_back(!r.evaluated() ? "none"
+                    : r.emulated   ? "emulated"
+                                   : (r.includes_emulated ? "mixed" : "real"));
     cells.push_back(std::to_string(r.problems));
     cells.push_back(std::to_string(r.samples));
-    auto frac = [&](std::optional<double> v) { return human ? Pct(v) : Num(v, 4); };
-    auto ratio = [&](std::optional<double> v) { return human ? X(v) : Num(v, 4); };
-    cells.push_back(frac(r.correct_rate));
+    // A row with nothing evaluated has no figures: blank, never 0%.
+    auto frac = [&](std::optional<double> v) {
+      if (!r.evaluated()) v.reset();
+      return human ? Pct(v) : Num(v, 4);
+    };
+    auto ratio = [&](std::optional<double> v) {
+      if (!r.evaluated()) v.reset();
+      return human ? X(v) : Num(v, 4);
+    };
+    cells.push_back(r.evaluated() ? frac(r.correct_rate)
+                                  : (human ? std::string("not evaluated") : std::string()));
     for (double p : board.options.ps) {
       if (p != 0) cells.push_back(frac(r.FastP(p)));
     }
@@ -73,6 +83,7 @@ Table BuildTable(const Leaderboard& board, bool human) {
                           : Num(r.cost_per_solved, 4));
     cells.push_back(human ? fmt::format("${:.2f}", r.cost_usd) : Num(r.cost_usd, 4));
     cells.push_back(Num(r.wall_s / 3600, 2));
+    cells.push_back(std::to_string(r.not_evaluated));
     t.rows.push_back(std::move(cells));
   }
   return t;
@@ -101,7 +112,27 @@ const char* PolicyName(EmulatedPolicy p) {
   return "separate";
 }
 
+std::vector<const SampleOutcome*> NotEvaluatedSamples(const Leaderboard& board) {
+  std::vector<const SampleOutcome*> out;
+  for (const auto& s : board.samples) {
+    if (s.not_evaluated) out.push_back(&s);
+  }
+  return out;
+}
+
 }  // namespace
+
+std::string NotEvaluatedNote(const Leaderboard& board) {
+  const auto missing = NotEvaluatedSamples(board);
+  if (missing.empty()) return "";
+  std::string out = fmt::format("\nNot evaluated ({} session{}; left out of every figure above):\n",
+                                missing.size(), missing.size() == 1 ? "" : "s");
+  for (const auto* s : missing) {
+    out += fmt::format("- {} / {} / {} (sample {}): {}\n", s->run, s->model, s->task, s->sample,
+                       s->not_evaluated_reason);
+  }
+  return out;
+}
 
 Result<LeaderboardFormat> ParseLeaderboardFormat(std::string_view name) {
   if (name == "md" || name == "markdown") return LeaderboardFormat::kMarkdown;
@@ -133,6 +164,7 @@ std::string RenderMarkdown(const Leaderboard& board) {
   out += "\n";
   for (const auto& row : t.rows) out += "| " + fmt::format("{}", fmt::join(row, " | ")) + " |\n";
   if (t.rows.empty()) out += "\n(no evaluated sessions)\n";
+  out += NotEvaluatedNote(board);
   out +=
       "\nA problem is (task, world, dtype). correct = fast_0; fast_p = share of problems with a "
       "correct sample "
@@ -171,8 +203,11 @@ std::string RenderJson(const Leaderboard& board) {
     row["includes_emulated"] = r.includes_emulated;
     row["problems"] = r.problems;
     row["samples"] = r.samples;
+    row["not_evaluated"] = r.not_evaluated;
+    row["evaluated"] = r.evaluated();
     row["solved"] = r.solved;
-    row["correct_rate"] = r.correct_rate;
+    row["correct_rate"] =
+        r.evaluated() ? nlohmann::ordered_json(r.correct_rate) : nlohmann::ordered_json(nullptr);
     nlohmann::ordered_json fast = nlohmann::ordered_json::object();
     for (const auto& [p, v] : r.fast_p) fast[fmt::format("{:g}", p)] = v;
     row["fast_p"] = fast;
@@ -183,13 +218,23 @@ std::string RenderJson(const Leaderboard& board) {
     row["pass_at_k"] = pass;
     row["fast1_at_k"] = fast1;
     row["geomean_speedup_correct"] = OptJson(r.geomean_correct);
-    row["geomean_speedup_all"] = r.geomean_all;
+    row["geomean_speedup_all"] =
+        r.evaluated() ? nlohmann::ordered_json(r.geomean_all) : nlohmann::ordered_json(nullptr);
     row["tokens"] = r.tokens;
     row["cost_usd"] = r.cost_usd;
     row["tokens_per_solved"] = OptJson(r.tokens_per_solved);
     row["usd_per_solved"] = OptJson(r.cost_per_solved);
     row["wall_s"] = r.wall_s;
     doc["rows"].push_back(std::move(row));
+  }
+  doc["not_evaluated"] = nlohmann::ordered_json::array();
+  for (const auto* s : NotEvaluatedSamples(board)) {
+    doc["not_evaluated"].push_back({{"run", s->run},
+                                    {"model", s->model},
+                                    {"strategy", s->strategy},
+                                    {"task", s->task},
+                                    {"sample", s->sample},
+                                    {"reason", s->not_evaluated_reason}});
   }
   return doc.dump(2) + "\n";
 }

@@ -55,10 +55,11 @@ std::vector<DiffLine> DiffLines(std::string_view before, std::string_view after)
     if (i < n && j < m && a[i] == b[j]) {
       out.push_back({DiffLine::Kind::kSame, std::string(a[i])});
       ++i, ++j;
-    } else if (j < m && (i == n || lcs[i][j + 1] >= lcs[i + 1][j])) {
-      out.push_back({DiffLine::Kind::kAdded, std::string(b[j++])});
-    } else {
+    } else if (i < n && (j == m || lcs[i + 1][j] >= lcs[i][j + 1])) {
+      // Removed lines before added ones, as every diff tool prints a change.
       out.push_back({DiffLine::Kind::kRemoved, std::string(a[i++])});
+    } else {
+      out.push_back({DiffLine::Kind::kAdded, std::string(b[j++])});
     }
   }
   return out;

@@ -25,7 +25,21 @@ GroupMetrics Summarise(const std::vector<const SampleOutcome*>& members,
                        const MetricsOptions& options) {
   GroupMetrics g;
   std::map<std::string, Problem> problems;
+  std::vector<const SampleOutcome*> evaluated;
+  // Spend of the evaluated sessions: the per-solved ratios divide it alone.
+  int64_t judged_tokens = 0;
+  double judged_usd = 0;
   for (const auto* s : members) {
+    if (s->not_evaluated) {
+      ++g.not_evaluated;
+      g.tokens += s->tokens;
+      g.cost_usd += s->cost_usd;
+      g.wall_s += s->wall_s;
+      continue;
+    }
+    evaluated.push_back(s);
+  }
+  for (const auto* s : evaluated) {
     Problem& p = problems[ProblemId(*s)];
     ++p.n;
     if (s->correct) {
@@ -39,9 +53,11 @@ GroupMetrics Summarise(const std::vector<const SampleOutcome*>& members,
     g.tokens += s->tokens;
     g.cost_usd += s->cost_usd;
     g.wall_s += s->wall_s;
+    judged_tokens += s->tokens;
+    judged_usd += s->cost_usd;
     g.includes_emulated = g.includes_emulated || s->emulated;
   }
-  g.samples = static_cast<int>(members.size());
+  g.samples = static_cast<int>(evaluated.size());
   g.problems = static_cast<int>(problems.size());
   if (g.problems == 0) return g;
   int min_n = std::numeric_limits<int>::max();
@@ -79,8 +95,8 @@ GroupMetrics Summarise(const std::vector<const SampleOutcome*>& members,
   if (timed_correct > 0) g.geomean_correct = std::exp(log_correct / timed_correct);
   g.geomean_all = std::exp(log_all / np);
   if (g.solved > 0) {
-    g.tokens_per_solved = static_cast<double>(g.tokens) / g.solved;
-    g.cost_per_solved = g.cost_usd / g.solved;
+    g.tokens_per_solved = static_cast<double>(judged_tokens) / g.solved;
+    g.cost_per_solved = judged_usd / g.solved;
   }
   return g;
 }
@@ -158,6 +174,7 @@ std::vector<GroupMetrics> ComputeMetrics(const std::vector<SampleOutcome>& sampl
   std::stable_sort(rows.begin(), rows.end(), [](const GroupMetrics& a, const GroupMetrics& b) {
     const bool a_sep = a.emulated, b_sep = b.emulated;
     if (a_sep != b_sep) return !a_sep;
+    if (a.evaluated() != b.evaluated()) return a.evaluated();
     const double fa = a.FastP(1), fb = b.FastP(1);
     if (!std::isnan(fa) && !std::isnan(fb) && fa != fb) return fa > fb;
     if (a.correct_rate != b.correct_rate) return a.correct_rate > b.correct_rate;

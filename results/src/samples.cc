@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 #include <system_error>
 
 namespace kforge::results {
@@ -21,7 +22,31 @@ const EvaluationRecord* FallbackBest(const std::vector<const EvaluationRecord*>&
   return best;
 }
 
+// Statuses that are a verdict on the kernel (docs/eval-result.md); the rest
+// ("compiled", "harness_error") say nothing about the model's work.
+bool IsVerdict(const std::string& status) {
+  return status == "passed" || status == "mismatch" || status == "runtime_error" ||
+         status == "timeout" || status == "compile_error" || status == "policy_violation";
+}
+
+// Verdicts only a GPU gives.
+bool IsGpuVerdict(const std::string& status) {
+  return status == "passed" || status == "mismatch" || status == "runtime_error" ||
+         status == "timeout";
+}
+
 }  // namespace
+
+bool NotEvaluated(const std::vector<std::string>& statuses, int no_kernel_turns,
+                  bool compiled_unevaluated) {
+  bool verdict = no_kernel_turns > 0, gpu = false;
+  for (const auto& st : statuses) {
+    if (st == "passed") return false;
+    verdict = verdict || IsVerdict(st);
+    gpu = gpu || IsGpuVerdict(st);
+  }
+  return !verdict || (compiled_unevaluated && !gpu);
+}
 
 Result<std::vector<SampleOutcome>> LoadSamples(const RunStore& store) {
   std::vector<SampleOutcome> out;
@@ -34,6 +59,14 @@ Result<std::vector<SampleOutcome>> LoadSamples(const RunStore& store) {
     for (const auto& e : evals) by_session[e.session_id].push_back(&e);
     std::map<int64_t, const SessionUsage*> usage_by_session;
     for (const auto& u : usage) usage_by_session[u.session_id] = &u;
+    // "compiled" events: a kernel compiled and was not run (compile-only runs).
+    KF_ASSIGN_OR_RETURN(std::vector<EventRecord> events, store.ListEvents(run.id));
+    std::set<int64_t> compiled;
+    for (const auto& e : events) {
+      if (e.kind == "compiled" && e.detail.is_object() && e.detail.contains("session") &&
+          e.detail["session"].is_number_integer())
+        compiled.insert(e.detail["session"].get<int64_t>());
+    }
     for (const SessionRecord& s : sessions) {
       const auto& mine = by_session[s.id];
       const bool finished = s.state == "done" || s.state == "stopped";
@@ -71,6 +104,20 @@ Result<std::vector<SampleOutcome>> LoadSamples(const RunStore& store) {
         o.wall_s += it->second->latency_s;
       }
       if (best) o.best_kernel_sha = best->kernel_sha;
+      std::vector<std::string> statuses;
+      for (const auto* e : mine) statuses.push_back(e->status);
+      const auto u = usage_by_session.find(s.id);
+      const int no_kernel = u == usage_by_session.end() ? 0 : u->second->no_kernel_turns;
+      o.not_evaluated = NotEvaluated(statuses, no_kernel, compiled.count(s.id) > 0);
+      if (o.not_evaluated) {
+        if (!s.stop_reason.empty()) {
+          o.not_evaluated_reason = s.stop_reason;
+        } else if (compiled.count(s.id)) {
+          o.not_evaluated_reason = "compiled; evaluation needs a GPU";
+        } else {
+          o.not_evaluated_reason = o.turns == 0 ? "the model was never reached" : "nothing judged";
+        }
+      }
       out.push_back(std::move(o));
     }
   }

@@ -98,6 +98,17 @@ Result<std::unique_ptr<Server>> Server::Bind(const ServerOptions& options) {
           }
         });
   }
+  if (options.port < 0 || options.port > 65535) {
+    return Error(ErrorKind::kInvalidInput, "--port " + std::to_string(options.port) +
+                                               ": expected 1..65535 (or 0 for any free port)");
+  }
+  // httplib's default also sets SO_REUSEPORT, which lets a second server bind
+  // a port already listening and share its requests at random: address reuse
+  // only, so a busy port is refused.
+  self->http.set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, reinterpret_cast<const void*>(&yes), sizeof(yes));
+  });
   if (options.port == 0) {
     self->port = self->http.bind_to_any_port(options.host.c_str());
     if (self->port <= 0)

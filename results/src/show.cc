@@ -59,7 +59,8 @@ Result<std::string> RenderShowText(const RunStore& store, const ShowOptions& o) 
       bool have_previous = false;
       for (const auto& t : turns) {
         out += fmt::format("\n--- turn {} · {} in / {} out tokens · ${:.4f} · {:.1f} s{} ---\n",
-                           t.index, t.input_tokens, t.output_tokens, t.cost_usd, t.latency_s,
+                           t.index + 1,  // from 1, as the feedback counts
+                           t.input_tokens, t.output_tokens, t.cost_usd, t.latency_s,
                            t.finish_reason.empty() ? "" : " · " + t.finish_reason);
         out += "  prompt:\n" + Indented(t.prompt, o.full, o.max_lines);
         out += "  reply:\n" + Indented(t.reply, o.full, o.max_lines);

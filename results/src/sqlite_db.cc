@@ -12,9 +12,16 @@ Status SqlError(sqlite3* db, std::string_view what) {
   ErrorKind kind = ErrorKind::kIo;
   if ((code & 0xff) == SQLITE_BUSY || (code & 0xff) == SQLITE_LOCKED) kind = ErrorKind::kTimeout;
   if ((code & 0xff) == SQLITE_CONSTRAINT) kind = ErrorKind::kInvalidInput;
-  if ((code & 0xff) == SQLITE_CORRUPT || (code & 0xff) == SQLITE_NOTADB)
-    kind = ErrorKind::kInvalidInput;
-  return Error(kind, std::string(what) + ": " + sqlite3_errmsg(db));
+  const bool damaged = (code & 0xff) == SQLITE_CORRUPT || (code & 0xff) == SQLITE_NOTADB;
+  if (damaged) kind = ErrorKind::kInvalidInput;
+  return Error(kind, std::string(what) + ": " + sqlite3_errmsg(db) +
+                         (damaged ? " (the store file is damaged: truncated or overwritten)" : ""));
+}
+
+// The database file, so that an error from any query names the store.
+std::string FileOf(sqlite3* db) {
+  const char* name = sqlite3_db_filename(db, "main");
+  return name && *name ? name : "run store";
 }
 
 }  // namespace
@@ -71,25 +78,25 @@ Stmt::~Stmt() { sqlite3_finalize(stmt_); }
 
 Stmt& Stmt::Bind(int index, int64_t value) {
   if (sqlite3_bind_int64(stmt_, index, value) != SQLITE_OK && bind_error_.ok())
-    bind_error_ = SqlError(db_, "bind");
+    bind_error_ = SqlError(db_, FileOf(db_) + ": bind");
   return *this;
 }
 Stmt& Stmt::Bind(int index, double value) {
   if (sqlite3_bind_double(stmt_, index, value) != SQLITE_OK && bind_error_.ok())
-    bind_error_ = SqlError(db_, "bind");
+    bind_error_ = SqlError(db_, FileOf(db_) + ": bind");
   return *this;
 }
 Stmt& Stmt::Bind(int index, std::string_view value) {
   if (sqlite3_bind_text64(stmt_, index, value.data(), value.size(), SQLITE_TRANSIENT,
                           SQLITE_UTF8) != SQLITE_OK &&
       bind_error_.ok()) {
-    bind_error_ = SqlError(db_, "bind");
+    bind_error_ = SqlError(db_, FileOf(db_) + ": bind");
   }
   return *this;
 }
 Stmt& Stmt::BindNull(int index) {
   if (sqlite3_bind_null(stmt_, index) != SQLITE_OK && bind_error_.ok())
-    bind_error_ = SqlError(db_, "bind");
+    bind_error_ = SqlError(db_, FileOf(db_) + ": bind");
   return *this;
 }
 
@@ -98,7 +105,7 @@ Result<bool> Stmt::Step() {
   const int rc = sqlite3_step(stmt_);
   if (rc == SQLITE_ROW) return true;
   if (rc == SQLITE_DONE) return false;
-  return SqlError(db_, "step");
+  return SqlError(db_, FileOf(db_));
 }
 
 Status Stmt::Run() {

@@ -162,11 +162,18 @@ Result<std::unique_ptr<RunStore>> RunStore::Open(const fs::path& run_dir, bool r
                      std::to_string(store->schema_version_) + "; this kforge knows up to " +
                      std::to_string(kSchemaVersion) + " (upgrade kforge)");
   }
+  if (read_only && store->schema_version_ == 0) {
+    return Error(ErrorKind::kInvalidInput,
+                 StorePath(run_dir).string() +
+                     " holds no kforge run store (an empty or foreign SQLite file, or a run "
+                     "whose creation was cut short)");
+  }
   if (read_only && store->schema_version_ < kSchemaVersion) {
-    return Error(ErrorKind::kInvalidInput, StorePath(run_dir).string() +
-                                               " has the old schema version " +
-                                               std::to_string(store->schema_version_) +
-                                               "; open it once for writing to migrate it");
+    return Error(ErrorKind::kInvalidInput,
+                 StorePath(run_dir).string() + " has the old schema version " +
+                     std::to_string(store->schema_version_) + "; `kforge run --resume " +
+                     run_dir.filename().string() +
+                     "` (or any command that writes to it) migrates it");
   }
   return store;
 }
@@ -505,12 +512,13 @@ Result<std::vector<SessionUsage>> RunStore::ListSessionUsage(int64_t run_id) con
   KF_ASSIGN_OR_RETURN(Stmt q,
                       db_->Prepare("SELECT t.session_id, count(*), sum(t.input_tokens), "
                                    "sum(t.output_tokens), sum(t.cost_usd), "
-                                   "sum(t.latency_s) FROM turns t JOIN sessions s ON "
+                                   "sum(t.latency_s), sum(t.kernel_sha = '') "
+                                   "FROM turns t JOIN sessions s ON "
                                    "s.id=t.session_id WHERE s.run_id=? GROUP BY t.session_id"));
   q.Bind(1, run_id);
   return Collect<SessionUsage>(q, [](const Stmt& r) {
-    return SessionUsage{r.Int(0),   static_cast<int>(r.Int(1)), r.Int(2), r.Int(3), r.Double(4),
-                        r.Double(5)};
+    return SessionUsage{r.Int(0),    static_cast<int>(r.Int(1)), r.Int(2), r.Int(3), r.Double(4),
+                        r.Double(5), static_cast<int>(r.Int(6))};
   });
 }
 

@@ -82,9 +82,25 @@ Result<fs::path> FindRun(const Site& site, const std::string& key) {
 Result<std::string> LeaderboardPage(const Site& site, const std::string& by) {
   MetricsOptions options;
   KF_ASSIGN_OR_RETURN(options.group_by, ParseGroupBy(by.empty() ? "model,strategy" : by));
-  KF_ASSIGN_OR_RETURN(auto samples, LoadRunDirs(site.run_dirs));
+  // One unreadable store (damaged, foreign) must not hide every other run:
+  // it is left out and named above the table.
+  std::vector<SampleOutcome> samples;
+  std::string skipped;
+  for (const auto& dir : site.run_dirs) {
+    auto one = LoadRunDirs({dir});
+    if (!one.ok()) {
+      skipped += "<li>" + HtmlEscape(one.status().message()) + "</li>";
+      continue;
+    }
+    samples.insert(samples.end(), one->begin(), one->end());
+  }
   const Leaderboard board = BuildLeaderboard(std::move(samples), options);
-  std::string body = "<h1>kforge leaderboard</h1><p class=\"note\">Group by: ";
+  std::string body = "<h1>kforge leaderboard</h1>";
+  if (!skipped.empty())
+    body +=
+        "<div class=\"note\" id=\"skipped-runs\"><p>Left out (the store cannot be read):</p><ul>" +
+        skipped + "</ul></div>";
+  body += "<p class=\"note\">Group by: ";
   for (const char* g : {"model,strategy", "model", "strategy", "model,category", "model,world"}) {
     body += fmt::format("<a href=\"/?by={0}\">{0}</a> ", g);
   }
@@ -175,7 +191,12 @@ Result<std::string> RunPage(const Site& site, const std::string& run_key) {
           "<td>{}</td></tr>",
           HtmlEscape(s.key.model), HtmlEscape(s.key.task), HtmlEscape(s.key.task),
           HtmlEscape(s.key.strategy), s.key.sample, s.key.world, key, s.id, HtmlEscape(s.state),
-          s.turns_done, o && !o->status.empty() ? StatusTag(o->status, o->emulated) : "—",
+          s.turns_done,
+          o && o->not_evaluated
+              ? "<span class=\"tag\" title=\"" + HtmlEscape(o->not_evaluated_reason) +
+                    "\">not evaluated</span>"
+          : o && !o->status.empty() ? StatusTag(o->status, o->emulated)
+                                    : "—",
           o && o->speedup ? fmt::format("{:.3f}x", *o->speedup) : "—");
     }
   }
@@ -200,9 +221,10 @@ Result<std::string> SessionPage(const Site& site, const std::string& run_key, in
   bool have_previous = false;
   for (const auto& t : turns) {
     body += fmt::format(
-        "<div class=\"turn\" id=\"turn-{0}\"><h2>Turn {0}</h2><p class=\"note\">{1} in · {2} out "
+        "<div class=\"turn\" id=\"turn-{0}\"><h2>Turn {5}</h2><p class=\"note\">{1} in · {2} out "
         "tokens · ${3:.4f} · {4:.1f} s</p>",
-        t.index, t.input_tokens, t.output_tokens, t.cost_usd, t.latency_s);
+        t.index, t.input_tokens, t.output_tokens, t.cost_usd, t.latency_s,
+        t.index + 1);  // counted from 1, as the feedback counts ("Turn 1 of 4")
     body += Details("prompt", Pre(t.prompt)) + Details("reply", Pre(t.reply));
     if (!t.kernel_sha.empty()) {
       KF_ASSIGN_OR_RETURN(std::string kernel, store->GetBlob(t.kernel_sha));
@@ -246,7 +268,7 @@ Result<std::string> TaskPage(const Site& site, const std::string& task) {
       auto key = std::make_pair(s.model, s.strategy);
       auto it = best.find(key);
       auto score = [](const SampleOutcome& o) {
-        return std::make_tuple(o.correct, !o.emulated, o.speedup.value_or(0));
+        return std::make_tuple(o.correct, !o.not_evaluated, !o.emulated, o.speedup.value_or(0));
       };
       if (it == best.end() || score(s) > score(it->second)) best[key] = s;
     }
@@ -255,10 +277,14 @@ Result<std::string> TaskPage(const Site& site, const std::string& task) {
   for (const auto& [key, s] : best) {
     body += fmt::format("<h2>{} · {}</h2><p>{}{} · <a href=\"/session/{}/{}\">session</a></p>",
                         HtmlEscape(key.first), HtmlEscape(key.second),
-                        s.status.empty() ? "not evaluated" : StatusTag(s.status, s.emulated),
+                        s.not_evaluated    ? "not evaluated: " + HtmlEscape(s.not_evaluated_reason)
+                        : s.status.empty() ? std::string("not evaluated")
+                                           : StatusTag(s.status, s.emulated),
                         s.speedup ? fmt::format(" <b>{:.3f}x</b>", *s.speedup) : "",
                         HtmlEscape(s.run_dir.filename().string()), s.session_id);
-    if (!s.best_kernel_sha.empty()) {
+    // A session nothing evaluated has no best kernel to show (its last
+    // evaluated one may not even compile).
+    if (!s.best_kernel_sha.empty() && !s.not_evaluated) {
       auto store = RunStore::Open(s.run_dir, true);
       if (!store.ok()) continue;
       auto kernel = (*store)->GetBlob(s.best_kernel_sha);

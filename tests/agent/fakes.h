@@ -33,9 +33,11 @@ class FakeLlm final : public LlmPort {
       std::lock_guard<std::mutex> lock(mu_);
       calls_.push_back(call);
     }
+    bool priced = true;
     if (script_) {
       auto r = script_(call);
       if (!r.ok()) return r;
+      priced = r->priced;  // the script decides failures and pricing; the text comes from tags
     }
     std::string tag = "FAST1.5";
     auto it = tags_.find({call.task, call.turn_index});
@@ -44,7 +46,8 @@ class FakeLlm final : public LlmPort {
     a.text = tag == "NOKERNEL" ? "I would rather explain than write code." : ReplyFor(tag);
     a.input_tokens = 1000;
     a.output_tokens = 500;
-    a.cost_usd = cost_usd_;
+    a.cost_usd = priced ? cost_usd_ : 0.0;
+    a.priced = priced;
     a.latency_s = latency_s_;
     a.request_id = "req-" + call.task + "-" + std::to_string(call.turn_index);
     return a;

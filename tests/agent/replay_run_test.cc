@@ -6,6 +6,7 @@
 #include "kforge/agent/adapters.h"
 #include "kforge/agent/runner.h"
 #include "kforge/agent/strategy.h"
+#include "kforge/agent/task_select.h"
 #include "kforge/core/fs.h"
 #include "kforge/evaluator/evaluate.h"
 #include "kforge/evaluator/task.h"
@@ -86,6 +87,65 @@ TEST(ReplayRun, CompileOnlyDemoRunRecordsEveryTurn) {
   for (const auto& s : *sessions) EXPECT_EQ((*store)->ListTurns(s.id)->size(), 2u);
   std::error_code ec;
   fs::remove_all(*dir, ec);
+}
+
+}  // namespace
+}  // namespace kforge::agent
+
+namespace kforge::agent {
+namespace {
+
+// `kforge run` used to start (and exit 0) with models nobody could call:
+// every unusable spec is named before anything is stored or sent.
+TEST(ReplayRun, UnusableModelsAreRefusedBeforeTheRun) {
+  const fs::path root(KFORGE_SOURCE_ROOT);
+  ::unsetenv("OPENAI_API_KEY");
+  auto llm =
+      MakeProviderLlmFor({"replay:" + (root / "examples/demo/cassette.jsonl").string(), "bogus:foo",
+                          "replay:/nonexistent/cassette.jsonl", "openai:gpt-5.5"});
+  ASSERT_FALSE(llm.ok());
+  const std::string& m = llm.status().message();
+  EXPECT_EQ(llm.status().kind(), ErrorKind::kInvalidInput);
+  EXPECT_NE(m.find("3 of 4 model(s)"), std::string::npos) << m;
+  EXPECT_NE(m.find("bogus"), std::string::npos) << m;
+  EXPECT_NE(m.find("/nonexistent/cassette.jsonl"), std::string::npos) << m;
+  EXPECT_NE(m.find("OPENAI_API_KEY"), std::string::npos) << m;
+  EXPECT_TRUE(
+      MakeProviderLlmFor({"replay:" + (root / "examples/demo/cassette.jsonl").string()}).ok());
+}
+
+// run and prompt accepted --world 3 / --dtype f64 for a task declaring
+// neither, and a negative size reached the model as "(does not instantiate)".
+TEST(ReplayRun, TaskProblemsTheTaskDoesNotDeclareAreRefused) {
+  const fs::path root(KFORGE_SOURCE_ROOT);
+  auto tasks = eval::LoadTasks(root / "tasks");
+  ASSERT_TRUE(tasks.ok()) << tasks.status().ToString();
+  auto strategy = FindStrategy("refine", root / "prompts");
+  ASSERT_TRUE(strategy.ok());
+  auto t = SelectOneTask(*tasks, "001", (root / "tasks").string());
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ((*t)->key, "001_allreduce");
+  EXPECT_TRUE(CheckTaskProblem(**t, 2, "").ok());
+  Status w3 = CheckTaskProblem(**t, 3, "");
+  EXPECT_EQ(w3.kind(), ErrorKind::kInvalidInput);
+  EXPECT_NE(w3.message().find("supports W in {2, 4, 8}, not 3"), std::string::npos) << w3.message();
+  Status f64 = CheckTaskProblem(**t, 2, "f64");
+  EXPECT_NE(f64.message().find("not f64"), std::string::npos) << f64.message();
+  EXPECT_FALSE(TaskPromptInputs(**t, 3, "", *strategy, "").ok());
+  EXPECT_FALSE(TaskPromptInputs(**t, 2, "f64", *strategy, "").ok());
+
+  eval::Task negative = **t;
+  ASSERT_FALSE(negative.check_sizes.empty());
+  for (auto& [var, expr] : negative.check_sizes[0].vars) expr = "-7";
+  Status neg = CheckTaskProblem(negative, 2, "");
+  EXPECT_FALSE(neg.ok());
+  EXPECT_NE(neg.message().find("task.toml"), std::string::npos) << neg.message();
+  EXPECT_FALSE(TaskPromptInputs(negative, 2, "", *strategy, "").ok());
+
+  auto many = SelectOneTask(*tasks, "all", "tasks");
+  EXPECT_FALSE(many.ok());
+  auto none = SelectOneTask(*tasks, "nosuchtask", "tasks");
+  EXPECT_NE(none.status().message().find("no task 'nosuchtask' in tasks"), std::string::npos);
 }
 
 }  // namespace

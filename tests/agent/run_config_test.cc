@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "kforge/agent/task_select.h"
+
 namespace kforge::agent {
 namespace {
 
@@ -48,6 +50,34 @@ TEST(RunConfig, SelectorsPickByKeyNumberNameGlobAndCategory) {
   auto none = SelectTasks({"9*"}, suite);
   ASSERT_FALSE(none.ok());
   EXPECT_EQ(none.status().message(), "task selector '9*' matches no task");
+}
+
+// `kforge eval --task 001` worked while `kforge run --tasks 001` did not: one
+// grammar for every command, zero-padded numbers included.
+TEST(RunConfig, SelectorsTakeZeroPaddedNumbersAndKeysFromStoredRuns) {
+  std::vector<TaskRef> suite = {{"001_allreduce", "allreduce", 1, "collective"},
+                                {"010_tp_matmul", "tp_matmul", 10, "tensor_parallel"}};
+  EXPECT_EQ(*SelectTasks({"001"}, suite), std::vector<std::string>{"001_allreduce"});
+  EXPECT_EQ(*SelectTasks({"010"}, suite), std::vector<std::string>{"010_tp_matmul"});
+  const TaskRef ref = RefFromKey("001_allreduce");
+  EXPECT_EQ(ref.id, 1);
+  EXPECT_EQ(ref.name, "allreduce");
+  EXPECT_EQ(*SelectTasks({"allreduce"}, {ref}), std::vector<std::string>{"001_allreduce"});
+}
+
+TEST(RunConfig, DifferencesNameEachFieldAskedDifferently) {
+  RunConfig stored;
+  stored.name = "same";
+  stored.models = {"replay:x"};
+  stored.tasks = {"1"};
+  RunConfig asked = stored;
+  asked.out = "elsewhere";
+  EXPECT_TRUE(RunConfigDifferences(stored, asked).empty());
+  asked.tasks = {"2"};
+  asked.strategy = "one-shot";
+  EXPECT_EQ(RunConfigDifferences(stored, asked),
+            (std::vector<std::string>{"strategy: \"refine\" -> \"one-shot\"",
+                                      "tasks: [\"1\"] -> [\"2\"]"}));
 }
 
 TEST(RunConfig, Deadlines) {

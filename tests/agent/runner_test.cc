@@ -113,6 +113,56 @@ TEST(Runner, CompileOnlyStopsAfterCompileAndSaysWhy) {
     ASSERT_EQ(s.evals.size(), 1u);  // only the compile error is a verdict
   }
   EXPECT_NE(RenderRunSummary(*r).find("Evaluation needs a GPU"), std::string::npos);
+  // Compiled kernels never ran: not evaluated, named, and the resume hint is filled in.
+  for (const auto& row : r->sessions) EXPECT_TRUE(row.not_evaluated) << row.task;
+  EXPECT_EQ(r->stats.models["fake:a"].not_evaluated, 2);
+  const std::string text = RenderRunSummary(*r);
+  EXPECT_NE(text.find("4 of 4 session(s) NOT EVALUATED"), std::string::npos) << text;
+  EXPECT_NE(text.find("kforge run --resume test)"), std::string::npos) << text;
+  EXPECT_FALSE(r->AllFailed()) << "compile-only is not a failure";
+}
+
+// A model the registry cannot price showed "$0.0000": its spend is unknown.
+TEST(Runner, UnpricedModelSpendReadsUnpricedNotZeroDollars) {
+  Rig rig("turns = 1\n");
+  rig.llm.SetScript([](const LlmCall& c) -> Result<LlmAnswer> {
+    LlmAnswer a;
+    a.priced = c.model != "fake:b";
+    return a;
+  });
+  auto r = rig.Run();
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->stats.models["fake:a"].unpriced);
+  EXPECT_TRUE(r->stats.models["fake:b"].unpriced);
+  const std::string table = RenderStatsTable(r->stats);
+  EXPECT_NE(table.find("unpriced"), std::string::npos) << table;
+}
+
+TEST(Runner, UnreachableModelIsNotEvaluatedAndAllFailedWhenNoModelAnswers) {
+  Rig rig("turns = 2\n");
+  rig.llm.SetScript([](const LlmCall& c) -> Result<LlmAnswer> {
+    if (c.model == "fake:b") return Error(ErrorKind::kAuth, "no API key; set B_API_KEY");
+    return LlmAnswer{};
+  });
+  auto r = rig.Run();
+  ASSERT_TRUE(r.ok());
+  for (const auto& row : r->sessions) {
+    EXPECT_EQ(row.not_evaluated, row.model == "fake:b") << row.model;
+    EXPECT_EQ(row.failed, row.model == "fake:b") << row.model;
+  }
+  EXPECT_FALSE(r->AllFailed());
+  const std::string text = RenderRunSummary(*r);
+  EXPECT_NE(text.find("2 of 4 session(s) NOT EVALUATED"), std::string::npos) << text;
+  EXPECT_NE(text.find("fake:b 001_task (sample 0): provider: auth"), std::string::npos) << text;
+
+  Rig dead("turns = 2\n");
+  dead.llm.SetScript([](const LlmCall&) -> Result<LlmAnswer> {
+    return Error(ErrorKind::kAuth, "401 invalid key");
+  });
+  auto d = dead.Run();
+  ASSERT_TRUE(d.ok());
+  EXPECT_TRUE(d->AllFailed());
+  EXPECT_NE(RenderRunSummary(*d).find("FAILED: every session"), std::string::npos);
 }
 
 TEST(Runner, RunBudgetStopsEveryoneWithTheReason) {

@@ -138,5 +138,15 @@ TEST(ThreadExecutor, FinishedButUncollectedJobsStayInFlight) {
   EXPECT_EQ(ex->in_flight(), 0u);
 }
 
+// Regression: with nothing in flight, waiting for a retry's time point
+// returned at once, so the run loop spun a core through every backoff (2 min
+// of CPU in a 3 min run). It must sleep until the time point.
+TEST(ThreadExecutor, WaitWithNothingInFlightSleepsUntilTheTimePoint) {
+  auto ex = MakeThreadExecutor();
+  const auto until = RealClock().Now() + std::chrono::milliseconds(50);
+  EXPECT_TRUE(ex->Wait(until).empty());
+  EXPECT_GE(RealClock().Now(), until);
+}
+
 }  // namespace
 }  // namespace kforge::agent

@@ -135,3 +135,34 @@ TEST(SelectorTest, ParsesRunsAndFilters) {
 
 }  // namespace
 }  // namespace kforge::results
+
+namespace kforge::results {
+namespace {
+
+TEST(CompareTest, NotEvaluatedSessionsAreNeitherWinsNorLosses) {
+  auto a = Many(3, true, 1.5);
+  auto b = Many(3, false, 1.0);
+  for (auto& s : b) s.not_evaluated = true;
+  const Comparison c = Compare(a, b, "A", "B", CompareOptions{});
+  EXPECT_EQ(c.problems.size(), 0u);
+  EXPECT_EQ(c.wins, 0);
+  EXPECT_EQ(c.not_evaluated_b, 3);
+  EXPECT_NE(c.verdict.find("No problem was evaluated on both sides"), std::string::npos);
+  EXPECT_NE(RenderComparisonText(c).find("not evaluated (left out): 0 in A, 3 in B"),
+            std::string::npos);
+}
+
+TEST(CompareTest, ValidatesConfidenceAndResamples) {
+  CompareOptions o;
+  EXPECT_TRUE(ValidateCompareOptions(o).ok());
+  o.confidence = 5;
+  Status s = ValidateCompareOptions(o);
+  EXPECT_EQ(s.kind(), ErrorKind::kInvalidInput);
+  EXPECT_NE(s.message().find("--confidence 5"), std::string::npos) << s.message();
+  o.confidence = 0.9;
+  o.resamples = 0;
+  EXPECT_NE(ValidateCompareOptions(o).message().find("--resamples 0"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kforge::results

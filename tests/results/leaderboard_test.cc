@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kforge/results/fixture.h"
+#include "kforge/results/store.h"
 #include "test_util.h"
 
 namespace kforge::results {
@@ -109,6 +110,95 @@ TEST(LeaderboardFormatTest, RejectsUnknownFormat) {
   ASSERT_FALSE(f.ok());
   EXPECT_NE(f.status().message().find("xml"), std::string::npos);
   EXPECT_TRUE(ParseLeaderboardFormat("md").ok());
+}
+
+}  // namespace
+}  // namespace kforge::results
+
+namespace kforge::results {
+namespace {
+
+TurnRecord Turn(int64_t session, int index, const std::string& kernel_sha) {
+  TurnRecord t;
+  t.session_id = session;
+  t.index = index;
+  t.prompt = "p";
+  t.reply = "r";
+  t.kernel_sha = kernel_sha;
+  return t;
+}
+
+// Sessions nothing judged (model never reached, compile-only) are named and
+// left out of every figure; they must not read as wrong answers.
+TEST(NotEvaluatedTest, UnreachedAndCompileOnlySessionsAreNamedNotScored) {
+  testing::TempDir tmp;
+  auto store = RunStore::Open(tmp.path() / "nokey");
+  ASSERT_OK(store);
+  auto run = (*store)->CreateOrGetRun("nokey", {}, "v", "h", {});
+  ASSERT_OK(run);
+  // 1: the model was never reached (no turn at all).
+  auto s1 = (*store)->UpsertSession(
+      run->id, {"openai:gpt-5.5", "001_allreduce", "refine", 0, 2, "bf16", "collective"});
+  ASSERT_OK(s1);
+  ASSERT_STATUS_OK(
+      (*store)->SetSessionState(*s1, "stopped", "provider: auth: no API key; set OPENAI_API_KEY"));
+  // 2: compile-only: a compile error, then a kernel that compiled and never ran.
+  auto s2 = (*store)->UpsertSession(
+      run->id, {"replay:demo", "001_allreduce", "refine", 0, 2, "bf16", "collective"});
+  ASSERT_OK(s2);
+  auto k = (*store)->PutBlob("kernel");
+  ASSERT_OK(k);
+  TurnRecord t0 = Turn(*s2, 0, *k);
+  auto t0id = (*store)->AppendTurn(t0);
+  ASSERT_OK(t0id);
+  ASSERT_OK((*store)->RecordEvaluation(*s2, *t0id, {{"status", "compile_error"}}));
+  TurnRecord t1 = Turn(*s2, 1, *k);
+  ASSERT_OK((*store)->AppendTurn(t1));
+  ASSERT_STATUS_OK((*store)->AppendEvent(run->id, "compiled", {{"session", *s2}, {"turn", 1}}));
+  ASSERT_STATUS_OK((*store)->SetSessionState(*s2, "stopped", "compiled; evaluation needs a GPU"));
+  // 3: judged: every turn failed to compile.
+  auto s3 = (*store)->UpsertSession(
+      run->id, {"replay:demo", "002_allgather", "refine", 0, 2, "bf16", "collective"});
+  ASSERT_OK(s3);
+  TurnRecord t2 = Turn(*s3, 0, *k);
+  auto t2id = (*store)->AppendTurn(t2);
+  ASSERT_OK(t2id);
+  ASSERT_OK((*store)->RecordEvaluation(*s3, *t2id, {{"status", "compile_error"}}));
+  ASSERT_STATUS_OK((*store)->SetSessionState(*s3, "done", "turn limit"));
+  store->reset();
+
+  auto samples = LoadRunDirs({tmp.path() / "nokey"});
+  ASSERT_OK(samples);
+  ASSERT_EQ(samples->size(), 3u);
+  EXPECT_TRUE((*samples)[0].not_evaluated);
+  EXPECT_EQ((*samples)[0].not_evaluated_reason, "provider: auth: no API key; set OPENAI_API_KEY");
+  EXPECT_TRUE((*samples)[1].not_evaluated);
+  EXPECT_FALSE((*samples)[2].not_evaluated);
+
+  MetricsOptions options;
+  const Leaderboard board = BuildLeaderboard(*samples, options);
+  ASSERT_EQ(board.rows.size(), 2u);
+  // replay:demo: one judged problem (002), the compile-only session apart.
+  EXPECT_EQ(board.rows[0].key[0].second, "replay:demo");
+  EXPECT_EQ(board.rows[0].problems, 1);
+  EXPECT_EQ(board.rows[0].samples, 1);
+  EXPECT_EQ(board.rows[0].not_evaluated, 1);
+  // openai: nothing evaluated, so no figures at all (never "0.0%").
+  EXPECT_FALSE(board.rows[1].evaluated());
+  auto doc = nlohmann::json::parse(RenderJson(board));
+  EXPECT_TRUE(doc["rows"][1]["correct_rate"].is_null());
+  EXPECT_TRUE(doc["rows"][1]["geomean_speedup_all"].is_null());
+  EXPECT_EQ(doc["rows"][1]["not_evaluated"], 1);
+  ASSERT_EQ(doc["not_evaluated"].size(), 2u);
+  const std::string md = RenderMarkdown(board);
+  EXPECT_NE(md.find("not evaluated"), std::string::npos) << md;
+  EXPECT_NE(md.find("nokey / openai:gpt-5.5 / 001_allreduce (sample 0): provider: auth"),
+            std::string::npos)
+      << md;
+  const std::string csv = RenderCsv(board);
+  EXPECT_EQ(csv.find("openai:gpt-5.5,refine,real,0,0,0.0000"), std::string::npos) << csv;
+  EXPECT_NE(csv.find("openai:gpt-5.5,refine,none,0,0,,"), std::string::npos) << csv;
+  EXPECT_NE(csv.find(",1\n"), std::string::npos) << csv;
 }
 
 }  // namespace

@@ -3,9 +3,11 @@
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 
+#include <fstream>
 #include <thread>
 
 #include "kforge/core/hash.h"
+#include "kforge/results/samples.h"
 #include "schema.h"
 #include "sqlite_db.h"
 #include "test_util.h"
@@ -237,6 +239,50 @@ TEST(RunStoreMigrationTest, RefusesNewerSchema) {
   auto store = RunStore::Open(tmp.path());
   ASSERT_FALSE(store.ok());
   EXPECT_NE(store.status().message().find("schema version 99"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kforge::results
+
+namespace kforge::results {
+namespace {
+
+// A damaged store said "step: database disk image is malformed" and a 0-byte
+// one "old schema version 0; open it once for writing": name the file and
+// say what is wrong.
+TEST(StoreDamageTest, EmptyAndTruncatedStoresAreNamed) {
+  testing::TempDir tmp;
+  const auto empty = tmp.path() / "empty";
+  std::filesystem::create_directories(empty);
+  { std::ofstream(StorePath(empty)); }
+  auto e = RunStore::Open(empty, true);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find(StorePath(empty).string()), std::string::npos);
+  EXPECT_NE(e.status().message().find("holds no kforge run store"), std::string::npos)
+      << e.status().message();
+
+  const auto cut = tmp.path() / "cut";
+  {
+    auto store = RunStore::Open(cut);
+    ASSERT_OK(store);
+    auto run = (*store)->CreateOrGetRun("cut", {}, "v", "", {});
+    ASSERT_OK(run);
+    for (int i = 0; i < 200; ++i) {
+      auto sid = (*store)->UpsertSession(
+          run->id, {"m", "t" + std::to_string(i), "s", 0, 2, "bf16", std::string(300, 'c')});
+      ASSERT_OK(sid);
+    }
+  }
+  std::filesystem::remove(cut / "store.sqlite-wal");
+  std::filesystem::remove(cut / "store.sqlite-shm");
+  const auto size = std::filesystem::file_size(StorePath(cut));
+  std::filesystem::resize_file(StorePath(cut), size / 3);
+  auto samples = LoadRunDirs({cut});
+  ASSERT_FALSE(samples.ok());
+  EXPECT_NE(samples.status().message().find(StorePath(cut).string()), std::string::npos)
+      << samples.status().message();
+  EXPECT_EQ(samples.status().message().find("step:"), std::string::npos)
+      << samples.status().message();
 }
 
 }  // namespace

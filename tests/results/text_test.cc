@@ -16,8 +16,9 @@ TEST(LineDiffTest, ProducesAMinimalEditScript) {
     ops += l.text;
     ops += ' ';
   }
-  // b replaced by x, e appended; the common lines a, c, d kept.
-  EXPECT_TRUE(ops == "=a +x -b =c =d +e " || ops == "=a -b +x =c =d +e ") << ops;
+  // b replaced by x, e appended; the common lines a, c, d kept. The removed
+  // line comes before the added one, as in every diff tool.
+  EXPECT_EQ(ops, "=a -b +x =c =d +e ");
   EXPECT_EQ(UnifiedDiff(DiffLines("same\n", "same\n")), "") << "equal texts have no diff";
 }
 
@@ -28,6 +29,7 @@ TEST(LineDiffTest, FoldsLongUnchangedRuns) {
   after.replace(after.find("line 15"), 7, "LINE 15");
   const std::string u = UnifiedDiff(DiffLines(before, after), 2);
   EXPECT_NE(u.find("- line 15"), std::string::npos);
+  EXPECT_LT(u.find("- line 15"), u.find("+ LINE 15")) << u;
   EXPECT_NE(u.find("+ LINE 15"), std::string::npos);
   EXPECT_NE(u.find("  line 13"), std::string::npos);
   EXPECT_EQ(u.find("line 3\n"), std::string::npos) << "far context folded";

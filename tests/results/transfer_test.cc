@@ -142,8 +142,10 @@ TEST(ShowTest, PrintsTurnsEvaluationsFeedbackAndKernelDiffs) {
   EXPECT_NE(text->find("=== run night"), std::string::npos);
   EXPECT_NE(text->find("002_t2"), std::string::npos);
   EXPECT_EQ(text->find("001_t1"), std::string::npos);
-  EXPECT_NE(text->find("--- turn 0"), std::string::npos);
+  // Turns count from 1 in show, as in the feedback ("Turn 1 of 4").
+  EXPECT_EQ(text->find("--- turn 0"), std::string::npos);
   EXPECT_NE(text->find("--- turn 1"), std::string::npos);
+  EXPECT_NE(text->find("--- turn 2"), std::string::npos);
   EXPECT_NE(text->find("prompt:\n    Write a multi-GPU kernel for task 002_t2"), std::string::npos);
   EXPECT_NE(text->find("(diff to the previous kernel)"), std::string::npos);
   EXPECT_NE(text->find("- // 002_t2 candidate, turn 0"), std::string::npos) << *text;

@@ -2,11 +2,13 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <thread>
 
 #include "kforge/results/fixture.h"
 #include "kforge/results/server.h"
+#include "kforge/results/store.h"
 #include "test_util.h"
 
 namespace kforge::results {
@@ -107,7 +109,7 @@ TEST_F(WebTest, SessionPageShowsTurnsKernelEvaluationFeedbackAndDiff) {
   ASSERT_TRUE(res);
   ASSERT_EQ(res->status, 200) << path;
   for (const char* needle :
-       {"Turn 0", "Turn 1", "<summary>prompt</summary>", "<summary>reply</summary>",
+       {"Turn 1", "Turn 2", "<summary>prompt</summary>", "<summary>reply</summary>",
         "<span class=\"cu\">__global__</span>", "diff to the previous kernel",
         "<span class=\"add\">", "Evaluation: <span class=\"tag", "<summary>feedback</summary>"}) {
     EXPECT_NE(res->body.find(needle), std::string::npos) << needle;
@@ -130,6 +132,66 @@ TEST_F(WebTest, UnknownThingsAre404) {
     ASSERT_TRUE(res) << path;
     EXPECT_EQ(res->status, 404) << path;
   }
+}
+
+}  // namespace
+}  // namespace kforge::results
+
+namespace kforge::results {
+namespace {
+
+// A second server on a listening port must not share it (requests would go
+// to either at random); a port past 65535 must not wrap around.
+TEST_F(WebTest, BusyPortAndOutOfRangePortAreRefused) {
+  // The suite's server must be serving before the suite stops it (a Stop()
+  // before Run() starts would leave Run() waiting forever).
+  ASSERT_TRUE(Get("/"));
+  ServerOptions options;
+  options.runs_root = tmp_->path();
+  options.port = server_->port();
+  auto second = Server::Bind(options);
+  ASSERT_FALSE(second.ok()) << "bound a port another server listens on";
+  EXPECT_NE(second.status().message().find(std::to_string(server_->port())), std::string::npos);
+  options.port = 99999;
+  auto wrapped = Server::Bind(options);
+  ASSERT_FALSE(wrapped.ok());
+  EXPECT_EQ(wrapped.status().kind(), ErrorKind::kInvalidInput);
+  EXPECT_NE(wrapped.status().message().find("1..65535"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kforge::results
+
+namespace kforge::results {
+namespace {
+
+// One damaged store turned the whole index into HTTP 400: it is left out
+// and named, and the other runs still show.
+TEST(WebDamageTest, ADamagedStoreIsNamedAndTheOthersStillShow) {
+  testing::TempDir tmp;
+  FixtureSpec good;
+  good.run_name = "good";
+  good.tasks = 2;
+  good.samples = 1;
+  ASSERT_STATUS_OK(WriteFixtureRun(tmp.path() / "good", good));
+  std::filesystem::create_directories(tmp.path() / "bad");
+  { std::ofstream(StorePath(tmp.path() / "bad")) << "this is not a database"; }
+  ServerOptions options;
+  options.port = 0;
+  options.runs_root = tmp.path();
+  auto server = Server::Bind(options);
+  ASSERT_OK(server);
+  std::thread t([&] { (void)(*server)->Run(); });
+  httplib::Client client("127.0.0.1", (*server)->port());
+  client.set_read_timeout(10);
+  auto res = client.Get("/");
+  (*server)->Stop();
+  t.join();
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200) << res->body;
+  EXPECT_NE(res->body.find("skipped-runs"), std::string::npos);
+  EXPECT_NE(res->body.find((tmp.path() / "bad").string()), std::string::npos) << res->body;
+  EXPECT_NE(res->body.find("/run/good"), std::string::npos);
 }
 
 }  // namespace

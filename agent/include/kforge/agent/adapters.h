@@ -22,6 +22,10 @@ namespace kforge::agent {
 
 // One providers::Client per model spec, made on first use. Thread-safe.
 std::unique_ptr<LlmPort> MakeProviderLlm();
+// The same, with every model's client made up front: kInvalidInput naming
+// each model whose spec, provider, API key or cassette is unusable (nothing
+// is sent to any model).
+Result<std::unique_ptr<LlmPort>> MakeProviderLlmFor(const std::vector<std::string>& models);
 
 // An evaluator over `tasks` (which must outlive it), bound to `gpus`
 // (empty: the evaluator's default). One evaluation at a time.
@@ -37,6 +41,8 @@ Result<nlohmann::json> ProbeHardwareCard(const std::vector<int>& gpus);
 // Everything the prompt builder needs for one task: the evaluator's task card
 // at (world, dtype), the ABI header, the reference source and, for strategies
 // that want one, the task's first hand-written solution.
+// Refuses (kInvalidInput) a world size or dtype the task does not declare,
+// or sizes that do not instantiate (task_select.h, CheckTaskProblem).
 Result<PromptInputs> TaskPromptInputs(const eval::Task& task, int world, const std::string& dtype,
                                       const Strategy& strategy, const std::string& hardware_card);
 

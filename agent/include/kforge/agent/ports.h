@@ -38,6 +38,7 @@ struct LlmAnswer {
   std::string finish_reason = "stop";  // stop | length | content_filter | error | other
   int64_t input_tokens = 0, cached_input_tokens = 0, output_tokens = 0, reasoning_tokens = 0;
   double cost_usd = 0;
+  bool priced = true;  // false: the registry has no price for the model (cost_usd is 0, not free)
   double latency_s = 0;
   std::string request_id;
 };

@@ -18,6 +18,9 @@ struct ModelStats {
   int correct = 0;   // sessions with a correct kernel
   int faster = 0;    // sessions with a correct kernel faster than the baseline
   int compiled = 0;  // sessions whose kernel compiled but could not be evaluated (no GPU)
+  int not_evaluated = 0;
+  bool unpriced = false;  // some call had no price in the registry: spend is unknown, not $0  //
+                          // ended sessions nothing judged (SessionSummary::not_evaluated)
   int turns = 0;
   double usd = 0;
   int64_t tokens = 0;

@@ -31,6 +31,7 @@ struct RunConfig {
   int llm_concurrency = 4;   // per model
   int compile_jobs = 0;      // 0: the number of CPU cores
   std::string out = "runs";  // runs/<name>/
+  std::string tasks_dir;     // empty: the default tasks folder
 };
 
 // Reads a run file. Errors name the file, the line and the field.
@@ -39,6 +40,11 @@ Result<RunConfig> LoadRunFile(const std::filesystem::path& path);
 
 nlohmann::json RunConfigToJson(const RunConfig& c);
 Result<RunConfig> RunConfigFromJson(const nlohmann::json& j);
+
+// What a new invocation asks differently from a stored run's config, one
+// "field: stored -> asked" line per field (name and out are not compared).
+// Empty when they ask the same.
+std::vector<std::string> RunConfigDifferences(const RunConfig& stored, const RunConfig& asked);
 
 // "2025-06-01T08:00:00" (local time), "+8h", "+90m", "+3600s" or unix seconds.
 Result<double> ParseDeadline(const std::string& text, double now_unix);

@@ -25,6 +25,9 @@ struct RunTask {
   std::string key;  // "001_allreduce"
   std::string category;
   Prompt prompt;  // built for the run's world and dtype
+  // The dtype its sessions are stored under, resolved (the task's default
+  // when the run names none); empty falls back to RunSpec::dtype.
+  std::string dtype;
 };
 
 struct RunSpec {
@@ -63,10 +66,17 @@ struct SessionSummary {
   std::string best_outcome;  // of the best candidate; empty when no turn finished
   double best_speedup = 0;
   int turns = 0;
+  // Nothing judged the model's work (never reached, evaluator failure, or a
+  // kernel compiled without a GPU): the same rule as results' SampleOutcome.
+  bool not_evaluated = false;
+  // Stopped by an error that is not the model's work (provider or harness),
+  // not by a budget, deadline or stop rule.
+  bool failed = false;
 };
 
 struct RunSummary {
   int64_t run_id = 0;
+  std::string name;
   RunStats stats;
   std::vector<SessionSummary> sessions;
   double wall_s = 0;
@@ -75,6 +85,10 @@ struct RunSummary {
   // True when the run ended because a store write failed (nothing after the
   // failed write happened; resume continues from there).
   bool aborted = false;
+
+  // True when there were sessions and every one of them failed (no model
+  // reached, every evaluation a harness error): the run measured nothing.
+  bool AllFailed() const;
 };
 
 // Runs (or resumes) the run to completion. A Status error means the store

@@ -37,6 +37,9 @@ struct CompareOptions {
   double tie_tolerance = 0.02;    // speedups within 2% are a tie
   bool include_emulated = false;  // emulated sessions are left out by default
 };
+// kInvalidInput naming the option when a value makes no sense: confidence
+// outside (0, 1), fewer than 100 resamples, a negative tie tolerance.
+Status ValidateCompareOptions(const CompareOptions& options);
 
 // One problem's best sample on each side.
 struct ProblemSide {
@@ -62,8 +65,9 @@ struct Comparison {
   int wins = 0, losses = 0, ties = 0;
   int only_a = 0, only_b = 0;  // problems one side lacks (not compared)
   int excluded_emulated = 0;
-  Interval fast1_diff;     // fast_1(A) - fast_1(B), in [−1, 1]
-  Interval geomean_ratio;  // geomean_all(A) / geomean_all(B)
+  int not_evaluated_a = 0, not_evaluated_b = 0;  // sessions nothing judged (left out)
+  Interval fast1_diff;                           // fast_1(A) - fast_1(B), in [−1, 1]
+  Interval geomean_ratio;                        // geomean_all(A) / geomean_all(B)
   int resamples = 0;
   uint64_t seed = 0;
   double confidence = 0;

@@ -36,4 +36,8 @@ std::string RenderHtmlBody(const Leaderboard& board, std::string_view link_base 
 
 std::string Render(const Leaderboard& board, LeaderboardFormat format);
 
+// Names every session left out because nothing evaluated it, with the reason
+// (a Markdown list; empty when there is none).
+std::string NotEvaluatedNote(const Leaderboard& board);
+
 }  // namespace kforge::results

@@ -12,6 +12,10 @@
 //    counted as 1.0, i.e. falling back to the baseline ("all").
 //  - tokens and dollars per solved problem: all tokens/dollars spent in the
 //    group divided by the number of problems solved (correct).
+// Sessions that were never evaluated (SampleOutcome::not_evaluated: no GPU,
+// model unreachable, evaluator failure) count in no figure: they are not
+// problems, samples, or wrong answers. Each row counts them apart, and a row
+// made only of them has no problems and no figures (`evaluated()` is false).
 // Emulated timings (ranks sharing a GPU) are not NVLink timings: by default
 // their sessions form separate rows, flagged `emulated`.
 #pragma once
@@ -55,8 +59,9 @@ struct GroupMetrics {
   bool emulated = false;           // a separate row of emulated sessions (kSeparate)
   bool includes_emulated = false;  // some of its sessions ran emulated
   int problems = 0;
-  int samples = 0;
-  int solved = 0;  // problems with a correct sample
+  int samples = 0;        // evaluated sessions only
+  int not_evaluated = 0;  // sessions left out: nothing judged them
+  int solved = 0;         // problems with a correct sample
   double correct_rate = 0;
   std::vector<std::pair<double, double>> fast_p;  // (p, fast_p)
   std::vector<std::pair<int, double>> pass_at_k;
@@ -69,6 +74,7 @@ struct GroupMetrics {
   double wall_s = 0;
 
   double FastP(double p) const;  // NaN when p was not computed
+  bool evaluated() const { return problems > 0; }
 };
 
 // Rows sorted by fast_1 (then correct rate, geomean, label); emulated rows last.

@@ -34,7 +34,20 @@ struct SampleOutcome {
   double cost_usd = 0;
   double wall_s = 0;            // model latency plus evaluation time, summed over turns
   std::string best_kernel_sha;  // kernel of the best evaluation's turn
+  // Nothing judged this session's work: the model was never reached, the
+  // evaluator failed, or a kernel compiled but never ran on a GPU (no GPU).
+  // Such a sample is left out of every correctness and speed figure and
+  // named instead (docs/results.md, "Not evaluated").
+  bool not_evaluated = false;
+  std::string not_evaluated_reason;  // the stop reason, or why nothing was judged
 };
+
+// The rule for SampleOutcome::not_evaluated, from what the store holds: no
+// evaluation passed, and either nothing was judged (no evaluation with a
+// verdict and no turn whose reply held no kernel) or a kernel compiled and
+// never reached a GPU. `statuses` are the session's evaluation statuses.
+bool NotEvaluated(const std::vector<std::string>& statuses, int no_kernel_turns,
+                  bool compiled_unevaluated);
 
 // Every counted session of every run in one store. A session counts once it
 // is finished (done/stopped) or has an evaluation; pending and running

@@ -108,6 +108,7 @@ struct SessionUsage {
   int64_t input_tokens = 0, output_tokens = 0;  // output includes reasoning tokens
   double cost_usd = 0;
   double latency_s = 0;
+  int no_kernel_turns = 0;  // turns whose reply held no kernel
 };
 
 struct EventRecord {

@@ -1,0 +1,46 @@
+// One task-selector grammar for every command (`run --tasks`, `eval --task`,
+// `prompt --task`, `tasks show`, `show RUN TASK`), and the check that a task
+// can be posed at a world size and dtype before anything is spent on it.
+//
+// A selector is a key ("001_allreduce"), a number with or without leading
+// zeros ("1", "001"), a name ("allreduce"), a glob over keys and names
+// ("00*", "*gather"), a category ("collective" or "category:collective"), or
+// "all" / "*". Lists are comma-separated where a command takes several.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "kforge/agent/run_config.h"
+#include "kforge/core/status.h"
+
+namespace kforge::eval {
+struct Task;
+}
+
+namespace kforge::agent {
+
+// eval::LoadTasks plus every shape check of `kforge tasks validate` except
+// the oracle run (eval::ValidateShapes): a task whose sizes do not
+// instantiate (a negative size, say) is refused on load by every command,
+// naming its task.toml.
+Result<std::vector<eval::Task>> LoadCheckedTasks(const std::filesystem::path& dir);
+
+TaskRef RefFor(const eval::Task& task);
+// A reference built from a stored key alone ("001_allreduce": id 1, name
+// "allreduce"), for commands that read runs rather than task folders.
+TaskRef RefFromKey(const std::string& key);
+
+// The one task a selector names; kInvalidInput when it names none ("no task
+// 'x' in DIR") or several (listing them).
+Result<const eval::Task*> SelectOneTask(const std::vector<eval::Task>& tasks,
+                                        const std::string& selector, const std::string& tasks_dir);
+
+// Refuses a world size or dtype the task does not declare, and a task whose
+// sizes do not instantiate at that world size and dtype (say a negative
+// size), naming the task and what it supports. `dtype` empty: the task's
+// default. `world` 0: no world size check.
+Status CheckTaskProblem(const eval::Task& task, int world, const std::string& dtype);
+
+}  // namespace kforge::agent

@@ -1,0 +1,95 @@
+#include "kforge/agent/task_select.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+
+#include "kforge/evaluator/task.h"
+
+namespace kforge::agent {
+
+Result<std::vector<eval::Task>> LoadCheckedTasks(const std::filesystem::path& dir) {
+  KF_ASSIGN_OR_RETURN(std::vector<eval::Task> tasks, eval::LoadTasks(dir));
+  for (const auto& t : tasks) {
+    Status s = eval::ValidateShapes(t);
+    if (!s.ok()) {
+      return Error(ErrorKind::kInvalidInput,
+                   fmt::format("{}: {} (`kforge tasks validate` checks every task)",
+                               (t.dir / "task.toml").string(), s.message()));
+    }
+  }
+  return tasks;
+}
+
+TaskRef RefFor(const eval::Task& task) { return {task.key, task.name, task.id, task.category}; }
+
+TaskRef RefFromKey(const std::string& key) {
+  TaskRef ref{key, key, 0, ""};
+  size_t digits = 0;
+  while (digits < key.size() && std::isdigit(static_cast<unsigned char>(key[digits]))) ++digits;
+  if (digits > 0 && digits <= 6) {
+    ref.id = std::stoi(key.substr(0, digits));
+    if (digits < key.size() && key[digits] == '_') ref.name = key.substr(digits + 1);
+  }
+  return ref;
+}
+
+Result<const eval::Task*> SelectOneTask(const std::vector<eval::Task>& tasks,
+                                        const std::string& selector, const std::string& tasks_dir) {
+  std::vector<TaskRef> suite;
+  for (const auto& t : tasks) suite.push_back(RefFor(t));
+  auto keys = SelectTasks({selector}, suite);
+  if (!keys.ok()) {
+    return Error(ErrorKind::kInvalidInput,
+                 fmt::format("no task '{}' in {} (see `kforge tasks list`)", selector, tasks_dir));
+  }
+  if (keys->size() != 1) {
+    return Error(ErrorKind::kInvalidInput,
+                 fmt::format("task selector '{}' names {} tasks ({}); give one", selector,
+                             keys->size(), fmt::join(*keys, ", ")));
+  }
+  for (const auto& t : tasks) {
+    if (t.key == keys->front()) return &t;
+  }
+  return Error(ErrorKind::kInternal, "selected task vanished");
+}
+
+Status CheckTaskProblem(const eval::Task& task, int world, const std::string& dtype) {
+  if (world > 0 && std::find(task.world_sizes.begin(), task.world_sizes.end(), world) ==
+                       task.world_sizes.end()) {
+    return Error(ErrorKind::kInvalidInput,
+                 fmt::format("{} supports W in {{{}}}, not {} (--world)", task.key,
+                             fmt::join(task.world_sizes, ", "), world));
+  }
+  eval::Dtype dt = task.dtypes.empty() ? eval::Dtype::kF32 : task.dtypes.front();
+  if (!dtype.empty()) {
+    KF_ASSIGN_OR_RETURN(dt, eval::ParseDtype(dtype));
+    if (std::find(task.dtypes.begin(), task.dtypes.end(), dt) == task.dtypes.end()) {
+      std::vector<std::string> names;
+      for (eval::Dtype d : task.dtypes) names.emplace_back(eval::DtypeName(d));
+      return Error(ErrorKind::kInvalidInput,
+                   fmt::format("{} supports dtypes {{{}}}, not {} (--dtype)", task.key,
+                               fmt::join(names, ", "), dtype));
+    }
+  }
+  // Every size must instantiate: a model must never be sent a task that
+  // cannot be posed (the card would say "does not instantiate").
+  const std::vector<int> worlds = world > 0 ? std::vector<int>{world} : task.world_sizes;
+  for (int w : worlds) {
+    for (const auto* sizes : {&task.check_sizes, &task.bench_sizes}) {
+      for (const auto& size : *sizes) {
+        auto p = eval::Instantiate(task, w, dt, size, sizes == &task.check_sizes);
+        if (!p.ok()) {
+          return Error(
+              ErrorKind::kInvalidInput,
+              fmt::format("{}: {}/task.toml: size '{}' at W={} {}: {}", task.key, task.dir.string(),
+                          size.label, w, eval::DtypeName(dt), p.status().message()));
+        }
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace kforge::agent
