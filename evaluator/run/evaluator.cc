@@ -123,7 +123,7 @@ class RealEvaluator final : public Evaluator {
     if (fs::path jail = worker_.parent_path() / "kforge-jail"; fs::exists(jail)) copts.jail = jail;
     copts.timeout =
         std::chrono::milliseconds(static_cast<int64_t>(options.compile_timeout_s * 1000));
-    Compiler compiler(copts);
+    Compiler& compiler = CompilerFor(copts);
     std::vector<CompileJob> jobs = {
         {source, name, arch, LibrariesFor(source, task.policy, options.trusted), {}},
         {*reference,
@@ -283,7 +283,21 @@ class RealEvaluator final : public Evaluator {
     return group_.get();
   }
 
+  // One compiler for every evaluation with the same options, so that what it
+  // learns once (the toolchain's version and search paths, the link checker)
+  // carries over between evaluations.
+  Compiler& CompilerFor(const CompileOptions& o) {
+    if (!compiler_ || compiler_options_.cache_dir != o.cache_dir ||
+        compiler_options_.jail != o.jail || compiler_options_.timeout != o.timeout) {
+      compiler_ = std::make_unique<Compiler>(o);
+      compiler_options_ = o;
+    }
+    return *compiler_;
+  }
+
   std::filesystem::path worker_;
+  std::unique_ptr<Compiler> compiler_;
+  CompileOptions compiler_options_;
   json card_;
   // Declared before group_: the workers (MPS clients) exit before the daemon.
   std::unique_ptr<MpsDaemon> mps_;
