@@ -21,7 +21,8 @@
  * Buffers are 256-byte aligned. Inputs must not be modified (the harness
  * checks), except those the task declares in-place (kf_tensor.inout = 1): the
  * harness restores their contents before every call and checks them after it. Outputs are poisoned
- * (0xFF bytes) before correctness calls. The harness rotates several copies of the inputs and
+ * with a fresh, unpredictable pattern before every call, timed calls included, and every call's
+ * outputs are checked. The harness rotates several copies of the inputs and
  * outputs between timed calls (to keep them out of L2): read every pointer from ctx in each kf_run,
  * never cache tensor pointers from kf_setup. The workspace and signal pad do not move. The signal
  * pad (64 KiB) is zeroed on every rank before each kf_setup and never again: keep barrier state
