@@ -76,11 +76,10 @@ Status StartCandidate(EvalSession& s, const fs::path& kernel_so) {
   // The sandbox is complete once the arenas are mapped (seccomp comes last).
   // Its report is believed: no candidate code has run in the process yet.
   proto::AttachRequest attach{s.candidate_handles, nccl_id};
-  auto attached = c.All(attach.ToJson(), dl, "sandbox");
-  if (!attached.ok()) return GroupFailed(s, c, attached.status());
+  KF_ASSIGN_OR_RETURN(auto attached, Exchange(s, c, attach.ToJson(), dl, "sandbox"));
   s.supervisor = std::make_unique<sandbox::Supervisor>();
   for (int r = 0; r < s.world; ++r) {
-    Message& m = (*attached)[r];
+    Message& m = attached[r];
     sandbox::Report report = sandbox::Report::FromJson(m.body.value("sandbox", json::object()));
     if (r == 0 || (!report.Complete() && s.sandbox_report.value("complete", true))) {
       s.sandbox_report = report.ToJson();
@@ -95,8 +94,9 @@ Status StartCandidate(EvalSession& s, const fs::path& kernel_so) {
 
   // Calibration: the same mailbox path with an empty kernel, on our clock.
   const SizePlan& first = s.plans.front();
-  auto configured = c.All(ConfigureMessage(s, first, s.CandidateMayUseCollectives()), dl, "setup");
-  if (!configured.ok()) return GroupFailed(s, c, configured.status());
+  KF_RETURN_IF_ERROR(
+      Exchange(s, c, ConfigureMessage(s, first, s.CandidateMayUseCollectives()), dl, "setup")
+          .status());
   proto::CalibrateRequest cal{s.next_seq, kCalibrationCalls, 10};
   s.next_seq += kCalibrationCalls;
   std::vector<json> msgs(s.world, cal.ToJson());
@@ -121,8 +121,9 @@ Status StartCandidate(EvalSession& s, const fs::path& kernel_so) {
   for (size_t k = 0; k < w.size(); ++k) gap.push_back(w[k] - e[k]);
   s.overhead_us = std::max(0.0, Quantile(gap, 0.5));
 
-  auto loaded = c.All(proto::PathRequest{copy.string()}.ToJson(proto::op::kLoad), dl, "load");
-  if (!loaded.ok()) return GroupFailed(s, c, loaded.status());
+  KF_RETURN_IF_ERROR(
+      Exchange(s, c, proto::PathRequest{copy.string()}.ToJson(proto::op::kLoad), dl, "load")
+          .status());
   return Status::Ok();
 }
 

@@ -18,14 +18,6 @@ namespace {
 
 using nlohmann::json;
 
-// One exchange with a group; a failure fills the result's error object.
-Result<std::vector<Message>> Exchange(EvalSession& s, WorkerGroup& g, const json& msg,
-                                      double deadline_s, const std::string& phase) {
-  auto r = g.All(msg, deadline_s, phase);
-  if (!r.ok()) return GroupFailed(s, g, r.status());
-  return r;
-}
-
 json SetsMessage(const char* op, std::vector<int> sets, uint32_t poison = 0xFFFFFFFFu) {
   proto::SetsRequest r;
   r.sets = std::move(sets);

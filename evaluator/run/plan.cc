@@ -29,6 +29,13 @@ Status GroupFailed(EvalSession& s, const WorkerGroup& g, const Status& st) {
   return st;
 }
 
+Result<std::vector<Message>> Exchange(EvalSession& s, WorkerGroup& g, const json& msg,
+                                      double deadline_s, const std::string& phase) {
+  auto r = g.All(msg, deadline_s, phase);
+  if (!r.ok()) return GroupFailed(s, g, r.status());
+  return r;
+}
+
 Status PlanSizes(EvalSession& s) {
   for (const auto& size : s.task->check_sizes) {
     KF_ASSIGN_OR_RETURN(Problem p, Instantiate(*s.task, s.world, s.dtype, size, true));
@@ -63,19 +70,17 @@ Status PrepareHarness(EvalSession& s, const std::filesystem::path& baseline) {
   }
   const double dl = s.options->setup_deadline_s;
   WorkerGroup& h = *s.harness;
-  auto allocated = h.All(alloc.ToJson(), dl, "setup");
-  if (!allocated.ok()) return GroupFailed(s, h, allocated.status());
+  KF_ASSIGN_OR_RETURN(auto allocated, Exchange(s, h, alloc.ToJson(), dl, "setup"));
   proto::PeersRequest peers;
   for (int r = 0; r < s.world; ++r) {
     KF_ASSIGN_OR_RETURN(
         proto::AllocReply a,
-        proto::AllocReply::Parse((*allocated)[r].body, "alloc reply of rank " + std::to_string(r)));
+        proto::AllocReply::Parse(allocated[r].body, "alloc reply of rank " + std::to_string(r)));
     peers.private_handles.push_back(a.private_handle);
     peers.candidate_handles.push_back(a.candidate_handle);
   }
   s.candidate_handles = peers.candidate_handles;
-  auto opened = h.All(peers.ToJson(), dl, "setup");
-  if (!opened.ok()) return GroupFailed(s, h, opened.status());
+  KF_RETURN_IF_ERROR(Exchange(s, h, peers.ToJson(), dl, "setup").status());
   auto loaded =
       h.All(proto::PathRequest{baseline.string()}.ToJson(proto::op::kLoadBaseline), dl, "load");
   if (!loaded.ok()) {
@@ -163,8 +168,8 @@ Status TimeBaselines(EvalSession& s, bool after) {
     KF_ASSIGN_OR_RETURN(auto times, TimeOnce(s, plan, after ? 20 : plan.warmup, plan.iters));
     (after ? plan.baseline_after_us : plan.baseline_before_us) = Quantile(times, 0.5);
     plan.baseline_us.insert(plan.baseline_us.end(), times.begin(), times.end());
-    auto torn = h.All({{"op", proto::op::kTeardown}}, dl, "baseline timing");
-    if (!torn.ok()) return GroupFailed(s, h, torn.status());
+    KF_RETURN_IF_ERROR(
+        Exchange(s, h, {{"op", proto::op::kTeardown}}, dl, "baseline timing").status());
   }
   return Status::Ok();
 }

@@ -104,6 +104,10 @@ nlohmann::json InputsMessage(EvalSession& s, const std::vector<int>& sets);
 
 // Turns a failed group exchange into the result's error/timeout object.
 Status GroupFailed(EvalSession& s, const WorkerGroup& g, const Status& st);
+// One message to every rank of `g` and their replies; a failure fills the
+// result's error object (GroupFailed).
+Result<std::vector<Message>> Exchange(EvalSession& s, WorkerGroup& g, const nlohmann::json& msg,
+                                      double deadline_s, const std::string& phase);
 
 // Compares one rank's output (raw bytes) with the oracle's expectation; null
 // when it passes, else a `mismatches` entry of docs/eval-result.md.

@@ -41,23 +41,17 @@ int CandidateWorker::Run() {
     (void)channel_.Send(proto::ErrorReply(s, args_.rank));
     return 3;
   }
-  auto with = [this](Result<json> (CandidateWorker::*fn)(const eval::Message&)) -> Handler {
-    return [this, fn](const eval::Message& m, std::vector<int>*) { return (this->*fn)(m); };
-  };
-  auto plain = [this](Result<json> (CandidateWorker::*fn)()) -> Handler {
-    return [this, fn](const eval::Message&, std::vector<int>*) { return (this->*fn)(); };
-  };
   const OpTable table = {
       {proto::op::kAttach,
        [this](const eval::Message& m, std::vector<int>* fds) { return Attach(m, fds); }},
-      {proto::op::kConfigure, with(&CandidateWorker::Configure)},
-      {proto::op::kCalibrate, with(&CandidateWorker::Calibrate)},
-      {proto::op::kLoad, with(&CandidateWorker::Load)},
-      {proto::op::kSetup, plain(&CandidateWorker::Setup)},
-      {proto::op::kRun, with(&CandidateWorker::RunOnce)},
-      {proto::op::kServe, with(&CandidateWorker::Serve)},
-      {proto::op::kTeardown, plain(&CandidateWorker::Teardown)},
-      {proto::op::kDetach, plain(&CandidateWorker::Detach)},
+      {proto::op::kConfigure, Bind(this, &CandidateWorker::Configure)},
+      {proto::op::kCalibrate, Bind(this, &CandidateWorker::Calibrate)},
+      {proto::op::kLoad, Bind(this, &CandidateWorker::Load)},
+      {proto::op::kSetup, Bind(this, &CandidateWorker::Setup)},
+      {proto::op::kRun, Bind(this, &CandidateWorker::RunOnce)},
+      {proto::op::kServe, Bind(this, &CandidateWorker::Serve)},
+      {proto::op::kTeardown, Bind(this, &CandidateWorker::Teardown)},
+      {proto::op::kDetach, Bind(this, &CandidateWorker::Detach)},
   };
   // A candidate process serves one evaluation; after a failed call its CUDA
   // context may be broken, and the coordinator replaces the whole group.
@@ -128,23 +122,9 @@ Result<json> CandidateWorker::Configure(const eval::Message& m) {
   v.groups = GroupViews(v.problem, args_.rank);
   sets_ = req.sets;
   view_ = std::move(v);
-  SetProcessBackend(nullptr);
-  emulated_.reset();
-  if (!req.collectives) {
-    SetProcessBackend(nullptr, "this task does not allow the harness collectives");
-  } else if (args_.emulated) {
-    std::vector<void*> staging;
-    for (int r = 0; r < args_.world; ++r)
-      staging.push_back(arenas_.base(r) + view_->layout.staging_off);
-    emulated_ = MakeEmulatedBackend(args_.rank, args_.world, staging, view_->layout.staging_bytes,
-                                    &control_, view_->groups);
-    SetProcessBackend(emulated_.get());
-  } else if (nccl_) {
-    KF_RETURN_IF_ERROR(nccl_->SetGroups(view_->groups));
-    SetProcessBackend(nccl_.get());
-  } else {
-    return Error(ErrorKind::kHarness, "configure: collectives allowed but NCCL was never started");
-  }
+  KF_RETURN_IF_ERROR(InstallCollectives(
+      base_, *view_, arenas_, &control_, nccl_.get(), &emulated_,
+      req.collectives ? nullptr : "this task does not allow the harness collectives"));
   return json::object();
 }
 

@@ -18,6 +18,31 @@ std::vector<GroupView> GroupViews(const eval::Problem& p, int rank) {
   return out;
 }
 
+Status InstallCollectives(const ContextBase& base, const ProblemView& view,
+                          const PeerArenas& arenas, eval::ControlBlock* control,
+                          CollectiveBackend* nccl, std::unique_ptr<CollectiveBackend>* emulated,
+                          const char* refusal) {
+  SetProcessBackend(nullptr);
+  emulated->reset();
+  if (refusal != nullptr) {
+    SetProcessBackend(nullptr, refusal);
+  } else if (base.emulated) {
+    std::vector<void*> staging;
+    for (int r = 0; r < base.world; ++r)
+      staging.push_back(arenas.base(r) + view.layout.staging_off);
+    *emulated = MakeEmulatedBackend(base.rank, base.world, staging, view.layout.staging_bytes,
+                                    control, view.groups);
+    SetProcessBackend(emulated->get());
+  } else if (nccl != nullptr) {
+    KF_RETURN_IF_ERROR(nccl->SetGroups(view.groups));
+    SetProcessBackend(nccl);
+  } else {
+    return Error(ErrorKind::kHarness,
+                 "configure: the collectives need NCCL, which was never started");
+  }
+  return Status::Ok();
+}
+
 kf_ctx BuildContext(const ContextBase& base, const ProblemView& view, const PeerArenas& arenas,
                     int set) {
   const eval::Problem& p = view.problem;

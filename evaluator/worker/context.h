@@ -4,6 +4,7 @@
 
 #include <cuda_runtime.h>
 
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -34,6 +35,15 @@ struct ContextBase {
   cudaStream_t stream = nullptr;
   kf_gpu_info gpu{};
 };
+
+// Makes the kf_* collectives of this process serve `view`: the emulated
+// backend over every rank's staging area in `arenas` (kept in *emulated), or
+// `nccl` with the problem's groups; `refusal` non-null makes every call fail
+// with it instead.
+Status InstallCollectives(const ContextBase& base, const ProblemView& view,
+                          const PeerArenas& arenas, eval::ControlBlock* control,
+                          CollectiveBackend* nccl, std::unique_ptr<CollectiveBackend>* emulated,
+                          const char* refusal = nullptr);
 
 // kf_ctx for input/output set `set` over `arenas` (every rank's arena mapped
 // here). ctx->harness is always null: the collectives use this process's

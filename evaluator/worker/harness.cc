@@ -37,36 +37,30 @@ int HarnessWorker::Run() {
     (void)channel_.Send(proto::ErrorReply(s, args_.rank));
     return 3;
   }
-  auto with = [this](Result<json> (HarnessWorker::*fn)(const eval::Message&)) -> Handler {
-    return [this, fn](const eval::Message& m, std::vector<int>*) { return (this->*fn)(m); };
-  };
-  auto plain = [this](Result<json> (HarnessWorker::*fn)()) -> Handler {
-    return [this, fn](const eval::Message&, std::vector<int>*) { return (this->*fn)(); };
-  };
   const OpTable table = {
-      {proto::op::kNcclInit, with(&HarnessWorker::NcclInit)},
+      {proto::op::kNcclInit, Bind(this, &HarnessWorker::NcclInit)},
       {proto::op::kNcclId,
        [](const eval::Message&, std::vector<int>*) -> Result<json> {
          KF_ASSIGN_OR_RETURN(std::string id, NcclUniqueId());
          return json{{"id", HexEncode(id.data(), id.size())}};
        }},
-      {proto::op::kAlloc, with(&HarnessWorker::Alloc)},
-      {proto::op::kPeers, with(&HarnessWorker::Peers)},
-      {proto::op::kConfigure, with(&HarnessWorker::Configure)},
-      {proto::op::kLoadBaseline, with(&HarnessWorker::LoadBaseline)},
-      {proto::op::kSetup, plain(&HarnessWorker::Setup)},
-      {proto::op::kTeardown, plain(&HarnessWorker::Teardown)},
-      {proto::op::kFree, plain(&HarnessWorker::Free)},
-      {proto::op::kHealth, plain(&HarnessWorker::Health)},
-      {proto::op::kInputs, with(&HarnessWorker::Inputs)},
-      {proto::op::kBaselineRun, with(&HarnessWorker::BaselineRun)},
-      {proto::op::kPoison, with(&HarnessWorker::Poison)},
+      {proto::op::kAlloc, Bind(this, &HarnessWorker::Alloc)},
+      {proto::op::kPeers, Bind(this, &HarnessWorker::Peers)},
+      {proto::op::kConfigure, Bind(this, &HarnessWorker::Configure)},
+      {proto::op::kLoadBaseline, Bind(this, &HarnessWorker::LoadBaseline)},
+      {proto::op::kSetup, Bind(this, &HarnessWorker::Setup)},
+      {proto::op::kTeardown, Bind(this, &HarnessWorker::Teardown)},
+      {proto::op::kFree, Bind(this, &HarnessWorker::Free)},
+      {proto::op::kHealth, Bind(this, &HarnessWorker::Health)},
+      {proto::op::kInputs, Bind(this, &HarnessWorker::Inputs)},
+      {proto::op::kBaselineRun, Bind(this, &HarnessWorker::BaselineRun)},
+      {proto::op::kPoison, Bind(this, &HarnessWorker::Poison)},
       {proto::op::kReadOutputs,
        [this](const eval::Message& m, std::vector<int>* fds) { return ReadOutputs(m, fds); }},
-      {proto::op::kVerify, with(&HarnessWorker::Verify)},
-      {proto::op::kTimeBaseline, with(&HarnessWorker::TimeBaseline)},
-      {proto::op::kDrive, with(&HarnessWorker::Drive)},
-      {proto::op::kCalibrate, with(&HarnessWorker::Calibrate)},
+      {proto::op::kVerify, Bind(this, &HarnessWorker::Verify)},
+      {proto::op::kTimeBaseline, Bind(this, &HarnessWorker::TimeBaseline)},
+      {proto::op::kDrive, Bind(this, &HarnessWorker::Drive)},
+      {proto::op::kCalibrate, Bind(this, &HarnessWorker::Calibrate)},
   };
   // A CUDA error inside the baseline leaves this context unusable: stop so
   // that the coordinator starts a fresh harness group.
@@ -170,21 +164,8 @@ Result<json> HarnessWorker::Configure(const eval::Message& m) {
   // The candidate's signal pad starts zeroed for every problem (its kf_setup
   // may rely on it, as the documentation promises).
   KF_CUDA(cudaMemset(Candidate(candidate_layout_.pad_off), 0, candidate_layout_.pad_bytes));
-  SetProcessBackend(nullptr);
-  emulated_.reset();
-  if (args_.emulated) {
-    std::vector<void*> staging;
-    for (int r = 0; r < args_.world; ++r)
-      staging.push_back(private_peers_.base(r) + view_->layout.staging_off);
-    emulated_ = MakeEmulatedBackend(args_.rank, args_.world, staging, view_->layout.staging_bytes,
-                                    &control_, view_->groups);
-    SetProcessBackend(emulated_.get());
-  } else if (nccl_) {
-    KF_RETURN_IF_ERROR(nccl_->SetGroups(view_->groups));
-    SetProcessBackend(nccl_.get());
-  } else {
-    return Error(ErrorKind::kHarness, "configure: NCCL was never initialised");
-  }
+  KF_RETURN_IF_ERROR(
+      InstallCollectives(base_, *view_, private_peers_, &control_, nccl_.get(), &emulated_));
   return json::object();
 }
 

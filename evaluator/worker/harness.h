@@ -46,8 +46,7 @@ class HarnessWorker {
   Result<json> Health();
   // harness_data.cc: inputs, expected outputs, poison, verification
   Result<json> Inputs(const eval::Message& m);
-  Status MakeInputs(const std::vector<eval::proto::SetSeed>& seeds,
-                    const eval::proto::InputsRequest* custom, const char* custom_base);
+  Status MakeInputs(const std::vector<eval::proto::SetSeed>& seeds);
   Result<json> BaselineRun(const eval::Message& m);
   Status RunBaseline(const std::vector<int>& sets);
   Result<json> Poison(const eval::Message& m);

@@ -42,12 +42,11 @@ Result<json> HarnessWorker::Inputs(const eval::Message& m) {
   KF_ASSIGN_OR_RETURN(proto::InputsRequest req, proto::InputsRequest::Parse(m.body));
   if (!req.custom.empty())
     return Error(ErrorKind::kHarness, "custom input bytes are not supported");
-  KF_RETURN_IF_ERROR(MakeInputs(req.seeds, nullptr, nullptr));
+  KF_RETURN_IF_ERROR(MakeInputs(req.seeds));
   return json::object();
 }
 
-Status HarnessWorker::MakeInputs(const std::vector<proto::SetSeed>& seeds,
-                                 const proto::InputsRequest*, const char*) {
+Status HarnessWorker::MakeInputs(const std::vector<proto::SetSeed>& seeds) {
   const eval::Problem& p = view_->problem;
   const proto::ArenaLayout& l = view_->layout;
   for (const proto::SetSeed& s : seeds) {

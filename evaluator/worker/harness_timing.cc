@@ -141,7 +141,7 @@ Result<json> HarnessWorker::Drive(const eval::Message& m) {
         return Error(ErrorKind::kHarness, "drive: a call on a set without fresh inputs");
       }
     }
-    KF_RETURN_IF_ERROR(MakeInputs(round.seeds, nullptr, nullptr));
+    KF_RETURN_IF_ERROR(MakeInputs(round.seeds));
     KF_RETURN_IF_ERROR(RunBaseline(sets));
     KF_RETURN_IF_ERROR(PoisonSets(round.order, round.poison));
     for (int set : round.order) {

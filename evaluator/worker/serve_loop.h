@@ -20,6 +20,16 @@ namespace kforge::worker {
 using Handler = std::function<Result<nlohmann::json>(const eval::Message&, std::vector<int>* fds)>;
 using OpTable = std::vector<std::pair<std::string, Handler>>;
 
+// A handler from a member function that takes the request, or nothing.
+template <typename W>
+Handler Bind(W* w, Result<nlohmann::json> (W::*fn)(const eval::Message&)) {
+  return [w, fn](const eval::Message& m, std::vector<int>*) { return (w->*fn)(m); };
+}
+template <typename W>
+Handler Bind(W* w, Result<nlohmann::json> (W::*fn)()) {
+  return [w, fn](const eval::Message&, std::vector<int>*) { return (w->*fn)(); };
+}
+
 // Returns the process exit code. After a failed request, `fatal(status)`
 // decides whether the process must stop (e.g. its CUDA context is broken).
 int Serve(eval::Channel& channel, int rank, const OpTable& table,
