@@ -475,6 +475,57 @@ MlpGrads MlpBackward(std::span<const double> x, std::span<const double> w1,
   return g;
 }
 
+LinearReluMseGrads LinearReluMseBackward(std::span<const double> x, std::span<const double> y,
+                                         std::span<const double> w1, std::span<const double> b1,
+                                         std::span<const double> w2, std::span<const double> b2,
+                                         int64_t n, int64_t d_in, int64_t hidden, int64_t d_out) {
+  const char* fn = "LinearReluMseBackward";
+  CheckSize(fn, "x", x.size(), n * d_in);
+  CheckSize(fn, "y", y.size(), n * d_out);
+  CheckSize(fn, "w1", w1.size(), hidden * d_in);
+  CheckSize(fn, "b1", b1.size(), hidden);
+  CheckSize(fn, "w2", w2.size(), d_out * hidden);
+  CheckSize(fn, "b2", b2.size(), d_out);
+  std::vector<double> z(n * hidden), h(n * hidden), out(n * d_out);
+  Gemm(x, w1, z, n, hidden, d_in, false, /*trans_b=*/true);
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t k = 0; k < hidden; ++k) {
+      z[i * hidden + k] += b1[k];
+      h[i * hidden + k] = std::max(z[i * hidden + k], 0.0);
+    }
+  }
+  Gemm(h, w2, out, n, d_out, hidden, false, /*trans_b=*/true);
+  LinearReluMseGrads g;
+  std::vector<double> dout(n * d_out);
+  const double scale = 2.0 / static_cast<double>(n * d_out);
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t j = 0; j < d_out; ++j) {
+      const double e = out[i * d_out + j] + b2[j] - y[i * d_out + j];
+      g.loss += e * e;
+      dout[i * d_out + j] = scale * e;
+    }
+  }
+  g.loss /= static_cast<double>(n * d_out);
+  g.w2.resize(d_out * hidden);
+  Gemm(dout, h, g.w2, d_out, hidden, n, /*trans_a=*/true);  // dout^T * h
+  g.b2.assign(d_out, 0.0);
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t j = 0; j < d_out; ++j) g.b2[j] += dout[i * d_out + j];
+  }
+  std::vector<double> dh(n * hidden);
+  Gemm(dout, w2, dh, n, hidden, d_out);  // dout * w2
+  for (size_t i = 0; i < dh.size(); ++i) {
+    if (z[i] <= 0) dh[i] = 0;
+  }
+  g.w1.resize(hidden * d_in);
+  Gemm(dh, x, g.w1, hidden, d_in, n, /*trans_a=*/true);  // dh^T * x
+  g.b1.assign(hidden, 0.0);
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t k = 0; k < hidden; ++k) g.b1[k] += dh[i * hidden + k];
+  }
+  return g;
+}
+
 // ---------------------------------------------------------------------------
 // Adam
 

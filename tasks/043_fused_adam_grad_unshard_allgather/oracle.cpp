@@ -1,9 +1,10 @@
 // Sharded Adam + all-gather: every rank updates its shard (master, m, v in
 // place) and every rank's params is the concatenation of all updated shards.
+#include "kforge/oracle.h"
+
 #include <algorithm>
 #include <vector>
 
-#include "kforge/oracle.h"
 #include "kforge/oracle_math.h"
 
 KF_ORACLE(fused_adam_grad_unshard_allgather) {

@@ -28,8 +28,8 @@ __device__ __forceinline__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float x) {
 // The bias corrections depend on the step, which lives in device memory:
 // thread 0 of every block computes them in double once.
 template <typename T>
-__global__ void AdamShard(const T* grad, float* master, float* m, float* v, const int* step,
-                          T* out, int64_t n, Hyper h, double beta1, double beta2) {
+__global__ void AdamShard(const T* grad, float* master, float* m, float* v, const int* step, T* out,
+                          int64_t n, Hyper h, double beta1, double beta2) {
   __shared__ float step_size, inv_bc2_sqrt;
   if (threadIdx.x == 0) {
     const double t = static_cast<double>(*step);
@@ -88,8 +88,7 @@ extern "C" int kf_run(kf_ctx* ctx) {
     return 2;
   }
   if (cudaGetLastError() != cudaSuccess) return 1;
-  return kf_all_gather(ctx, ctx->workspace.data, params->data, static_cast<size_t>(n),
-                       grad->dtype);
+  return kf_all_gather(ctx, ctx->workspace.data, params->data, static_cast<size_t>(n), grad->dtype);
 }
 
 extern "C" int kf_teardown(kf_ctx*) { return 0; }

@@ -144,6 +144,22 @@ MlpGrads MlpBackward(std::span<const double> x, std::span<const double> w1,
                      std::span<const double> w2, std::span<const double> dy, int64_t tokens,
                      int64_t d_model, int64_t d_ff, Activation act);
 
+// torch.nn.Linear -> ReLU -> Linear with MSE loss, the model of
+// ParallelKernelBench's DDP / ZeRO / FSDP problems:
+//   z = x * w1^T + b1, h = relu(z), out = h * w2^T + b2,
+//   loss = mean((out - y)^2) over all n * d_out elements (F.mse_loss).
+// x [n, d_in], y [n, d_out], w1 [hidden, d_in], b1 [hidden], w2 [d_out, hidden],
+// b2 [d_out] (nn.Linear's [out_features, in_features] layout). Returns the
+// loss and its gradients with respect to the four parameters (ReLU' = 0 at 0).
+struct LinearReluMseGrads {
+  double loss = 0;
+  std::vector<double> w1, b1, w2, b2;
+};
+LinearReluMseGrads LinearReluMseBackward(std::span<const double> x, std::span<const double> y,
+                                         std::span<const double> w1, std::span<const double> b1,
+                                         std::span<const double> w2, std::span<const double> b2,
+                                         int64_t n, int64_t d_in, int64_t hidden, int64_t d_out);
+
 // ---------------------------------------------------------------------------
 // Adam / AdamW, matching torch.optim.Adam and torch.optim.AdamW (amsgrad=False,
 // maximize=False) for one step t = `step` (1-based):

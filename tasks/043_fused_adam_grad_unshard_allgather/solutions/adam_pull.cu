@@ -118,9 +118,9 @@ __device__ __forceinline__ void UpdateVec(const T* grad, float* master, float* m
 
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
-    AdamPull(const T* grad, float* master, float* m, float* v, const int* step, int64_t n,
-             Hyper h, Peers peers, T* params, size_t half_bytes, uint32_t* epochs, int rank,
-             int world, bool vec) {
+    AdamPull(const T* grad, float* master, float* m, float* v, const int* step, int64_t n, Hyper h,
+             Peers peers, T* params, size_t half_bytes, uint32_t* epochs, int rank, int world,
+             bool vec) {
   __shared__ float step_size, inv_bc2_sqrt;
   __shared__ uint32_t epoch;
   if (threadIdx.x == 0) {

@@ -122,8 +122,8 @@ __device__ __forceinline__ void UpdateVec(const T* grad, float* master, float* m
 
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
-    AdamPush(const T* grad, float* master, float* m, float* v, const int* step, int64_t n,
-             Hyper h, Peers peers, uint32_t* epochs, int rank, int world, bool vec) {
+    AdamPush(const T* grad, float* master, float* m, float* v, const int* step, int64_t n, Hyper h,
+             Peers peers, uint32_t* epochs, int rank, int world, bool vec) {
   __shared__ float step_size, inv_bc2_sqrt;
   __shared__ uint32_t epoch;
   if (threadIdx.x == 0) {
@@ -223,13 +223,13 @@ extern "C" int kf_run(kf_ctx* ctx) {
   float* vv = static_cast<float*>(v->data);
   const int* sp = static_cast<const int*>(step->data);
   if (grad->dtype == KF_BF16) {
-    AdamPush<__nv_bfloat16><<<b, kThreads, 0, ctx->stream>>>(
-        static_cast<const __nv_bfloat16*>(grad->data), mp, mm, vv, sp, n, h, peers, st->epochs,
-        ctx->rank, world, vec);
+    AdamPush<__nv_bfloat16>
+        <<<b, kThreads, 0, ctx->stream>>>(static_cast<const __nv_bfloat16*>(grad->data), mp, mm, vv,
+                                          sp, n, h, peers, st->epochs, ctx->rank, world, vec);
   } else if (grad->dtype == KF_F32) {
-    AdamPush<float><<<b, kThreads, 0, ctx->stream>>>(static_cast<const float*>(grad->data), mp,
-                                                      mm, vv, sp, n, h, peers, st->epochs,
-                                                      ctx->rank, world, vec);
+    AdamPush<float><<<b, kThreads, 0, ctx->stream>>>(static_cast<const float*>(grad->data), mp, mm,
+                                                     vv, sp, n, h, peers, st->epochs, ctx->rank,
+                                                     world, vec);
   } else {
     return 2;
   }
