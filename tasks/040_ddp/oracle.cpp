@@ -17,10 +17,19 @@ const char* const kParams[] = {"W1", "b1", "W2", "b2"};
 // The expected std of the averaged gradient of each parameter (task.toml
 // derives them): what the moments are drawn relative to.
 double GradScale(const std::string& param, const std::map<std::string, double>& vars) {
-  const double b = vars.at("B"), hidden = vars.at("hidden"), d_out = vars.at("d_out");
-  if (param == "W2") return 1.73 / (std::sqrt(b) * d_out);
-  if (param == "b2") return 2.45 / (std::sqrt(b) * d_out);
-  return 1.73 / std::sqrt(b * d_out * hidden);
+  const double b = vars.at("B"), d_in = vars.at("d_in"), hidden = vars.at("hidden"),
+               d_out = vars.at("d_out");
+  // 1.25 x the rms of the averaged gradient of an O(1) MSE, including the part
+  // that does not average out over the batch (relu's positive mean biases every
+  // output column); task.toml gives the same formulas.
+  if (param == "W1")
+    return 1.25 * std::sqrt(0.11 / (d_out * hidden * d_in) + 1 / (hidden * hidden * d_in) +
+                            3 / (b * d_out * hidden));
+  if (param == "b1")
+    return 1.25 *
+           std::sqrt(0.17 / (d_out * hidden) + 0.64 / (hidden * hidden) + 3 / (b * d_out * hidden));
+  if (param == "W2") return 1.25 * std::sqrt(0.11 + 3 / b) / d_out;
+  return 1.25 * std::sqrt(0.68 + 6 / b) / d_out;
 }
 
 }  // namespace
@@ -40,7 +49,7 @@ KF_INPUT_GENERATOR(ddp) {
     if (prefix == "exp_avg_") {
       for (double& x : out) x = 0.2 * s * gen.rng->Normal();
     } else {
-      for (double& x : out) x = s * s * (0.01 + 0.09 * gen.rng->Uniform());
+      for (double& x : out) x = s * s * (0.02 + 0.08 * gen.rng->Uniform());
     }
     return kforge::Status::Ok();
   }

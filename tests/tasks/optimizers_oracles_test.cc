@@ -1,4 +1,4 @@
-// The optimizer-step oracles (tasks 040-043, 047, 086) on tiny hand-computed
+// The optimizer-step oracles (tasks 040-043, 047, 063, 086) on tiny hand-computed
 // inputs, called through the registry so that each KF_ORACLE registration is
 // tested too.
 #include <gtest/gtest.h>
@@ -242,6 +242,29 @@ TEST(OptimizerOracles, MuonIteratesTheQuinticOnSingularValues) {
   for (const auto& c : k) s = c[0] * s + c[1] * s * s * s + c[2] * s * s * s * s * s;
   ExpectNear(io.out(0, "y"), {0.6 * s}, 1e-12);
   ExpectNear(io.out(1, "y"), {0.8 * s}, 1e-12);
+}
+
+// LKF with W = 2, L = 1 and every block alike (H = 1, P = 2, w = 0), lam = 0.5:
+// tmp = 2 ranks * 8 blocks * (0.5 + 1 * 2 * 1) = 40, A = 1/40, K = 2,
+// w' = A * error * 2 = 0.05 * error, P' = (2 - A * 4) / 0.5 = 3.8.
+TEST(OptimizerOracles, KalmanSumsTheDenominatorOverRanksAndGathers) {
+  std::vector<std::vector<Named>> in(2);
+  for (int r = 0; r < 2; ++r) {
+    for (int b = 0; b < 8; ++b) in[r].push_back({"H_" + std::to_string(b), {1.0}});
+    in[r].push_back({"error", {r == 0 ? 1.0 : -1.0}});
+    for (int b = 0; b < 8; ++b) in[r].push_back({"w_" + std::to_string(b), {0.0}});
+    for (int b = 0; b < 8; ++b) in[r].push_back({"P_" + std::to_string(b), {2.0}, {1, 1}});
+  }
+  std::vector<std::pair<std::string, size_t>> outs = {{"weights", 16}};
+  for (int b = 0; b < 8; ++b) outs.push_back({"P_" + std::to_string(b), 1});
+  OracleIo io = MakeIo(in, outs, {{"kalman_lambda", 0.5}});
+  Run("deepmd_kalman_filter_optimizer", io);
+  std::vector<double> want(16, 0.05);
+  for (int i = 8; i < 16; ++i) want[i] = -0.05;
+  for (int r = 0; r < 2; ++r) {
+    ExpectNear(io.out(r, "weights"), want, 1e-12);
+    for (int b = 0; b < 8; ++b) ExpectNear(io.out(r, "P_" + std::to_string(b)), {3.8}, 1e-12);
+  }
 }
 
 }  // namespace
