@@ -1,0 +1,550 @@
+// kforge::om on hand-computed cases (the arithmetic is in the comments) and,
+// for the backward passes, against central finite differences of the forward.
+#include "kforge/oracle_math.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <vector>
+
+#include "kforge/oracle.h"
+
+namespace kforge::om {
+namespace {
+
+using Vec = std::vector<double>;
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kNan = std::numeric_limits<double>::quiet_NaN();
+
+void ExpectNear(const Vec& got, const Vec& want, double tol, const char* what = "") {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_NEAR(got[i], want[i], tol) << what << " [" << i << "]";
+  }
+}
+
+Vec Random(size_t n, uint64_t seed, double scale = 1.0) {
+  OracleRng rng(seed);
+  Vec v(n);
+  for (double& x : v) x = scale * rng.Normal();
+  return v;
+}
+
+double Dot(const Vec& a, const Vec& b) {
+  double s = 0;
+  for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
+  return s;
+}
+
+// d loss / d v[i] for every i, by central differences.
+Vec NumericGrad(Vec& v, const std::function<double()>& loss, double h = 1e-6) {
+  Vec g(v.size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    const double keep = v[i];
+    v[i] = keep + h;
+    const double up = loss();
+    v[i] = keep - h;
+    const double down = loss();
+    v[i] = keep;
+    g[i] = (up - down) / (2 * h);
+  }
+  return g;
+}
+
+// ---------------------------------------------------------------------------
+// Gemm
+
+TEST(OracleMathGemm, TwoByTwo) {
+  // [1 2; 3 4] * [5 6; 7 8] = [1*5+2*7, 1*6+2*8; 3*5+4*7, 3*6+4*8] = [19 22; 43 50]
+  Vec c(4, -1);
+  Gemm(Vec{1, 2, 3, 4}, Vec{5, 6, 7, 8}, c, 2, 2, 2);
+  EXPECT_EQ(c, (Vec{19, 22, 43, 50}));
+}
+
+TEST(OracleMathGemm, NonSquareShapes) {
+  // A [2,3] = [1 2 3; 4 5 6], B [3,2] = [1 0; 0 1; -1 2]
+  // row 0: [1-3, 0+2*1... ] = [1*1+2*0+3*-1, 1*0+2*1+3*2] = [-2, 8]
+  // row 1: [4-6, 5+12] = [-2, 17]
+  Vec c(4);
+  Gemm(Vec{1, 2, 3, 4, 5, 6}, Vec{1, 0, 0, 1, -1, 2}, c, 2, 2, 3);
+  EXPECT_EQ(c, (Vec{-2, 8, -2, 17}));
+}
+
+TEST(OracleMathGemm, Transposes) {
+  // op(A) = [1 2 3; 4 5 6] [2,3]; stored transposed it is At [3,2] = [1 4; 2 5; 3 6].
+  // op(B) = [1 0; 0 1; -1 2] [3,2]; stored transposed it is Bt [2,3] = [1 0 -1; 0 1 2].
+  const Vec a{1, 2, 3, 4, 5, 6}, at{1, 4, 2, 5, 3, 6};
+  const Vec b{1, 0, 0, 1, -1, 2}, bt{1, 0, -1, 0, 1, 2};
+  const Vec want{-2, 8, -2, 17};
+  for (int mode = 0; mode < 4; ++mode) {
+    const bool ta = mode & 1, tb = mode & 2;
+    Vec c(4);
+    Gemm(ta ? at : a, tb ? bt : b, c, 2, 2, 3, ta, tb);
+    EXPECT_EQ(c, want) << "trans_a=" << ta << " trans_b=" << tb;
+  }
+}
+
+TEST(OracleMathGemm, AlphaBeta) {
+  // 2 * [19 22; 43 50] + 0.5 * [2 4; 6 8] = [39 46; 89 104]
+  Vec c{2, 4, 6, 8};
+  Gemm(Vec{1, 2, 3, 4}, Vec{5, 6, 7, 8}, c, 2, 2, 2, false, false, 2.0, 0.5);
+  EXPECT_EQ(c, (Vec{39, 46, 89, 104}));
+  // beta = 0 does not read C: a NaN there is overwritten, as in BLAS.
+  Vec d{kNan, kNan, kNan, kNan};
+  Gemm(Vec{1, 2, 3, 4}, Vec{5, 6, 7, 8}, d, 2, 2, 2);
+  EXPECT_EQ(d, (Vec{19, 22, 43, 50}));
+  // k = 0: C = beta * C.
+  Vec e{1, 2};
+  Gemm(Vec{}, Vec{}, e, 1, 2, 0, false, false, 1.0, 3.0);
+  EXPECT_EQ(e, (Vec{3, 6}));
+}
+
+TEST(OracleMathGemm, RandomAgainstDotProducts) {
+  // Odd sizes, large enough (8.5 M multiply-adds) to be split over threads; checked
+  // against plain dot products.
+  const int64_t m = 203, n = 211, k = 199;
+  const Vec a = Random(m * k, 1), b = Random(k * n, 2);
+  Vec at(m * k), bt(k * n);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t p = 0; p < k; ++p) at[p * m + i] = a[i * k + p];
+  for (int64_t p = 0; p < k; ++p)
+    for (int64_t j = 0; j < n; ++j) bt[j * k + p] = b[p * n + j];
+  Vec want(m * n);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t p = 0; p < k; ++p) want[i * n + j] += a[i * k + p] * b[p * n + j];
+  for (int mode = 0; mode < 4; ++mode) {
+    const bool ta = mode & 1, tb = mode & 2;
+    Vec c(m * n);
+    Gemm(ta ? at : a, tb ? bt : b, c, m, n, k, ta, tb);
+    ExpectNear(c, want, 1e-12, ta ? (tb ? "TT" : "TN") : (tb ? "NT" : "NN"));
+  }
+}
+
+TEST(OracleMathGemmDeathTest, WrongSizeAborts) {
+  Vec c(4);
+  EXPECT_DEATH(Gemm(Vec{1, 2, 3}, Vec{5, 6, 7, 8}, c, 2, 2, 2),
+               "oracle_math: Gemm: a has 3 elements, expected 4");
+}
+
+// ---------------------------------------------------------------------------
+// Norms
+
+TEST(OracleMathNorm, RmsNormByHand) {
+  // Row 0: x = [1 3], eps = 11: mean(x^2) = (1+9)/2 = 5; sqrt(5+11) = 4 -> [0.25 0.75];
+  //   times weight [2 -1] -> [0.5 -0.75].
+  // Row 1: x = [2 -2]: mean(x^2) = 4; sqrt(4+11) = sqrt(15) -> [2, -2]/sqrt(15) * w.
+  Vec y(4);
+  RmsNorm(Vec{1, 3, 2, -2}, Vec{2, -1}, y, 2, 2, 11.0);
+  const double s15 = std::sqrt(15.0);
+  ExpectNear(y, {0.5, -0.75, 4 / s15, 2 / s15}, 1e-15);
+  // Empty weight means ones; eps = 0: [3 4] -> rms = sqrt(12.5).
+  Vec y1(2);
+  RmsNorm(Vec{3, 4}, Vec{}, y1, 1, 2, 0.0);
+  ExpectNear(y1, {3 / std::sqrt(12.5), 4 / std::sqrt(12.5)}, 1e-15);
+}
+
+TEST(OracleMathNorm, LayerNormByHand) {
+  // x = [1 2 3 4]: mean 2.5; biased var = (2.25+0.25+0.25+2.25)/4 = 1.25; eps = 0.75 ->
+  // sqrt(2) -> xhat = [-1.5 -0.5 0.5 1.5]/sqrt(2); y = xhat * [1 2 1 2] + [0 0 1 1].
+  Vec y(4);
+  LayerNorm(Vec{1, 2, 3, 4}, Vec{1, 2, 1, 2}, Vec{0, 0, 1, 1}, y, 1, 4, 0.75);
+  const double r = 1 / std::sqrt(2.0);
+  ExpectNear(y, {-1.5 * r, -1.0 * r, 0.5 * r + 1, 3.0 * r + 1}, 1e-15);
+  // Empty gamma/beta: ones/zeros. x = [5 5 7 7]: mean 6, var 1, eps 0 -> [-1 -1 1 1].
+  Vec y1(4);
+  LayerNorm(Vec{5, 5, 7, 7}, Vec{}, Vec{}, y1, 1, 4, 0.0);
+  ExpectNear(y1, {-1, -1, 1, 1}, 1e-15);
+}
+
+TEST(OracleMathNorm, RmsNormBackwardMatchesFiniteDifferences) {
+  const int64_t rows = 3, cols = 5;
+  const double eps = 1e-3;
+  Vec x = Random(rows * cols, 10), w = Random(cols, 11), dy = Random(rows * cols, 12);
+  auto loss = [&] {
+    Vec y(rows * cols);
+    RmsNorm(x, w, y, rows, cols, eps);
+    return Dot(y, dy);
+  };
+  Vec dx(rows * cols), dw(cols);
+  RmsNormBackward(x, w, dy, dx, dw, rows, cols, eps);
+  ExpectNear(dx, NumericGrad(x, loss), 1e-7, "dx");
+  ExpectNear(dw, NumericGrad(w, loss), 1e-7, "dweight");
+  // Empty weight (ones) and no dweight.
+  Vec ones(cols, 1.0), dx1(rows * cols), dx_ones(rows * cols);
+  RmsNormBackward(x, Vec{}, dy, dx1, {}, rows, cols, eps);
+  RmsNormBackward(x, ones, dy, dx_ones, {}, rows, cols, eps);
+  ExpectNear(dx1, dx_ones, 0.0, "empty weight");
+}
+
+TEST(OracleMathNorm, LayerNormBackwardMatchesFiniteDifferences) {
+  const int64_t rows = 3, cols = 6;
+  const double eps = 1e-5;
+  Vec x = Random(rows * cols, 20), g = Random(cols, 21), b = Random(cols, 22);
+  const Vec dy = Random(rows * cols, 23);
+  auto loss = [&] {
+    Vec y(rows * cols);
+    LayerNorm(x, g, b, y, rows, cols, eps);
+    return Dot(y, dy);
+  };
+  Vec dx(rows * cols), dg(cols), db(cols);
+  LayerNormBackward(x, g, dy, dx, dg, db, rows, cols, eps);
+  ExpectNear(dx, NumericGrad(x, loss), 1e-7, "dx");
+  ExpectNear(dg, NumericGrad(g, loss), 1e-7, "dgamma");
+  ExpectNear(db, NumericGrad(b, loss), 1e-7, "dbeta");
+  // dbeta is the column sum of dy, by hand: dy = [1 2; 3 4] -> [4 6].
+  Vec dx2(4), db2(2);
+  LayerNormBackward(Vec{0, 1, 5, 2}, Vec{}, Vec{1, 2, 3, 4}, dx2, {}, db2, 2, 2, 1e-5);
+  EXPECT_EQ(db2, (Vec{4, 6}));
+}
+
+// ---------------------------------------------------------------------------
+// Activations
+
+TEST(OracleMathActivation, KnownValues) {
+  // Published values (Hendrycks & Gimpel; torch.nn.functional.gelu).
+  EXPECT_NEAR(Gelu(1.0), 0.8411920, 1e-7);
+  EXPECT_NEAR(Gelu(2.0), 1.9545977, 1e-7);
+  EXPECT_NEAR(Gelu(-1.0), -0.1588080, 1e-7);
+  EXPECT_NEAR(GeluExact(1.0), 0.8413447, 1e-7);
+  EXPECT_NEAR(GeluExact(2.0), 1.9544997, 1e-7);
+  EXPECT_NEAR(GeluExact(-1.0), -0.1586553, 1e-7);
+  // silu(1) = 1/(1+e^-1) = 0.7310586; silu(-1) = -1/(1+e) = -0.2689414.
+  EXPECT_NEAR(Silu(1.0), 0.7310586, 1e-7);
+  EXPECT_NEAR(Silu(-1.0), -0.2689414, 1e-7);
+  // All three have slope 1/2 at 0; silu'(1) = s(1 + (1 - s)) = 0.7310586 * 1.2689414.
+  EXPECT_DOUBLE_EQ(GeluGrad(0.0), 0.5);
+  EXPECT_DOUBLE_EQ(GeluExactGrad(0.0), 0.5);
+  EXPECT_DOUBLE_EQ(SiluGrad(0.0), 0.5);
+  EXPECT_NEAR(SiluGrad(1.0), 0.9276705, 1e-7);
+  // No overflow far out.
+  EXPECT_EQ(Silu(-1000.0), 0.0);
+  EXPECT_EQ(Silu(1000.0), 1000.0);
+  EXPECT_EQ(Activate(Activation::kRelu, -2.0), 0.0);
+  EXPECT_EQ(Activate(Activation::kRelu, 3.0), 3.0);
+  EXPECT_EQ(ActivateGrad(Activation::kRelu, 0.0), 0.0);
+  EXPECT_EQ(Activate(Activation::kIdentity, -2.5), -2.5);
+}
+
+TEST(OracleMathActivation, GradsMatchFiniteDifferences) {
+  for (Activation act : {Activation::kGelu, Activation::kGeluExact, Activation::kSilu,
+                         Activation::kRelu, Activation::kIdentity}) {
+    for (double x : {-3.1, -1.2, -0.4, 0.3, 0.9, 2.2, 4.5}) {
+      const double h = 1e-6;
+      const double fd = (Activate(act, x + h) - Activate(act, x - h)) / (2 * h);
+      EXPECT_NEAR(ActivateGrad(act, x), fd, 1e-8)
+          << "activation " << static_cast<int>(act) << " at " << x;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Softmax, log-sum-exp, cross-entropy
+
+TEST(OracleMathSoftmax, ByHandAndStable) {
+  // exp([0, ln2, ln3]) = [1 2 3], sum 6 -> [1/6 2/6 3/6]; shifting by 1000 changes nothing
+  // (a version without the max shift overflows to inf/inf = NaN here).
+  const double l2 = std::log(2.0), l3 = std::log(3.0);
+  Vec y(6);
+  Softmax(Vec{0, l2, l3, 1000, 1000 + l2, 1000 + l3}, y, 2, 3);
+  ExpectNear(y, {1.0 / 6, 2.0 / 6, 3.0 / 6, 1.0 / 6, 2.0 / 6, 3.0 / 6}, 1e-13);
+  EXPECT_NEAR(LogSumExp(Vec{0, l2, l3}), std::log(6.0), 1e-15);
+  EXPECT_NEAR(LogSumExp(Vec{1000, 1000}), 1000 + l2, 1e-12);
+  EXPECT_EQ(LogSumExp(Vec{}), -kInf);
+  EXPECT_EQ(LogSumExp(Vec{-kInf, -kInf}), -kInf);
+  EXPECT_EQ(LogSumExp(Vec{1, kInf}), kInf);
+  EXPECT_TRUE(std::isnan(LogSumExp(Vec{1, kNan})));
+}
+
+TEST(OracleMathSoftmax, CrossEntropyByHand) {
+  // Rows of logits [0, ln2, ln3] have LogSumExp ln6:
+  // target 2 -> ln6 - ln3 = ln2; target 0 -> ln6 - 0 = ln6; ignored (-100) -> 0.
+  const double l2 = std::log(2.0), l3 = std::log(3.0);
+  const Vec logits{0, l2, l3, 0, l2, l3, 0, l2, l3};
+  Vec loss(3, -1);
+  ASSERT_TRUE(CrossEntropy(logits, std::vector<int64_t>{2, 0, -100}, loss, 3, 3).ok());
+  ExpectNear(loss, {l2, std::log(6.0), 0.0}, 1e-15);
+  // Targets as doubles, the way an oracle sees an integer input tensor.
+  Vec loss_d(3, -1);
+  ASSERT_TRUE(CrossEntropy(logits, Vec{2, 0, -100}, loss_d, 3, 3).ok());
+  EXPECT_EQ(loss_d, loss);
+  // A custom ignore_index; -100 is then an out-of-range target.
+  ASSERT_TRUE(CrossEntropy(logits, std::vector<int64_t>{2, 7, 1}, loss, 3, 3, 7).ok());
+  ExpectNear(loss, {l2, 0.0, std::log(6.0) - l2}, 1e-15);
+  Status s = CrossEntropy(logits, std::vector<int64_t>{2, 0, -100}, loss, 3, 3, 7);
+  EXPECT_EQ(s.kind(), ErrorKind::kInvalidInput);
+  EXPECT_NE(s.message().find("target -100 of row 2"), std::string::npos) << s.message();
+  EXPECT_EQ(CrossEntropy(logits, std::vector<int64_t>{3, 0, 0}, loss, 3, 3).kind(),
+            ErrorKind::kInvalidInput);
+  EXPECT_EQ(CrossEntropy(logits, Vec{1.5, 0, 0}, loss, 3, 3).kind(), ErrorKind::kInvalidInput);
+}
+
+TEST(OracleMathSoftmax, CrossEntropyBackward) {
+  // softmax = [1/6 2/6 3/6], target 2: (p - onehot) * dloss = [1/6 1/3 -1/2] * 2.
+  const double l2 = std::log(2.0), l3 = std::log(3.0);
+  Vec dlogits(6, -1);
+  ASSERT_TRUE(CrossEntropyBackward(Vec{0, l2, l3, 0, l2, l3}, std::vector<int64_t>{2, -100},
+                                   Vec{2, 5}, dlogits, 2, 3)
+                  .ok());
+  ExpectNear(dlogits, {2.0 / 6, 2.0 / 3, -1.0, 0, 0, 0}, 1e-15);
+  // And against finite differences of the forward on random logits.
+  const int64_t rows = 4, cols = 7;
+  Vec logits = Random(rows * cols, 30, 2.0);
+  const std::vector<int64_t> t{3, 0, 6, 2};
+  const Vec dloss{0.5, -1.0, 2.0, 0.25};
+  auto total = [&] {
+    Vec loss(rows);
+    EXPECT_TRUE(CrossEntropy(logits, t, loss, rows, cols).ok());
+    return Dot(loss, dloss);
+  };
+  Vec dl(rows * cols);
+  ASSERT_TRUE(CrossEntropyBackward(logits, t, dloss, dl, rows, cols).ok());
+  ExpectNear(dl, NumericGrad(logits, total), 1e-7);
+}
+
+// ---------------------------------------------------------------------------
+// MLP
+
+TEST(OracleMathMlp, ForwardByHand) {
+  // x = [1 2], w1 = [1 0; 0 -1] -> h = [1, -2].
+  // relu: a = [1 0]; w2 = [3 4; 5 6] -> y = [3 4].
+  // identity: a = [1 -2] -> y = [3 - 10, 4 - 12] = [-7 -8].
+  const Vec x{1, 2}, w1{1, 0, 0, -1}, w2{3, 4, 5, 6};
+  Vec h(2), y(2);
+  MlpForward(x, w1, w2, h, y, 1, 2, 2, Activation::kRelu);
+  EXPECT_EQ(h, (Vec{1, -2}));
+  EXPECT_EQ(y, (Vec{3, 4}));
+  MlpForward(x, w1, w2, {}, y, 1, 2, 2, Activation::kIdentity);
+  EXPECT_EQ(y, (Vec{-7, -8}));
+}
+
+TEST(OracleMathMlp, BackwardMatchesFiniteDifferences) {
+  const int64_t tokens = 5, d_model = 4, d_ff = 6;
+  for (Activation act : {Activation::kGelu, Activation::kGeluExact, Activation::kSilu,
+                         Activation::kRelu, Activation::kIdentity}) {
+    Vec x = Random(tokens * d_model, 40), w1 = Random(d_model * d_ff, 41, 0.5);
+    Vec w2 = Random(d_ff * d_model, 42, 0.5);
+    const Vec dy = Random(tokens * d_model, 43);
+    auto loss = [&] {
+      Vec y(tokens * d_model);
+      MlpForward(x, w1, w2, {}, y, tokens, d_model, d_ff, act);
+      return Dot(y, dy);
+    };
+    const MlpGrads g = MlpBackward(x, w1, w2, dy, tokens, d_model, d_ff, act);
+    SCOPED_TRACE(static_cast<int>(act));
+    ExpectNear(g.dx, NumericGrad(x, loss), 1e-7, "dx");
+    ExpectNear(g.dw1, NumericGrad(w1, loss), 1e-7, "dw1");
+    ExpectNear(g.dw2, NumericGrad(w2, loss), 1e-7, "dw2");
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Adam
+
+TEST(OracleMathAdam, TwoStepsByHand) {
+  // lr 0.1, betas (0.9, 0.999), eps 1e-8, no weight decay; param 1.
+  // Step 1, g = 0.5: m = 0.1*0.5 = 0.05; v = 0.001*0.25 = 2.5e-4.
+  //   1 - b1 = 0.1, sqrt(1 - b2) = sqrt(1e-3); sqrt(v)/sqrt(1e-3) = sqrt(0.25) = 0.5.
+  //   param = 1 - (0.1/0.1) * 0.05 / (0.5 + 1e-8) = 1 - 0.1/(1 + 2e-8) = 0.900000002 (to 1e-17).
+  // Step 2, g = -0.25: m = 0.9*0.05 - 0.1*0.25 = 0.02; v = 0.999*2.5e-4 + 0.001*0.0625 =
+  //   3.1225e-4. 1 - b1^2 = 0.19, 1 - b2^2 = 0.001999. m/0.19 = 0.1052631579;
+  //   sqrt(3.1225e-4 / 0.001999) = sqrt(0.1562031016) = 0.3952253807;
+  //   param = 0.900000002 - 0.1 * 0.1052631579 / 0.3952253907 = 0.8733662987.
+  Vec p{1}, m{0}, v{0};
+  AdamConfig cfg{.lr = 0.1};
+  AdamStep(p, Vec{0.5}, m, v, cfg);
+  EXPECT_NEAR(p[0], 0.900000002, 1e-15);
+  EXPECT_NEAR(m[0], 0.05, 1e-16);
+  EXPECT_NEAR(v[0], 2.5e-4, 1e-18);
+  cfg.step = 2;
+  AdamStep(p, Vec{-0.25}, m, v, cfg);
+  EXPECT_NEAR(m[0], 0.02, 1e-16);
+  EXPECT_NEAR(v[0], 3.1225e-4, 1e-18);
+  EXPECT_NEAR(p[0], 0.8733662987, 1e-10);
+}
+
+TEST(OracleMathAdam, WeightDecayCoupledAndDecoupled) {
+  // Adam (L2), wd 0.1, lr 0.1, param 1, g 0.5: g' = 0.5 + 0.1*1 = 0.6; m = 0.06,
+  //   v = 0.001*0.36 = 3.6e-4; param = 1 - 0.06/(0.6 + 1e-8) = 0.9 + 1e-9/0.6.
+  Vec p{1}, m{0}, v{0};
+  AdamStep(p, Vec{0.5}, m, v, {.lr = 0.1, .weight_decay = 0.1, .decoupled = false});
+  EXPECT_NEAR(m[0], 0.06, 1e-16);
+  EXPECT_NEAR(v[0], 3.6e-4, 1e-18);
+  EXPECT_NEAR(p[0], 0.9 + 1e-9 / 0.6, 1e-15);
+  // AdamW, same numbers: param = 1*(1 - 0.1*0.1) = 0.99, then m, v from g = 0.5 as in
+  //   TwoStepsByHand: param = 0.99 - 0.1/(1 + 2e-8) = 0.890000002.
+  Vec q{1}, mq{0}, vq{0};
+  AdamStep(q, Vec{0.5}, mq, vq, {.lr = 0.1, .weight_decay = 0.1, .decoupled = true});
+  EXPECT_NEAR(mq[0], 0.05, 1e-16);
+  EXPECT_NEAR(vq[0], 2.5e-4, 1e-18);
+  EXPECT_NEAR(q[0], 0.890000002, 1e-15);
+}
+
+TEST(OracleMathAdam, EpsIsAddedAfterBiasCorrection) {
+  // With eps = 0.5 the placement matters. Step 1, g = 0.5, lr 1, param 0:
+  // torch: 0 - 1 * 0.05/0.1 / (0.5 + 0.5) = -0.5.
+  // (eps added before dividing by sqrt(1 - b2) would give -0.05/0.1/(0.5 + 15.8) = -0.0307.)
+  Vec p{0}, m{0}, v{0};
+  AdamStep(p, Vec{0.5}, m, v, {.lr = 1.0, .eps = 0.5});
+  EXPECT_NEAR(p[0], -0.5, 1e-15);
+}
+
+// ---------------------------------------------------------------------------
+// Narrow float formats
+
+TEST(OracleMathRound, E4M3) {
+  // E4M3: 3 fraction bits, so in [2^e, 2^(e+1)) the step is 2^(e-3).
+  // 0.3 in [0.25, 0.5): step 1/32; 0.3*32 = 9.6 -> 10 -> 0.3125.
+  EXPECT_EQ(RoundToE4M3(0.3), 0.3125);
+  EXPECT_EQ(RoundToE4M3(-0.3), -0.3125);
+  // 0.2 in [0.125, 0.25): step 1/64; 12.8 -> 13 -> 0.203125.
+  EXPECT_EQ(RoundToE4M3(0.2), 0.203125);
+  // Ties to even, step 1/8 in [1, 2): 1.0625 = 8.5 steps -> 8 -> 1; 1.1875 = 9.5 -> 10 -> 1.25.
+  EXPECT_EQ(RoundToE4M3(1.0625), 1.0);
+  EXPECT_EQ(RoundToE4M3(1.1875), 1.25);
+  // In [128, 256) the step is 16: 232 = 14.5 -> 14 -> 224; 248 = 15.5 -> 16 -> 256.
+  EXPECT_EQ(RoundToE4M3(232.0), 224.0);
+  EXPECT_EQ(RoundToE4M3(248.0), 256.0);
+  EXPECT_EQ(RoundToE4M3(240.0), 240.0);
+  // Subnormals: step 2^-9 below 2^-6. Half the smallest subnormal ties to 0; 0.75 of it
+  // rounds up; 1.5 ulp -> 2 ulp; 7.5 ulp -> 8 ulp = 2^-6, the smallest normal.
+  EXPECT_EQ(RoundToE4M3(std::ldexp(1, -10)), 0.0);
+  EXPECT_EQ(RoundToE4M3(std::ldexp(3, -11)), std::ldexp(1, -9));
+  EXPECT_EQ(RoundToE4M3(std::ldexp(1.5, -9)), std::ldexp(1, -8));
+  EXPECT_EQ(RoundToE4M3(std::ldexp(2.5, -9)), std::ldexp(1, -8));
+  EXPECT_EQ(RoundToE4M3(std::ldexp(7, -9)), std::ldexp(7, -9));
+  EXPECT_EQ(RoundToE4M3(std::ldexp(7.5, -9)), std::ldexp(1, -6));
+  EXPECT_EQ(RoundToE4M3(1e-5), 0.0);
+  EXPECT_TRUE(std::signbit(RoundToE4M3(-1e-5)));
+  // Saturation at 448 = 1.75 * 2^8 (step 32 there): 460 -> 448; beyond it clamps.
+  EXPECT_EQ(RoundToE4M3(448.0), 448.0);
+  EXPECT_EQ(RoundToE4M3(460.0), 448.0);
+  EXPECT_EQ(RoundToE4M3(470.0), 448.0);
+  EXPECT_EQ(RoundToE4M3(1e6), 448.0);
+  EXPECT_EQ(RoundToE4M3(-1e6), -448.0);
+  EXPECT_EQ(RoundToE4M3(kInf), 448.0);
+  EXPECT_EQ(RoundToE4M3(416.0), 416.0);  // 13 * 32: the next value below 448
+  EXPECT_TRUE(std::isnan(RoundToE4M3(kNan)));
+  EXPECT_TRUE(std::signbit(RoundToE4M3(-0.0)));
+}
+
+TEST(OracleMathRound, E5M2) {
+  // 2 fraction bits: 0.3 in [0.25, 0.5): step 1/16; 4.8 -> 5 -> 0.3125.
+  // 0.2 in [0.125, 0.25): step 1/32; 6.4 -> 6 -> 0.1875 (E4M3 gives 0.203125).
+  EXPECT_EQ(RoundToE5M2(0.3), 0.3125);
+  EXPECT_EQ(RoundToE5M2(0.2), 0.1875);
+  // Ties to even in [1, 2), step 1/4: 1.125 -> 1; 1.375 -> 1.5.
+  EXPECT_EQ(RoundToE5M2(1.125), 1.0);
+  EXPECT_EQ(RoundToE5M2(1.375), 1.5);
+  // Subnormals: step 2^-16 below 2^-14.
+  EXPECT_EQ(RoundToE5M2(std::ldexp(1, -17)), 0.0);
+  EXPECT_EQ(RoundToE5M2(std::ldexp(3, -18)), std::ldexp(1, -16));
+  EXPECT_EQ(RoundToE5M2(std::ldexp(3, -16)), std::ldexp(3, -16));
+  // Max 57344 = 1.75 * 2^15, step 8192: 60000 -> 57344; 61440 = 7.5 steps ties to 8 steps
+  // = 65536, which overflows: inf.
+  EXPECT_EQ(RoundToE5M2(60000.0), 57344.0);
+  EXPECT_EQ(RoundToE5M2(61440.0), kInf);
+  EXPECT_EQ(RoundToE5M2(-1e6), -kInf);
+  EXPECT_EQ(RoundToE5M2(kInf), kInf);
+  EXPECT_TRUE(std::isnan(RoundToE5M2(kNan)));
+}
+
+TEST(OracleMathRound, Bf16AndF16) {
+  // bf16, 7 fraction bits: 1/3 in [0.25, 0.5), step 2^-9; 512/3 = 170.67 -> 171 ->
+  // 171/512 = 0.333984375.
+  EXPECT_EQ(RoundToBf16(1.0 / 3), 0.333984375);
+  // Ties in [1, 2), step 2^-7: 1 + 2^-8 -> 1; 1 + 3*2^-8 -> 1 + 2^-6.
+  EXPECT_EQ(RoundToBf16(1 + std::ldexp(1, -8)), 1.0);
+  EXPECT_EQ(RoundToBf16(1 + std::ldexp(3, -8)), 1 + std::ldexp(1, -6));
+  // Max (2 - 2^-7) * 2^127; max + half a step (2^119) ties up to 2^128: inf.
+  const double bf_max = std::ldexp(255, 120);
+  EXPECT_EQ(RoundToBf16(bf_max + std::ldexp(1, 118)), bf_max);
+  EXPECT_EQ(RoundToBf16(bf_max + std::ldexp(1, 119)), kInf);
+  EXPECT_EQ(RoundToBf16(std::ldexp(1, -133)), std::ldexp(1, -133));  // smallest subnormal
+  EXPECT_EQ(RoundToBf16(std::ldexp(1, -134)), 0.0);                  // its half: tie to 0
+  // f16, 10 fraction bits: 1/3 -> step 2^-12; 4096/3 = 1365.33 -> 1365/4096 = 0.333251953125.
+  EXPECT_EQ(RoundToF16(1.0 / 3), 0.333251953125);
+  // Max 65504, step 32: 65519 -> 65504; 65520 ties up to 65536: inf.
+  EXPECT_EQ(RoundToF16(65519.0), 65504.0);
+  EXPECT_EQ(RoundToF16(65520.0), kInf);
+  // Subnormals: step 2^-24.
+  EXPECT_EQ(RoundToF16(std::ldexp(1, -25)), 0.0);
+  EXPECT_EQ(RoundToF16(std::ldexp(3, -26)), std::ldexp(1, -24));
+  EXPECT_TRUE(std::isnan(RoundToF16(kNan)));
+  EXPECT_TRUE(std::isnan(RoundToBf16(kNan)));
+}
+
+TEST(OracleMathRound, HalfEven) {
+  EXPECT_EQ(RoundHalfEven(2.5), 2.0);
+  EXPECT_EQ(RoundHalfEven(3.5), 4.0);
+  EXPECT_EQ(RoundHalfEven(-2.5), -2.0);
+  EXPECT_EQ(RoundHalfEven(-3.5), -4.0);
+  EXPECT_EQ(RoundHalfEven(2.4999), 2.0);
+  EXPECT_EQ(RoundHalfEven(-0.7), -1.0);
+  EXPECT_TRUE(std::signbit(RoundHalfEven(-0.5)));
+  EXPECT_EQ(RoundHalfEven(0x1p53 + 2), 0x1p53 + 2);
+}
+
+// ---------------------------------------------------------------------------
+// Block quantization
+
+TEST(OracleMathQuant, Fp8BlockedByHand) {
+  // x [3,3] = [1 2 3; 4 5 6; 7 8 9] in 2x2 blocks -> a 2x2 grid with partial edges:
+  //   (0,0) = {1 2 4 5} amax 5; (0,1) = {3 6} amax 6; (1,0) = {7 8} amax 8; (1,1) = {9}.
+  // scale = amax/448. q = x*448/amax rounded to E4M3:
+  //   1 -> 89.6 (step 8 in [64,128)) -> 88;   2 -> 179.2 (step 16) -> 176;
+  //   4 -> 358.4 (step 32) -> 352;            5 -> 448;
+  //   3 -> 224; 6 -> 448; 7 -> 392 (step 32: 12.25) -> 384; 8 -> 448; 9 -> 448.
+  const Vec x{1, 2, 3, 4, 5, 6, 7, 8, 9};
+  const BlockQuant bq = QuantizeFp8Blocked(x, 3, 3, 2, 2);
+  ExpectNear(bq.scale, {5.0 / 448, 6.0 / 448, 8.0 / 448, 9.0 / 448}, 1e-18);
+  EXPECT_EQ(bq.q, (Vec{88, 176, 224, 352, 448, 448, 384, 448, 448}));
+  // Dequantized: q * scale, e.g. 88 * 5/448 = 0.982142857; 384 * 8/448 = 6.857142857.
+  const Vec dq = DequantizeBlocked(bq, 3, 3, 2, 2);
+  ExpectNear(dq, {88 * 5.0 / 448, 176 * 5.0 / 448, 3, 352 * 5.0 / 448, 5, 6, 384 * 8.0 / 448, 8, 9},
+             1e-14);
+}
+
+TEST(OracleMathQuant, Fp8ZeroBlockAndFlat) {
+  // Flat, block 3: [448 1.0625 -0.3 | 0 0 0 | 0.5]. Block 0 amax 448 -> scale 1 and the
+  // E4M3 ties show through: 1.0625 -> 1, -0.3 -> -0.3125. Block 1 is all zero -> scale 1,
+  // q 0. Block 2 = {0.5}: scale 0.5/448, q = 448.
+  const Vec x{448, 1.0625, -0.3, 0, 0, 0, 0.5};
+  const BlockQuant bq = QuantizeFp8Flat(x, 3);
+  EXPECT_EQ(bq.scale, (Vec{1, 1, 0.5 / 448}));
+  EXPECT_EQ(bq.q, (Vec{448, 1, -0.3125, 0, 0, 0, 448}));
+  ExpectNear(DequantizeFlat(bq, 3), {448, 1, -0.3125, 0, 0, 0, 0.5}, 1e-15);
+  // The 2-D form with one row is the same thing.
+  const BlockQuant bq2 = QuantizeFp8Blocked(x, 1, 7, 1, 3);
+  EXPECT_EQ(bq2.q, bq.q);
+  EXPECT_EQ(bq2.scale, bq.scale);
+}
+
+TEST(OracleMathQuant, Int8ByHand) {
+  // n = 7, block 3: [127 2.5 -3.5 | 254 5 -1 | 0].
+  // Block 0: amax 127 -> scale 1; q = [127, 2 (2.5 ties to even), -4 (-3.5 ties to even)].
+  // Block 1: amax 254 -> scale 2; x/2 = [127, 2.5 -> 2, -0.5 -> -0].
+  // Block 2: all zero -> scale 1, q 0. (Half away from zero would give 3, -4, 3, -1.)
+  const Vec x{127, 2.5, -3.5, 254, 5, -1, 0};
+  const BlockQuant bq = QuantizeInt8Blocked(x, 7, 3);
+  EXPECT_EQ(bq.scale, (Vec{1, 2, 1}));
+  EXPECT_EQ(bq.q, (Vec{127, 2, -4, 127, 2, 0, 0}));
+  EXPECT_TRUE(std::signbit(bq.q[5]));
+  ExpectNear(DequantizeBlocked(bq, 1, 7, 1, 3), {127, 2, -4, 254, 4, 0, 0}, 0.0);
+  // Generic block: amax 1 -> scale 1/127; q stays within [-127, 127].
+  const BlockQuant b1 = QuantizeInt8Blocked(Vec{1, -1, 0.5}, 3, 3);
+  EXPECT_EQ(b1.q[0], 127);
+  EXPECT_EQ(b1.q[1], -127);
+  EXPECT_NEAR(b1.q[2], 64, 1);  // 63.5 within rounding of the scale
+}
+
+TEST(OracleMathQuantDeathTest, BadBlockAborts) {
+  EXPECT_DEATH(QuantizeInt8Blocked(Vec{1, 2}, 3, 2), "QuantizeInt8Blocked: x has 2 elements");
+  EXPECT_DEATH(QuantizeFp8Blocked(Vec{1, 2}, 1, 2, 1, 0), "block_cols must be positive");
+}
+
+}  // namespace
+}  // namespace kforge::om
