@@ -44,10 +44,14 @@ std::string Join(const std::vector<eval::Dtype>& v) {
 int List(const TasksArgs& a) {
   auto tasks = agent::LoadCheckedTasks(TasksDir(a));
   if (!tasks.ok()) return FailWith("tasks list", tasks.status());
-  std::printf("%-28s %-18s %-10s %-16s %s\n", "KEY", "CATEGORY", "WORLD", "DTYPES", "TITLE");
+  std::printf("%-34s %-16s %-8s %-10s %-10s %s\n", "KEY", "CATEGORY", "WORLD", "DTYPES", "SOURCE",
+              "TITLE");
   for (const auto& t : *tasks) {
-    std::printf("%-28s %-18s %-10s %-16s %s\n", t.key.c_str(), t.category.c_str(),
-                Join(t.world_sizes).c_str(), Join(t.dtypes).c_str(), t.title.c_str());
+    // The provenance up to its first ';' ("PKB #13"): where the workload comes from.
+    const std::string source = t.provenance.substr(0, t.provenance.find(';'));
+    std::printf("%-34s %-16s %-8s %-10s %-10s %s\n", t.key.c_str(), t.category.c_str(),
+                Join(t.world_sizes).c_str(), Join(t.dtypes).c_str(),
+                source.empty() ? "-" : source.c_str(), t.title.c_str());
   }
   return 0;
 }
@@ -116,7 +120,7 @@ KF_COMMAND("tasks", [](CLI::App& app, int& exit_code) {
   tasks->require_subcommand(1);
 
   CLI::App* list =
-      tasks->add_subcommand("list", "One line per task: key, category, world sizes, dtypes, title");
+      tasks->add_subcommand("list", "One line per task: key, category, world sizes, dtypes, source, title");
   AddTasksDir(list, *args);
   list->callback([args, &exit_code] { exit_code = List(*args); });
 

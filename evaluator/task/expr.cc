@@ -212,18 +212,18 @@ class ExprParser {
       Op op;
       int arity;
     };
-    static constexpr Fn kFns[] = {{"min", Op::kMin, 2},
-                                  {"max", Op::kMax, 2},
-                                  {"cdiv", Op::kCdiv, 2},
-                                  {"floor", Op::kFloor, 1},
-                                  {"ceil", Op::kCeil, 1}};
+    static constexpr Fn kFns[] = {{"min", Op::kMin, 2},   {"max", Op::kMax, 2},
+                                  {"cdiv", Op::kCdiv, 2}, {"floor", Op::kFloor, 1},
+                                  {"ceil", Op::kCeil, 1}, {"sqrt", Op::kSqrt, 1},
+                                  {"eq", Op::kEq, 2}};
     const Fn* fn = nullptr;
     for (const Fn& f : kFns) {
       if (name == f.name) fn = &f;
     }
     if (fn == nullptr) {
       return e_.ErrorAt(
-          col, fmt::format("unknown function '{}' (known: min, max, cdiv, floor, ceil)", name));
+          col, fmt::format("unknown function '{}' (known: min, max, cdiv, floor, ceil, sqrt, eq)",
+                           name));
     }
     ++pos_;  // '('
     std::vector<int> args;
@@ -341,6 +341,11 @@ Result<double> Expr::Eval(int index, const ExprVars& vars) const {
       return std::floor(a);
     case Op::kCeil:
       return std::ceil(a);
+    case Op::kEq:
+      return a == b ? 1.0 : 0.0;
+    case Op::kSqrt:
+      if (a < 0) return ErrorAt(n.column, fmt::format("sqrt of a negative number ({})", a));
+      return std::sqrt(a);
     default:
       break;
   }

@@ -46,7 +46,9 @@ class Expr {
     kMax,
     kCdiv,
     kFloor,
-    kCeil
+    kCeil,
+    kSqrt,
+    kEq
   };
   struct Node {
     Op op = Op::kNumber;

@@ -248,8 +248,8 @@ Result<OracleIo> BuildOracleIo(const Problem& p, uint64_t seed,
     }
     for (const ConcreteTensor& t : p.outputs) {
       io.outputs[r].push_back(
-          OracleTensor{t.name, t.shape,
-                       std::vector<double>(static_cast<size_t>(t.numel),
+          OracleTensor{t.name, t.ShapeOf(r),
+                       std::vector<double>(static_cast<size_t>(t.NumelOf(r)),
                                            std::numeric_limits<double>::quiet_NaN())});
     }
   }

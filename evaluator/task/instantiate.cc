@@ -50,6 +50,51 @@ Status BindSizeVars(const SizeSpec& size, ExprVars& vars) {
   return Status::Ok();
 }
 
+// The shape at every rank when a dimension reads `rank`; shape/numel are then
+// the largest rank's (what the symmetric allocation holds everywhere).
+Status ResolveShape(const TensorSpec& spec, const ExprVars& vars, int world, ConcreteTensor& c) {
+  bool per_rank = false;
+  for (const std::string& dim : spec.shape) {
+    KF_ASSIGN_OR_RETURN(Expr e, Expr::Parse(dim));
+    for (const std::string& v : e.Variables()) per_rank = per_rank || v == "rank";
+  }
+  auto shape_at = [&](const ExprVars& at, std::vector<int64_t>& shape, int64_t& numel) -> Status {
+    numel = 1;
+    for (const std::string& dim : spec.shape) {
+      KF_ASSIGN_OR_RETURN(int64_t d, EvaluateInt(dim, at, "shape"));
+      shape.push_back(d);
+      if (d != 0 && numel > kMaxNumel / d) {
+        return Error(ErrorKind::kInvalidInput, fmt::format("more than 2^40 elements"));
+      }
+      numel *= d;
+    }
+    return Status::Ok();
+  };
+  if (!per_rank) {
+    KF_RETURN_IF_ERROR(shape_at(vars, c.shape, c.numel));
+  } else {
+    ExprVars at = vars;
+    c.numel = -1;
+    for (int r = 0; r < world; ++r) {
+      at["rank"] = r;
+      std::vector<int64_t> shape;
+      int64_t numel = 0;
+      if (Status s = shape_at(at, shape, numel); !s.ok())
+        return s.WithContext(fmt::format("at rank {}", r));
+      if (numel > c.numel) {
+        c.numel = numel;
+        c.shape = shape;
+      }
+      c.rank_shapes.push_back(std::move(shape));
+    }
+  }
+  c.nbytes = static_cast<size_t>(c.numel) * DtypeSize(c.dtype);
+  return Status::Ok();
+}
+
+Status ResolveTolerance(const Task& task, const TensorSpec& spec, const ExprVars& vars,
+                        ConcreteTensor& c);
+
 Result<ConcreteTensor> Resolve(const Task& task, const TensorSpec& spec, Dtype t,
                                const ExprVars& vars, int world, bool is_output) {
   ConcreteTensor c;
@@ -59,16 +104,7 @@ Result<ConcreteTensor> Resolve(const Task& task, const TensorSpec& spec, Dtype t
   } else {
     KF_ASSIGN_OR_RETURN(c.dtype, ParseDtype(spec.dtype));
   }
-  c.numel = 1;
-  for (const std::string& dim : spec.shape) {
-    KF_ASSIGN_OR_RETURN(int64_t d, EvaluateInt(dim, vars, "shape"));
-    c.shape.push_back(d);
-    if (d != 0 && c.numel > kMaxNumel / d) {
-      return Error(ErrorKind::kInvalidInput, fmt::format("more than 2^40 elements"));
-    }
-    c.numel *= d;
-  }
-  c.nbytes = static_cast<size_t>(c.numel) * DtypeSize(c.dtype);
+  KF_RETURN_IF_ERROR(ResolveShape(spec, vars, world, c));
   if (!is_output) {
     c.init = spec.init.kind;
     c.distribution = spec.distribution;
@@ -111,6 +147,13 @@ Result<ConcreteTensor> Resolve(const Task& task, const TensorSpec& spec, Dtype t
     }
     c.only_rank = static_cast<int>(r);
   }
+  KF_RETURN_IF_ERROR(ResolveTolerance(task, spec, vars, c));
+  return c;
+}
+
+// An output's (or an inout input's) tolerance for its dtype at these sizes.
+Status ResolveTolerance(const Task& task, const TensorSpec& spec, const ExprVars& vars,
+                        ConcreteTensor& c) {
   const ToleranceSpec* tol = nullptr;
   if (spec.tolerance) {
     tol = &*spec.tolerance;
@@ -129,7 +172,7 @@ Result<ConcreteTensor> Resolve(const Task& task, const TensorSpec& spec, Dtype t
     return Error(ErrorKind::kInvalidInput,
                  fmt::format("no tolerance for dtype {}", DtypeName(c.dtype)));
   }  // integers and bool compare exactly
-  return c;
+  return Status::Ok();
 }
 
 }  // namespace
@@ -201,6 +244,18 @@ Result<Problem> Instantiate(const Task& task, int world, Dtype dtype, const Size
   p.vars["elem"] = static_cast<double>(DtypeSize(dtype));
   if (Status s = BindSizeVars(size, p.vars); !s.ok()) return s.WithContext(where());
 
+  for (size_t i = 0; i < task.groups.size(); ++i) {
+    const GroupSpec& g = task.groups[i];
+    auto size = EvaluateInt(g.size, p.vars, "group size");
+    if (!size.ok())
+      return size.status().WithContext(fmt::format("{}: groups[{}] '{}'", where(), i, g.name));
+    if (*size < 1 || world % *size != 0) {
+      return Error(ErrorKind::kInvalidInput,
+                   fmt::format("{}: groups[{}] '{}': size {} does not divide W = {}", where(), i,
+                               g.name, *size, world));
+    }
+    p.groups.push_back({g.name, static_cast<int>(*size), g.layout});
+  }
   for (size_t i = 0; i < task.inputs.size(); ++i) {
     auto c = Resolve(task, task.inputs[i], dtype, p.vars, world, false);
     if (!c.ok())
@@ -214,6 +269,16 @@ Result<Problem> Instantiate(const Task& task, int world, Dtype dtype, const Size
       return c.status().WithContext(
           fmt::format("{}: outputs[{}] '{}'", where(), i, task.outputs[i].name));
     p.outputs.push_back(std::move(*c));
+  }
+  // Each inout input's state after the call is checked like an output.
+  for (size_t i = 0; i < task.inputs.size(); ++i) {
+    if (!task.inputs[i].inout) continue;
+    ConcreteTensor c = p.inputs[i];
+    c.inout = false;
+    c.inout_of = static_cast<int>(i);
+    if (Status s = ResolveTolerance(task, task.inputs[i], p.vars, c); !s.ok())
+      return s.WithContext(fmt::format("{}: inputs[{}] '{}'", where(), i, task.inputs[i].name));
+    p.outputs.push_back(std::move(c));
   }
 
   if (task.workspace.empty()) {
@@ -235,6 +300,17 @@ Result<Problem> Instantiate(const Task& task, int world, Dtype dtype, const Size
   if (*factor < 0)
     return Error(ErrorKind::kInvalidInput, where() + ": perf.busbw_factor is negative");
   p.busbw_factor = *factor;
+  const std::pair<const std::string*, double*> floors[] = {
+      {&task.floor.hbm_bytes, &p.floor_hbm_bytes},
+      {&task.floor.link_bytes, &p.floor_link_bytes},
+      {&task.floor.flops, &p.floor_flops}};
+  for (const auto& [text, dst] : floors) {
+    if (text->empty()) continue;
+    auto v = Evaluate(*text, p.vars);
+    if (!v.ok()) return v.status().WithContext(where() + ": floor");
+    if (!(*v >= 0)) return Error(ErrorKind::kInvalidInput, where() + ": a floor is negative");
+    *dst = *v;
+  }
   return p;
 }
 

@@ -12,14 +12,25 @@
 #include "kforge/core/fs.h"
 #include "kforge/evaluator/task.h"
 #include "task/expr.h"
+#include "task/task_key.h"
+#include "task_fields.h"
 #include "toml_fields.h"
 
 namespace kforge::eval {
 namespace {
 
 namespace fs = std::filesystem;
+using internal::ExprSite;
+using internal::ExprSites;
 using internal::Index;
+using internal::IsTaskName;
 using internal::Join;
+using internal::LoadDistribution;
+using internal::LoadFloor;
+using internal::LoadGroups;
+using internal::LoadInit;
+using internal::LoadTolerance;
+using internal::SplitKey;
 using internal::TomlFields;
 using internal::TypeName;
 
@@ -28,6 +39,9 @@ constexpr size_t kMaxTensors = KF_MAX_TENSORS;
 constexpr size_t kMaxDims = KF_MAX_DIMS;
 constexpr size_t kMaxParams = KF_MAX_PARAMS;
 
+// Variables every expression may read; no param or size variable may take these names.
+bool IsReserved(std::string_view s) { return s == "W" || s == "elem" || s == "rank"; }
+
 bool IsIdentifier(std::string_view s) {
   if (s.empty() || !(std::isalpha(static_cast<unsigned char>(s[0])) || s[0] == '_')) return false;
   return std::all_of(s.begin(), s.end(), [](char c) {
@@ -35,49 +49,28 @@ bool IsIdentifier(std::string_view s) {
   });
 }
 
-bool IsTaskName(std::string_view s) {
-  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
-  });
-}
-
-// "001_allreduce" → (1, "allreduce"); nullopt unless the name is NNN_name.
-std::optional<std::pair<int, std::string>> SplitKey(std::string_view key) {
-  size_t digits = 0;
-  while (digits < key.size() && std::isdigit(static_cast<unsigned char>(key[digits]))) ++digits;
-  if (digits == 0 || digits > 6 || digits + 1 >= key.size() || key[digits] != '_')
-    return std::nullopt;
-  std::string_view name = key.substr(digits + 1);
-  if (!IsTaskName(name)) return std::nullopt;
-  return std::make_pair(std::stoi(std::string(key.substr(0, digits))), std::string(name));
-}
-
-// Where each size entry and each expression sits, for cross-field errors.
-struct Located {
-  std::string field;
-  int line;
-  std::string expr;
-};
-
 class Loader {
  public:
   Loader(const fs::path& dir, std::string file, const toml::table& root)
       : dir_(dir), f_(std::move(file)), root_(root) {}
 
   Result<Task> Load() {
-    KF_RETURN_IF_ERROR(f_.CheckKeys(
-        root_, "",
-        {"id", "name", "title", "category", "provenance", "description", "world_sizes", "dtypes",
-         "params", "inputs", "outputs", "tolerance", "sizes", "perf", "policy", "workspace"}));
+    KF_RETURN_IF_ERROR(
+        f_.CheckKeys(root_, "",
+                     {"id", "name", "title", "category", "provenance", "description", "world_sizes",
+                      "dtypes", "params", "groups", "inputs", "outputs", "tolerance", "sizes",
+                      "perf", "floor", "policy", "workspace"}));
     KF_RETURN_IF_ERROR(LoadHeader());
     KF_RETURN_IF_ERROR(LoadWorldSizes());
     KF_RETURN_IF_ERROR(LoadDtypes());
     KF_RETURN_IF_ERROR(LoadParams());
+    KF_RETURN_IF_ERROR(LoadGroups(f_, root_, task_.groups, exprs_));
     KF_RETURN_IF_ERROR(LoadTensors("inputs", true, task_.inputs));
     KF_RETURN_IF_ERROR(LoadTensors("outputs", false, task_.outputs));
     KF_RETURN_IF_ERROR(LoadToleranceTable());
     KF_RETURN_IF_ERROR(LoadSizes());
     KF_RETURN_IF_ERROR(LoadPerfPolicyWorkspace());
+    KF_RETURN_IF_ERROR(LoadFloor(f_, root_, task_.floor, exprs_));
     KF_RETURN_IF_ERROR(CheckTolerancesCover());
     KF_RETURN_IF_ERROR(CheckSizesBindVariables());
     KF_RETURN_IF_ERROR(LoadFiles());
@@ -176,8 +169,9 @@ class Loader {
       return f_.Fail(n, "params", fmt::format("expected a table, found {}", TypeName(*n)));
     for (const auto& [key, value] : *n->as_table()) {
       const std::string field = Join("params", key.str());
-      if (!IsIdentifier(key.str()) || key.str() == "W" || key.str() == "elem") {
-        return f_.Fail(&value, field, "a param name must be an identifier other than W and elem");
+      if (!IsIdentifier(key.str()) || IsReserved(key.str())) {
+        return f_.Fail(&value, field,
+                       "a param name must be an identifier other than W, elem and rank");
       }
       KF_ASSIGN_OR_RETURN(double v, f_.Number(value, field));
       task_.params[std::string(key.str())] = v;
@@ -188,78 +182,12 @@ class Loader {
     return Status::Ok();
   }
 
-  // { atol = ..., rtol = ... }: numbers or expressions (e.g. "2^-8 * (W - 1)").
-  Result<ToleranceSpec> LoadTolerance(const toml::node& n, const std::string& field) {
-    if (!n.is_table()) {
-      return f_.Fail(&n, field,
-                     fmt::format("expected {{ atol = ..., rtol = ... }}, found {}", TypeName(n)));
-    }
-    const toml::table& t = *n.as_table();
-    KF_RETURN_IF_ERROR(f_.CheckKeys(t, field, {"atol", "rtol"}));
-    if (t.empty()) return f_.Fail(&n, field, "needs atol and/or rtol");
-    ToleranceSpec tol;
-    KF_ASSIGN_OR_RETURN(auto atol, f_.OptionalExpression(t, field, "atol"));
-    KF_ASSIGN_OR_RETURN(auto rtol, f_.OptionalExpression(t, field, "rtol"));
-    tol.atol = atol.value_or("0");
-    tol.rtol = rtol.value_or("0");
-    for (const std::string* e : {&tol.atol, &tol.rtol}) {
-      // A plain number is checked now; an expression when it is instantiated.
-      if (auto v = Evaluate(*e, {}); v.ok() && *v < 0) {
-        return f_.Fail(&n, field, "atol and rtol must be >= 0");
-      }
-    }
-    return tol;
-  }
-
-  Status LoadInit(const toml::node& n, const std::string& field, InitSpec& init) {
-    if (!n.is_table())
-      return f_.Fail(&n, field, fmt::format("expected a table, found {}", TypeName(n)));
-    const toml::table& t = *n.as_table();
-    KF_ASSIGN_OR_RETURN(std::string kind, f_.RequiredString(t, field, "kind"));
-    const std::string kind_field = Join(field, "kind");
-    if (kind == "normal") {
-      init.kind = InitSpec::Kind::kNormal;
-      KF_RETURN_IF_ERROR(f_.CheckKeys(t, field, {"kind", "mean", "std"}));
-      KF_ASSIGN_OR_RETURN(auto mean, f_.OptionalNumber(t, field, "mean"));
-      KF_ASSIGN_OR_RETURN(auto std, f_.OptionalNumber(t, field, "std"));
-      init.mean = mean.value_or(0);
-      init.std = std.value_or(1);
-      if (init.std < 0) return f_.Fail(t.get("std"), Join(field, "std"), "must be >= 0");
-    } else if (kind == "uniform") {
-      init.kind = InitSpec::Kind::kUniform;
-      KF_RETURN_IF_ERROR(f_.CheckKeys(t, field, {"kind", "low", "high"}));
-      KF_ASSIGN_OR_RETURN(auto low, f_.OptionalNumber(t, field, "low"));
-      KF_ASSIGN_OR_RETURN(auto high, f_.OptionalNumber(t, field, "high"));
-      init.low = low.value_or(-1);
-      init.high = high.value_or(1);
-      if (!(init.low < init.high)) return f_.Fail(&n, field, "needs low < high");
-    } else if (kind == "int") {
-      init.kind = InitSpec::Kind::kInt;
-      KF_RETURN_IF_ERROR(f_.CheckKeys(t, field, {"kind", "low", "high"}));
-      KF_ASSIGN_OR_RETURN(auto low, f_.OptionalExpression(t, field, "low"));
-      KF_ASSIGN_OR_RETURN(auto high, f_.OptionalExpression(t, field, "high"));
-      init.int_low = low.value_or("0");
-      init.int_high = high.value_or("100");
-      Remember(Join(field, "low"), t.get("low") ? t.get("low") : &n, init.int_low);
-      Remember(Join(field, "high"), t.get("high") ? t.get("high") : &n, init.int_high);
-    } else if (kind == "permutation" || kind == "custom") {
-      init.kind = kind == "custom" ? InitSpec::Kind::kCustom : InitSpec::Kind::kPermutation;
-      KF_RETURN_IF_ERROR(f_.CheckKeys(t, field, {"kind"}));
-    } else {
-      return f_.Fail(
-          t.get("kind"), kind_field,
-          fmt::format(
-              "unknown init kind '{}' (expected one of normal, uniform, int, permutation, custom)",
-              kind));
-    }
-    return Status::Ok();
-  }
-
   Status LoadTensor(const toml::table& t, const std::string& prefix, bool is_input,
                     TensorSpec& spec) {
     if (is_input) {
-      KF_RETURN_IF_ERROR(
-          f_.CheckKeys(t, prefix, {"name", "dtype", "shape", "init", "same_on_all_ranks"}));
+      KF_RETURN_IF_ERROR(f_.CheckKeys(t, prefix,
+                                      {"name", "dtype", "shape", "init", "same_on_all_ranks",
+                                       "replicated", "shard", "inout", "tolerance"}));
     } else {
       KF_RETURN_IF_ERROR(f_.CheckKeys(t, prefix, {"name", "dtype", "shape", "ranks", "tolerance"}));
     }
@@ -285,21 +213,29 @@ class Loader {
     for (size_t d = 0; d < shape->size(); ++d) {
       const std::string field = Index(shape_field, d);
       KF_ASSIGN_OR_RETURN(std::string dim, f_.Expression(*shape->get(d), field));
-      Remember(field, shape->get(d), dim);
+      Remember(field, shape->get(d), dim, /*per_rank=*/true);
       spec.shape.push_back(std::move(dim));
     }
     if (is_input) {
       if (const toml::node* init = t.get("init")) {
-        KF_RETURN_IF_ERROR(LoadInit(*init, Join(prefix, "init"), spec.init));
+        KF_RETURN_IF_ERROR(LoadInit(f_, *init, Join(prefix, "init"), spec.init, exprs_));
       }
-      KF_ASSIGN_OR_RETURN(auto same, f_.OptionalBool(t, prefix, "same_on_all_ranks"));
-      spec.same_on_all_ranks = same.value_or(false);
+      KF_RETURN_IF_ERROR(LoadDistribution(f_, t, prefix, task_.groups, spec));
+      KF_ASSIGN_OR_RETURN(auto inout, f_.OptionalBool(t, prefix, "inout"));
+      spec.inout = inout.value_or(false);
+      if (const toml::node* tol = t.get("tolerance")) {
+        if (!spec.inout) {
+          return f_.Fail(tol, Join(prefix, "tolerance"),
+                         "only an inout input is checked, so only it takes a tolerance");
+        }
+        KF_ASSIGN_OR_RETURN(spec.tolerance, LoadTolerance(f_, *tol, Join(prefix, "tolerance")));
+      }
     } else {
       KF_ASSIGN_OR_RETURN(auto ranks, f_.OptionalExpression(t, prefix, "ranks"));
       spec.ranks = ranks.value_or("");
       if (ranks) Remember(Join(prefix, "ranks"), t.get("ranks"), spec.ranks);
       if (const toml::node* tol = t.get("tolerance")) {
-        KF_ASSIGN_OR_RETURN(spec.tolerance, LoadTolerance(*tol, Join(prefix, "tolerance")));
+        KF_ASSIGN_OR_RETURN(spec.tolerance, LoadTolerance(f_, *tol, Join(prefix, "tolerance")));
       }
     }
     return Status::Ok();
@@ -342,7 +278,7 @@ class Loader {
       const std::string field = Join("tolerance", key.str());
       auto dt = ParseDtype(key.str());
       if (!dt.ok()) return f_.Fail(&value, field, dt.status().message());
-      KF_ASSIGN_OR_RETURN(task_.tolerance[*dt], LoadTolerance(value, field));
+      KF_ASSIGN_OR_RETURN(task_.tolerance[*dt], LoadTolerance(f_, value, field));
     }
     return Status::Ok();
   }
@@ -368,10 +304,11 @@ class Loader {
       for (const auto& [var, value] : t) {
         if (var.str() == "label") continue;
         const std::string field = Join(prefix, var.str());
-        if (!IsIdentifier(var.str()) || var.str() == "W" || var.str() == "elem" ||
+        if (!IsIdentifier(var.str()) || IsReserved(var.str()) ||
             task_.params.count(std::string(var.str())) != 0) {
-          return f_.Fail(&value, field,
-                         "a size variable must be an identifier other than W, elem and the params");
+          return f_.Fail(
+              &value, field,
+              "a size variable must be an identifier other than W, elem, rank and the params");
         }
         KF_ASSIGN_OR_RETURN(std::string e, f_.Expression(value, field));
         size.vars[std::string(var.str())] = std::move(e);
@@ -432,18 +369,25 @@ class Loader {
   // Every dtype an output can take needs a tolerance, unless the output sets
   // its own or the dtype is exact (integers, bool).
   Status CheckTolerancesCover() {
-    for (size_t i = 0; i < task_.outputs.size(); ++i) {
-      const TensorSpec& out = task_.outputs[i];
-      if (out.tolerance) continue;
+    KF_RETURN_IF_ERROR(CheckTolerancesCover(task_.outputs, "outputs", false));
+    return CheckTolerancesCover(task_.inputs, "inputs", true);
+  }
+
+  Status CheckTolerancesCover(const std::vector<TensorSpec>& tensors, std::string_view key,
+                              bool inout_only) {
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      const TensorSpec& out = tensors[i];
+      if (out.tolerance || (inout_only && !out.inout)) continue;
       std::vector<Dtype> can_be = task_.dtypes;
       if (out.dtype != "T") can_be = {*ParseDtype(out.dtype)};
       for (Dtype dt : can_be) {
         if (!IsFloating(dt) || task_.tolerance.count(dt) != 0) continue;
-        const std::string prefix = Index("outputs", i);
+        const std::string prefix = Index(key, i);
         return f_.FailAtLine(tensor_lines_[prefix], Join(prefix, "tolerance"),
-                             fmt::format("output '{}' can be {} but there is no tolerance for it "
+                             fmt::format("{} '{}' can be {} but there is no tolerance for it "
                                          "(add [tolerance] {} = {{ atol = ..., rtol = ... }})",
-                                         out.name, DtypeName(dt), DtypeName(dt)));
+                                         inout_only ? "inout input" : "output", out.name,
+                                         DtypeName(dt), DtypeName(dt)));
       }
     }
     return Status::Ok();
@@ -459,15 +403,15 @@ class Loader {
       std::set<std::string> bound = {"W", "elem"};
       for (const auto& [name, v] : task_.params) bound.insert(name);
       for (const auto& [name, v] : all[k]->vars) bound.insert(name);
-      std::vector<Located> exprs = exprs_;
+      std::vector<ExprSite> exprs = exprs_;
       for (const auto& [name, text] : all[k]->vars) {
         exprs.push_back({Join(size_lines_[k].field, name), size_lines_[k].line, text});
       }
-      for (const Located& e : exprs) {
+      for (const ExprSite& e : exprs) {
         auto parsed = Expr::Parse(e.expr);
         if (!parsed.ok()) return f_.FailAtLine(e.line, e.field, parsed.status().message());
         for (const std::string& var : parsed->Variables()) {
-          if (bound.count(var) != 0) continue;
+          if (bound.count(var) != 0 || (e.per_rank && var == "rank")) continue;
           return f_.FailAtLine(
               size_lines_[k].line, size_lines_[k].field,
               fmt::format("size '{}' does not bind '{}', which {} ('{}', line {}) uses",
@@ -498,8 +442,9 @@ class Loader {
     return Status::Ok();
   }
 
-  void Remember(std::string field, const toml::node* at, const std::string& expr) {
-    exprs_.push_back({std::move(field), TomlFields::Line(at), expr});
+  void Remember(std::string field, const toml::node* at, const std::string& expr,
+                bool per_rank = false) {
+    exprs_.push_back({std::move(field), TomlFields::Line(at), expr, per_rank});
   }
 
   fs::path dir_;
@@ -508,8 +453,8 @@ class Loader {
   Task task_;
   std::set<std::string> tensor_names_;
   std::map<std::string, int> tensor_lines_;
-  std::vector<Located> exprs_;       // every expression outside [sizes]
-  std::vector<Located> size_lines_;  // check sizes then bench sizes; expr = label
+  std::vector<ExprSite> exprs_;       // every expression outside [sizes]
+  std::vector<ExprSite> size_lines_;  // check sizes then bench sizes; expr = label
 };
 
 }  // namespace
@@ -530,52 +475,6 @@ Result<Task> LoadTask(const fs::path& dir_in) {
   }
   Loader loader(dir, display, root);
   return loader.Load();
-}
-
-Result<std::vector<Task>> LoadTasks(const fs::path& root) {
-  std::error_code ec;
-  if (!fs::is_directory(root, ec)) {
-    return Error(ErrorKind::kNotFound, fmt::format("{}: no such tasks directory", root.string()));
-  }
-  std::vector<fs::path> dirs;
-  for (const auto& entry : fs::directory_iterator(root, ec)) {
-    if (!entry.is_directory()) continue;
-    // Folders that are not named like a task (e.g. common/) are not tasks;
-    // one that is named like a task but has no task.toml is an error.
-    if (SplitKey(entry.path().filename().string())) dirs.push_back(entry.path());
-  }
-  if (ec) return Error(ErrorKind::kIo, fmt::format("{}: {}", root.string(), ec.message()));
-  std::sort(dirs.begin(), dirs.end());
-  std::vector<Task> tasks;
-  std::map<int, std::string> ids;
-  for (const auto& dir : dirs) {
-    KF_ASSIGN_OR_RETURN(Task t, LoadTask(dir));
-    auto [it, fresh] = ids.emplace(t.id, t.key);
-    if (!fresh) {
-      return Error(ErrorKind::kInvalidInput,
-                   fmt::format("{}: id {} is already used by {}", (dir / "task.toml").string(),
-                               t.id, it->second));
-    }
-    tasks.push_back(std::move(t));
-  }
-  return tasks;
-}
-
-const Task* FindTask(const std::vector<Task>& tasks, std::string_view selector) {
-  for (const Task& t : tasks) {
-    if (t.key == selector) return &t;
-  }
-  const bool numeric =
-      !selector.empty() && std::all_of(selector.begin(), selector.end(), [](char c) {
-        return std::isdigit(static_cast<unsigned char>(c));
-      });
-  for (const Task& t : tasks) {
-    if (numeric ? (selector.size() <= 6 && t.id == std::stoi(std::string(selector)))
-                : t.name == selector) {
-      return &t;
-    }
-  }
-  return nullptr;
 }
 
 }  // namespace kforge::eval

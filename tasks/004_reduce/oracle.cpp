@@ -1,6 +1,6 @@
 // Reduce (sum) to the root: the root's y is the elementwise sum of all ranks' x.
-// Only the root's output is checked (ranks = "root"); the other ranks' y are filled
-// with the same sum so that the oracle's outputs stay fully defined.
+// Every other rank's y is its own x (NCCL leaves a non-root's buffer holding its
+// input; PKB checks it).
 #include "kforge/oracle.h"
 
 #include <vector>
@@ -20,7 +20,8 @@ KF_ORACLE(reduce) {
   for (int r = 0; r < io.world; ++r) {
     auto y = io.out(r, "y");
     if (y.size() != n) return kforge::Error(kforge::ErrorKind::kHarness, "reduce: y is not N long");
-    for (size_t i = 0; i < n; ++i) y[i] = sum[i];
+    auto x = io.in(r, "x");
+    for (size_t i = 0; i < n; ++i) y[i] = r == root ? sum[i] : x[i];
   }
   return kforge::Status::Ok();
 }

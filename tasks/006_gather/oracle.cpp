@@ -1,6 +1,5 @@
-// Gather to the root: the root's y[W, N] stacks all ranks' x[N] in rank order.
-// Only the root's output is checked (ranks = "root"); the other ranks' y get the
-// same stack so that the oracle's outputs stay fully defined.
+// Gather to the root: the root's y[W, N] stacks all ranks' x[N] in rank order;
+// every other rank's y[1, N] is its own x (PKB checks non-root ranks too).
 #include "kforge/oracle.h"
 
 KF_ORACLE(gather) {
@@ -11,8 +10,14 @@ KF_ORACLE(gather) {
   const size_t n = io.in(0, "x").size();
   for (int r = 0; r < io.world; ++r) {
     auto y = io.out(r, "y");
-    if (y.size() != n * io.world) {
-      return kforge::Error(kforge::ErrorKind::kHarness, "gather: y is not W * N long");
+    const int rows = r == root ? io.world : 1;
+    if (y.size() != n * rows) {
+      return kforge::Error(kforge::ErrorKind::kHarness, "gather: y is not (W or 1) * N long");
+    }
+    if (r != root) {
+      auto x = io.in(r, "x");
+      for (size_t i = 0; i < n; ++i) y[i] = x[i];
+      continue;
     }
     for (int p = 0; p < io.world; ++p) {
       auto x = io.in(p, "x");

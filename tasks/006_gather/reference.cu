@@ -1,7 +1,7 @@
 // Gather baseline: every rank sends its x to the root with grouped
 // point-to-point calls (NCCL has no gather); the root receives row p from rank p
-// and copies its own row locally. The other ranks' y is left as it was (it is
-// not checked).
+// and copies its own row locally. Every other rank's y[1, N] is its own x, as in
+// PKB (whose non-root ranks return their input).
 #include "kforge/kernel.h"
 
 extern "C" int kf_setup(kf_ctx*) { return 0; }
@@ -18,7 +18,11 @@ extern "C" int kf_run(kf_ctx* ctx) {
   if (ctx->rank != root) {
     if (kf_group_start(ctx) != 0) return 1;
     const int rc = kf_send(ctx, x.data, count, x.dtype, root);
-    return kf_group_end(ctx) != 0 || rc != 0 ? 1 : 0;
+    if (kf_group_end(ctx) != 0 || rc != 0) return 1;
+    return cudaMemcpyAsync(y.data, x.data, row_bytes, cudaMemcpyDeviceToDevice, ctx->stream) ==
+                   cudaSuccess
+               ? 0
+               : 1;
   }
   if (kf_group_start(ctx) != 0) return 1;
   int rc = 0;

@@ -139,6 +139,8 @@ TEST(CollectiveTasks, AllReduceBf16ToleranceSeparatesRightFromWrong) {
 int64_t SourceIndex(const Problem& p, int r, int64_t j) {
   const ConcreteTensor& y = p.outputs[0];
   if (y.only_rank >= 0 && y.only_rank != r) return -1;
+  // Reduce: only the root holds the sum (every other rank's y is its own x).
+  if (p.task->name == "reduce" && r != static_cast<int>(p.vars.at("root"))) return -1;
   if (p.task->name == "reducescatter") return r * y.NumelOf(r) + j;
   return j;
 }

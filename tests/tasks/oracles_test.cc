@@ -80,10 +80,11 @@ TEST(CollectiveOracles, BroadcastCopiesTheRoot) {
   for (int r = 0; r < 4; ++r) EXPECT_EQ(Y(io4, r), (std::vector<double>{7, 8, 9}));
 }
 
-TEST(CollectiveOracles, ReduceSumsOnTheRoot) {
+TEST(CollectiveOracles, ReduceSumsOnTheRootAndKeepsInputsElsewhere) {
   OracleIo io = MakeIo({{1, 2, 3}, {10, 20, 30}}, {3}, {3}, /*root=*/1);
   RunOracle("reduce", io);
   EXPECT_EQ(Y(io, 1), (std::vector<double>{11, 22, 33}));
+  EXPECT_EQ(Y(io, 0), (std::vector<double>{1, 2, 3}));  // a non-root rank's y is its x
 
   OracleIo io4 = MakeIo({{1, 2, 3}, {10, 20, 30}, {100, 200, 300}, {1000, 2000, 3000}}, {3}, {3},
                         /*root=*/1);
@@ -109,14 +110,28 @@ TEST(CollectiveOracles, ScatterSendsRowRFromTheRoot) {
   EXPECT_EQ(Y(io4, 3), (std::vector<double>{10, 11, 12}));
 }
 
-TEST(CollectiveOracles, GatherStacksOnTheRoot) {
+// The root's y is [W, N]; every other rank's is [1, N] and holds its own x.
+void ShapeNonRootRows(OracleIo& io, int root) {
+  for (int r = 0; r < io.world; ++r) {
+    if (r == root) continue;
+    OracleTensor& y = io.outputs[r][0];
+    y.shape = {1, y.shape[1]};
+    y.data.assign(static_cast<size_t>(y.shape[1]), -999.0);
+  }
+}
+
+TEST(CollectiveOracles, GatherStacksOnTheRootAndKeepsInputsElsewhere) {
   OracleIo io = MakeIo({{1, 2, 3}, {4, 5, 6}}, {3}, {2, 3}, /*root=*/1);
+  ShapeNonRootRows(io, 1);
   RunOracle("gather", io);
   EXPECT_EQ(Y(io, 1), (std::vector<double>{1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(Y(io, 0), (std::vector<double>{1, 2, 3}));
 
   OracleIo io4 = MakeIo({{1, 2, 3}, {4, 5, 6}, {7, 8, 9}, {10, 11, 12}}, {3}, {4, 3}, /*root=*/1);
+  ShapeNonRootRows(io4, 1);
   RunOracle("gather", io4);
   EXPECT_EQ(Y(io4, 1), (std::vector<double>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}));
+  EXPECT_EQ(Y(io4, 3), (std::vector<double>{10, 11, 12}));
 }
 
 TEST(CollectiveOracles, ReduceScatterSumsRankRsChunk) {

@@ -1,9 +1,9 @@
 // Reduce (sum) to the root by peer reads: after a start barrier (every peer's x
 // is ready) the root reads every rank's x, sums in fp32 (rank order 0..W-1) and
-// writes its own y. The other ranks only take part in the barrier; their y is
-// not checked and is left untouched. Only peers' inputs are read and only the
-// root's output is written, so no end barrier is needed: a peer's next call
-// cannot pass its start barrier before the root has finished this one.
+// writes its own y. The other ranks take part in the barrier and copy their own x
+// to their own y. Only peers' inputs are read and no peer's output is written, so
+// no end barrier is needed: a peer's next call cannot pass its start barrier
+// before the root has finished this one.
 //
 // Barrier: per-block handshake through the signal pad (slot [b * W + src] of the
 // receiver's pad) with per-block epochs kept in device memory, so back-to-back
@@ -193,7 +193,13 @@ int Run(kf_ctx* ctx, const State* st) {
   const int root = Root(ctx);
   if (root < 0) return 1;
   const int64_t n = ctx->inputs[0].numel;
-  return LaunchSum<T>(ctx, st, 0, ctx->rank == root ? n : 0, n);
+  if (LaunchSum<T>(ctx, st, 0, ctx->rank == root ? n : 0, n) != 0) return 1;
+  if (ctx->rank == root) return 0;
+  // Every other rank's y is its own x (checked like the root's sum).
+  return cudaMemcpyAsync(ctx->outputs[0].data, ctx->inputs[0].data, ctx->inputs[0].nbytes,
+                         cudaMemcpyDeviceToDevice, ctx->stream) == cudaSuccess
+             ? 0
+             : 1;
 }
 
 }  // namespace

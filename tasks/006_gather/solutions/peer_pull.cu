@@ -1,9 +1,9 @@
 // Gather by peer reads: after a start barrier (every peer's x is ready) the root
 // copies x_p from rank p's buffer into row p of its own y, starting with its own
-// row and then the next ranks. The other ranks only take part in the barrier;
-// their y is not checked and is left untouched. Only peers' inputs are read and
-// only the root's output is written, so no end barrier is needed: a peer's next
-// call cannot pass its start barrier before the root has finished this one.
+// row and then the next ranks. Every other rank copies its own x into its own
+// y[1, N] in the same kernel. Only peers' inputs are read and no peer's output is
+// written, so no end barrier is needed: a peer's next call cannot pass its start
+// barrier before the root has finished this one.
 //
 // Barrier: per-block handshake through the signal pad (slot [b * W + src] of the
 // receiver's pad) with per-block epochs kept in device memory, so back-to-back
@@ -119,10 +119,11 @@ __global__ void __launch_bounds__(kThreads)
 bool ShapesMatch(const kf_ctx* ctx) {
   const kf_tensor& x = ctx->inputs[0];
   const kf_tensor& y = ctx->outputs[0];
-  return Root(ctx) >= 0 && y.dtype == x.dtype && y.numel == x.numel * ctx->world_size;
+  const int rows = ctx->rank == Root(ctx) ? ctx->world_size : 1;
+  return Root(ctx) >= 0 && y.dtype == x.dtype && y.numel == x.numel * rows;
 }
 
-// Root: y[p] <- x_p for every p; other ranks: nothing beyond the barrier.
+// Root: y[p] <- x_p for every p; every other rank: its own y[1, N] <- x.
 int BuildSegments(kf_ctx* ctx, Segments* s, int64_t* grid_bytes) {
   const int root = Root(ctx);
   if (root < 0) return 1;
@@ -139,6 +140,11 @@ int BuildSegments(kf_ctx* ctx, Segments* s, int64_t* grid_bytes) {
       s->bytes[k] = row;
     }
     s->count = world;
+  } else {
+    s->src[0] = static_cast<const char*>(x.data);
+    s->dst[0] = static_cast<char*>(y.data);
+    s->bytes[0] = row;
+    s->count = 1;
   }
   *grid_bytes = row * world;
   return 0;

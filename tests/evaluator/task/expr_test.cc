@@ -58,6 +58,9 @@ TEST(Expr, Functions) {
   EXPECT_EQ(Eval("ceil(3.2)"), 4);
   EXPECT_EQ(Eval("floor(-0.5)"), -1);
   EXPECT_EQ(Eval("max(min(N, 10), cdiv(N, W) * 2)"), 500);
+  EXPECT_EQ(Eval("sqrt(W * 16)"), 8);               // tolerances that grow like sqrt(K)
+  EXPECT_EQ(Eval("1 + (W - 1) * eq(root, 1)"), 4);  // a rank-dependent shape
+  EXPECT_EQ(Eval("1 + (W - 1) * eq(root, 0)"), 1);
 }
 
 TEST(Expr, ErrorsSayWhatAndWhere) {
@@ -66,9 +69,11 @@ TEST(Expr, ErrorsSayWhatAndWhere) {
   EXPECT_EQ(ErrorOf("cdiv(N, 0)"), "division by zero at column 1 in 'cdiv(N, 0)'");
   EXPECT_EQ(ErrorOf("N % 0"), "modulo by zero at column 3 in 'N % 0'");
   EXPECT_EQ(ErrorOf("2.5 % 2"), "'%' needs integers, got 2.5 % 2 at column 5 in '2.5 % 2'");
-  EXPECT_EQ(
-      ErrorOf("sqrt(N)"),
-      "unknown function 'sqrt' (known: min, max, cdiv, floor, ceil) at column 1 in 'sqrt(N)'");
+  EXPECT_EQ(ErrorOf("log(N)"),
+            "unknown function 'log' (known: min, max, cdiv, floor, ceil, sqrt, eq) at column 1 in "
+            "'log(N)'");
+  EXPECT_EQ(ErrorOf("sqrt(1 - N)"),
+            "sqrt of a negative number (-999) at column 1 in 'sqrt(1 - N)'");
   EXPECT_EQ(ErrorOf("min(N)"), "min() takes 2 arguments, got 1 at column 1 in 'min(N)'");
   EXPECT_EQ(ErrorOf("floor(1, 2)"), "floor() takes 1 argument, got 2 at column 1 in 'floor(1, 2)'");
   EXPECT_EQ(ErrorOf("(N + 1"), "expected ')' at the end of '(N + 1'");

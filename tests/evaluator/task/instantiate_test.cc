@@ -29,6 +29,70 @@ std::string ShardToml() {
   return t;
 }
 
+// The features the fused workloads need: a 2-D layout of groups, a sharded and
+// a replicated input, an in-place input, a rank-dependent output and a floor.
+std::string FusedToml() {
+  std::string t = SumToml();
+  t = Replace(
+      t, "[[inputs]]\nname = \"x\"\ndtype = \"T\"\nshape = [\"N\"]\n",
+      "[[groups]]\nname = \"tp\"\nsize = 2\n\n[[groups]]\nname = \"dp\"\nsize = \"W / 2\"\n"
+      "layout = \"strided\"\n\n"
+      "[[inputs]]\nname = \"x\"\ndtype = \"T\"\nshape = [\"N\", 4]\nshard = { dim = 0, group = "
+      "\"tp\" }\n");
+  t = Replace(t, "[[outputs]]",
+              "[[inputs]]\nname = \"w\"\ndtype = \"f32\"\nshape = [4]\nreplicated = true\n\n"
+              "[[inputs]]\nname = \"m\"\ndtype = \"f32\"\nshape = [\"N\"]\ninout = true\n"
+              "tolerance = { atol = \"1e-3 * W\" }\n\n[[outputs]]");
+  t = Replace(t, "shape = [\"N\"]\n\n[tolerance]", "shape = [\"N * (rank + 1)\"]\n\n[tolerance]");
+  t = Replace(t, "[policy]",
+              "[floor]\nhbm_bytes = \"N * elem * 2\"\nflops = \"2 * N * 4\"\n\n[policy]");
+  return t;
+}
+
+TEST(Instantiate, GroupsShardsInoutRankShapesAndFloor) {
+  TempDir tmp;
+  Task t = LoadOrDie(tmp.path(), "001_sum", FusedToml());
+  ASSERT_EQ(t.groups.size(), 2u);
+  EXPECT_EQ(t.groups[1].layout, GroupSpec::Layout::kStrided);
+  EXPECT_EQ(t.inputs[0].distribution.kind, Distribution::Kind::kShard);
+  EXPECT_EQ(t.inputs[0].distribution.group, "tp");
+  EXPECT_EQ(t.inputs[1].distribution.kind, Distribution::Kind::kReplicated);
+  EXPECT_TRUE(t.inputs[2].inout);
+  auto p = Instantiate(t, 4, Dtype::kF32, t.check_sizes[0], true);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  ASSERT_EQ(p->groups.size(), 2u);
+  EXPECT_EQ(p->groups[0].size, 2);
+  EXPECT_EQ(p->groups[1].size, 2);
+  // contiguous tp: {0,1} {2,3}; strided dp: {0,2} {1,3}.
+  EXPECT_EQ(p->groups[0].Members(1, 4), (std::vector<int>{2, 3}));
+  EXPECT_EQ(p->groups[1].Members(1, 4), (std::vector<int>{1, 3}));
+  EXPECT_EQ(p->groups[1].RankIn(3, 4), 1);
+  // y has N * (rank + 1) elements on each rank; the allocation is the largest.
+  const ConcreteTensor& y = p->outputs[0];
+  ASSERT_EQ(y.rank_shapes.size(), 4u);
+  EXPECT_EQ(y.ShapeOf(0), (std::vector<int64_t>{8}));
+  EXPECT_EQ(y.ShapeOf(3), (std::vector<int64_t>{32}));
+  EXPECT_EQ(y.numel, 32);
+  EXPECT_EQ(y.nbytes, 128u);
+  // The inout input m comes back as a checked output after the task's outputs.
+  ASSERT_EQ(p->outputs.size(), 2u);
+  EXPECT_EQ(p->KernelOutputCount(), 1);
+  EXPECT_EQ(p->outputs[1].name, "m");
+  EXPECT_EQ(p->outputs[1].inout_of, 2);
+  EXPECT_DOUBLE_EQ(p->outputs[1].tolerance.atol, 4e-3);
+  EXPECT_TRUE(p->inputs[2].inout);
+  EXPECT_DOUBLE_EQ(p->floor_hbm_bytes, 8 * 4 * 2);
+  EXPECT_DOUBLE_EQ(p->floor_flops, 64);
+  EXPECT_DOUBLE_EQ(p->floor_link_bytes, 0);
+  // A group that does not divide W is refused at instantiation.
+  Task bad = LoadOrDie(tmp.path(), "001_sum", Replace(FusedToml(), "size = 2\n", "size = 3\n"));
+  auto q = Instantiate(bad, 4, Dtype::kF32, bad.check_sizes[0], true);
+  ASSERT_FALSE(q.ok());
+  EXPECT_NE(q.status().message().find("groups[0] 'tp': size 3 does not divide W = 4"),
+            std::string::npos)
+      << q.status().message();
+}
+
 TEST(Instantiate, ResolvesShapesAtEveryWorldSize) {
   TempDir tmp;
   Task t = LoadOrDie(tmp.path(), "001_sum", ShardToml());

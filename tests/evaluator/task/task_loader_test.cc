@@ -163,14 +163,17 @@ const BadCase kBadCases[] = {
      R"({ label = "tiny", M = "8" })", "tiny", "sizes.check[0]",
      "size 'tiny' does not bind 'N', which inputs[0].shape[0] ('N', line 16) uses"},
     {"size binds W", R"({ label = "tiny", N = "8" })", R"({ label = "tiny", N = "8", W = "2" })",
-     "tiny", "sizes.check[0].W", "other than W, elem and the params"},
+     "tiny", "sizes.check[0].W", "other than W, elem, rank and the params"},
+    {"size binds rank", R"({ label = "tiny", N = "8" })",
+     R"({ label = "tiny", N = "8", rank = "2" })", "tiny", "sizes.check[0].rank",
+     "other than W, elem, rank and the params"},
     {"size without a label", R"({ label = "tiny", N = "8" })", R"({ N = "8" })",
      "check =", "sizes.check[0].label", "required field is missing"},
     {"duplicate size label", R"(label = "odd")", R"(label = "tiny")",
      "check =", "sizes.check[1].label", "'tiny' is used twice"},
     {"unknown sizes list", "bench = [", "bnech = [", "bnech", "sizes.bnech", "unknown field"},
-    {"perf formula with an unknown function", "bytes = \"N * elem\"", "bytes = \"sqrt(N) * elem\"",
-     "sqrt", "perf.bytes", "unknown function 'sqrt'"},
+    {"perf formula with an unknown function", "bytes = \"N * elem\"", "bytes = \"log(N) * elem\"",
+     "log", "perf.bytes", "unknown function 'log'"},
     {"perf formula reads an unbound variable", "bytes = \"N * elem\"", "bytes = \"K * elem\"",
      "tiny", "sizes.check[0]", "does not bind 'K', which perf.bytes"},
     {"policy typo", "nccl = false", "ncl = false", "ncl", "policy.ncl", "unknown field"},
@@ -178,7 +181,34 @@ const BadCase kBadCases[] = {
      "expected true or false, found string"},
     {"output ranks reads an unbound variable", "name = \"y\"", "name = \"y\"\nranks = \"dst\"",
      "tiny", "sizes.check[0]", "does not bind 'dst', which outputs[0].ranks"},
-    {"param named W", "root = 0", "W = 2", "W = 2", "params.W", "other than W and elem"},
+    {"param named W", "root = 0", "W = 2", "W = 2", "params.W", "other than W, elem and rank"},
+    {"rank outside a shape", "bytes = \"N * elem\"", "bytes = \"N * elem * rank\"", "tiny",
+     "sizes.check[0]", "does not bind 'rank', which perf.bytes"},
+    {"group without a size", "[[inputs]]", "[[groups]]\nname = \"tp\"\n\n[[inputs]]", "[[groups]]",
+     "groups[0].size", "required field is missing"},
+    {"group with an unknown layout", "[[inputs]]",
+     "[[groups]]\nname = \"tp\"\nsize = 2\nlayout = \"ring\"\n\n[[inputs]]", "layout",
+     "groups[0].layout", "'ring' is not a layout (contiguous or strided)"},
+    {"group name twice", "[[inputs]]",
+     "[[groups]]\nname = \"tp\"\nsize = 2\n\n[[groups]]\nname = \"tp\"  # again\nsize = "
+     "1\n\n[[inputs]]",
+     "# again", "groups[1].name", "group name 'tp' is used twice"},
+    {"group with an unknown field", "[[inputs]]",
+     "[[groups]]\nname = \"tp\"\nsize = 2\nstride = 2\n\n[[inputs]]", "stride", "groups[0].stride",
+     "unknown field (expected one of: name, size, layout)"},
+    {"shard over an unknown group", "init = {", "shard = { dim = 0, group = \"dp\" }\ninit = {",
+     "shard", "inputs[0].shard.group", "'dp' is not one of the task's [[groups]]"},
+    {"shard of a missing dimension", "init = {", "shard = { dim = 1 }\ninit = {", "shard",
+     "inputs[0].shard.dim", "1 is not a dimension of the shape"},
+    {"shard and replicated", "init = {", "shard = { dim = 0 }\nreplicated = true\ninit = {",
+     "shard", "inputs[0].shard", "either replicated or sharded, not both"},
+    {"tolerance on an input that is not inout", "init = {", "tolerance = { atol = 1.0 }\ninit = {",
+     "tolerance = {", "inputs[0].tolerance", "only an inout input is checked"},
+    {"floor with an unknown field", "[policy]", "[floor]\nbytes = \"N\"\n\n[policy]",
+     "bytes = \"N\"", "floor.bytes",
+     "unknown field (expected one of: hbm_bytes, link_bytes, flops)"},
+    {"floor reads an unbound variable", "[policy]", "[floor]\nflops = \"2 * K\"\n\n[policy]",
+     "tiny", "sizes.check[0]", "does not bind 'K', which floor.flops"},
     {"param not a number", "root = 0", "root = \"zero\"", "root", "params.root",
      "expected a number, found string"},
 };
@@ -192,6 +222,21 @@ TEST(TaskLoader, InputRejectsOutputFields) {
   ASSERT_FALSE(t.ok());
   EXPECT_NE(t.status().message().find(":" + std::to_string(LineOf(toml, "ranks = ")) +
                                       ": inputs[0].ranks: unknown field"),
+            std::string::npos)
+      << t.status().message();
+}
+
+TEST(TaskLoader, InoutInputNeedsATolerance) {
+  TempDir tmp;
+  std::string toml = Replace(SumToml(), "init = {", "inout = true\ninit = {");
+  toml = Replace(toml, "shape = [\"N\"]\n\n[tol",
+                 "shape = [\"N\"]\ntolerance = { atol = 1e-3 }\n\n[tol");
+  toml = Replace(toml, "f32 = { atol = 1e-5, rtol = 1e-5 }\n", "");
+  auto t = LoadTask(WriteTask(tmp.path(), "001_sum", toml));
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find(":" + std::to_string(LineOf(toml, "[[inputs]]")) +
+                                      ": inputs[0].tolerance: inout input 'x' can be f32 but "
+                                      "there is no tolerance for it"),
             std::string::npos)
       << t.status().message();
 }

@@ -1,0 +1,198 @@
+#include "task_fields.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <utility>
+
+#include "kforge/abi_limits.h"
+#include "task/expr.h"
+
+namespace kforge::eval::internal {
+namespace {
+
+bool IsIdentifier(std::string_view s) {
+  if (s.empty() || !(std::isalpha(static_cast<unsigned char>(s[0])) || s[0] == '_')) return false;
+  return std::all_of(s.begin(), s.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+  });
+}
+
+}  // namespace
+
+// { atol = ..., rtol = ... }: numbers or expressions (e.g. "2^-8 * (W - 1)").
+Result<ToleranceSpec> LoadTolerance(const TomlFields& f, const toml::node& n,
+                                    const std::string& field) {
+  if (!n.is_table()) {
+    return f.Fail(&n, field,
+                  fmt::format("expected {{ atol = ..., rtol = ... }}, found {}", TypeName(n)));
+  }
+  const toml::table& t = *n.as_table();
+  KF_RETURN_IF_ERROR(f.CheckKeys(t, field, {"atol", "rtol"}));
+  if (t.empty()) return f.Fail(&n, field, "needs atol and/or rtol");
+  ToleranceSpec tol;
+  KF_ASSIGN_OR_RETURN(auto atol, f.OptionalExpression(t, field, "atol"));
+  KF_ASSIGN_OR_RETURN(auto rtol, f.OptionalExpression(t, field, "rtol"));
+  tol.atol = atol.value_or("0");
+  tol.rtol = rtol.value_or("0");
+  for (const std::string* e : {&tol.atol, &tol.rtol}) {
+    // A plain number is checked now; an expression when it is instantiated.
+    if (auto v = Evaluate(*e, {}); v.ok() && *v < 0) {
+      return f.Fail(&n, field, "atol and rtol must be >= 0");
+    }
+  }
+  return tol;
+}
+
+Status LoadInit(const TomlFields& f, const toml::node& n, const std::string& field, InitSpec& init,
+                ExprSites& sink) {
+  if (!n.is_table())
+    return f.Fail(&n, field, fmt::format("expected a table, found {}", TypeName(n)));
+  const toml::table& t = *n.as_table();
+  KF_ASSIGN_OR_RETURN(std::string kind, f.RequiredString(t, field, "kind"));
+  const std::string kind_field = Join(field, "kind");
+  if (kind == "normal") {
+    init.kind = InitSpec::Kind::kNormal;
+    KF_RETURN_IF_ERROR(f.CheckKeys(t, field, {"kind", "mean", "std"}));
+    KF_ASSIGN_OR_RETURN(auto mean, f.OptionalNumber(t, field, "mean"));
+    KF_ASSIGN_OR_RETURN(auto std, f.OptionalNumber(t, field, "std"));
+    init.mean = mean.value_or(0);
+    init.std = std.value_or(1);
+    if (init.std < 0) return f.Fail(t.get("std"), Join(field, "std"), "must be >= 0");
+  } else if (kind == "uniform") {
+    init.kind = InitSpec::Kind::kUniform;
+    KF_RETURN_IF_ERROR(f.CheckKeys(t, field, {"kind", "low", "high"}));
+    KF_ASSIGN_OR_RETURN(auto low, f.OptionalNumber(t, field, "low"));
+    KF_ASSIGN_OR_RETURN(auto high, f.OptionalNumber(t, field, "high"));
+    init.low = low.value_or(-1);
+    init.high = high.value_or(1);
+    if (!(init.low < init.high)) return f.Fail(&n, field, "needs low < high");
+  } else if (kind == "int") {
+    init.kind = InitSpec::Kind::kInt;
+    KF_RETURN_IF_ERROR(f.CheckKeys(t, field, {"kind", "low", "high"}));
+    KF_ASSIGN_OR_RETURN(auto low, f.OptionalExpression(t, field, "low"));
+    KF_ASSIGN_OR_RETURN(auto high, f.OptionalExpression(t, field, "high"));
+    init.int_low = low.value_or("0");
+    init.int_high = high.value_or("100");
+    sink.push_back(
+        {Join(field, "low"), TomlFields::Line(t.get("low") ? t.get("low") : &n), init.int_low});
+    sink.push_back(
+        {Join(field, "high"), TomlFields::Line(t.get("high") ? t.get("high") : &n), init.int_high});
+  } else if (kind == "permutation" || kind == "custom") {
+    init.kind = kind == "custom" ? InitSpec::Kind::kCustom : InitSpec::Kind::kPermutation;
+    KF_RETURN_IF_ERROR(f.CheckKeys(t, field, {"kind"}));
+  } else {
+    return f.Fail(
+        t.get("kind"), kind_field,
+        fmt::format(
+            "unknown init kind '{}' (expected one of normal, uniform, int, permutation, custom)",
+            kind));
+  }
+  return Status::Ok();
+}
+
+// replicated = true (or same_on_all_ranks), or shard = { dim = D, group = "name" }:
+// the rank's slice along D of one global tensor (group omitted: the world).
+Status LoadDistribution(const TomlFields& f, const toml::table& t, const std::string& prefix,
+                        const std::vector<GroupSpec>& groups, TensorSpec& spec) {
+  KF_ASSIGN_OR_RETURN(auto same, f.OptionalBool(t, prefix, "same_on_all_ranks"));
+  KF_ASSIGN_OR_RETURN(auto replicated, f.OptionalBool(t, prefix, "replicated"));
+  spec.same_on_all_ranks = same.value_or(false) || replicated.value_or(false);
+  if (spec.same_on_all_ranks) spec.distribution.kind = Distribution::Kind::kReplicated;
+  const toml::node* shard = t.get("shard");
+  if (shard == nullptr) return Status::Ok();
+  const std::string field = Join(prefix, "shard");
+  if (spec.same_on_all_ranks) {
+    return f.Fail(shard, field, "an input is either replicated or sharded, not both");
+  }
+  if (!shard->is_table()) {
+    return f.Fail(shard, field,
+                  fmt::format("expected {{ dim = ..., group = ... }}, found {}", TypeName(*shard)));
+  }
+  const toml::table& st = *shard->as_table();
+  KF_RETURN_IF_ERROR(f.CheckKeys(st, field, {"dim", "group"}));
+  KF_ASSIGN_OR_RETURN(int64_t dim, f.RequiredInteger(st, field, "dim"));
+  const toml::array* shape = t.get("shape") ? t.get("shape")->as_array() : nullptr;
+  if (dim < 0 || shape == nullptr || dim >= static_cast<int64_t>(shape->size())) {
+    return f.Fail(st.get("dim"), Join(field, "dim"),
+                  fmt::format("{} is not a dimension of the shape", dim));
+  }
+  KF_ASSIGN_OR_RETURN(auto group, f.OptionalString(st, field, "group"));
+  if (group && std::none_of(groups.begin(), groups.end(),
+                            [&](const GroupSpec& g) { return g.name == *group; })) {
+    return f.Fail(st.get("group"), Join(field, "group"),
+                  fmt::format("'{}' is not one of the task's [[groups]]", *group));
+  }
+  spec.distribution.kind = Distribution::Kind::kShard;
+  spec.distribution.dim = static_cast<int>(dim);
+  spec.distribution.group = group.value_or("");
+  return Status::Ok();
+}
+
+// [[groups]]: name, size (an expression dividing W), layout.
+Status LoadGroups(const TomlFields& f, const toml::table& root, std::vector<GroupSpec>& groups,
+                  ExprSites& sink) {
+  const toml::node* n = root.get("groups");
+  if (n == nullptr) return Status::Ok();
+  if (!n->is_array_of_tables()) {
+    return f.Fail(n, "groups", fmt::format("expected [[groups]] tables, found {}", TypeName(*n)));
+  }
+  const toml::array& arr = *n->as_array();
+  if (arr.size() > KF_MAX_GROUPS) {
+    return f.Fail(n, "groups", fmt::format("at most {} groups (kernel ABI limit)", KF_MAX_GROUPS));
+  }
+  for (size_t i = 0; i < arr.size(); ++i) {
+    const std::string prefix = Index("groups", i);
+    const toml::table& t = *arr.get(i)->as_table();
+    KF_RETURN_IF_ERROR(f.CheckKeys(t, prefix, {"name", "size", "layout"}));
+    GroupSpec g;
+    KF_ASSIGN_OR_RETURN(g.name, f.RequiredString(t, prefix, "name"));
+    if (!IsIdentifier(g.name)) {
+      return f.Fail(t.get("name"), Join(prefix, "name"),
+                    fmt::format("'{}' is not an identifier", g.name));
+    }
+    for (const GroupSpec& other : groups) {
+      if (other.name == g.name) {
+        return f.Fail(t.get("name"), Join(prefix, "name"),
+                      fmt::format("group name '{}' is used twice", g.name));
+      }
+    }
+    const toml::node* size = t.get("size");
+    if (size == nullptr) return f.Fail(&t, Join(prefix, "size"), "required field is missing");
+    KF_ASSIGN_OR_RETURN(g.size, f.Expression(*size, Join(prefix, "size")));
+    sink.push_back({Join(prefix, "size"), TomlFields::Line(size), g.size});
+    KF_ASSIGN_OR_RETURN(auto layout, f.OptionalString(t, prefix, "layout"));
+    if (layout && *layout == "strided") {
+      g.layout = GroupSpec::Layout::kStrided;
+    } else if (layout && *layout != "contiguous") {
+      return f.Fail(t.get("layout"), Join(prefix, "layout"),
+                    fmt::format("'{}' is not a layout (contiguous or strided)", *layout));
+    }
+    groups.push_back(std::move(g));
+  }
+  return Status::Ok();
+}
+
+// [floor]: per rank and call, the HBM bytes, NVLink bytes and flops no
+// kernel can avoid (expressions).
+Status LoadFloor(const TomlFields& f, const toml::table& root, FloorSpec& floor, ExprSites& sink) {
+  const toml::node* n = root.get("floor");
+  if (n == nullptr) return Status::Ok();
+  if (!n->is_table())
+    return f.Fail(n, "floor", fmt::format("expected a table, found {}", TypeName(*n)));
+  const toml::table& t = *n->as_table();
+  KF_RETURN_IF_ERROR(f.CheckKeys(t, "floor", {"hbm_bytes", "link_bytes", "flops"}));
+  if (t.empty()) return f.Fail(n, "floor", "needs hbm_bytes, link_bytes and/or flops");
+  const std::pair<std::string_view, std::string*> fields[] = {
+      {"hbm_bytes", &floor.hbm_bytes}, {"link_bytes", &floor.link_bytes}, {"flops", &floor.flops}};
+  for (const auto& [key, dst] : fields) {
+    KF_ASSIGN_OR_RETURN(auto e, f.OptionalExpression(t, "floor", key));
+    if (!e) continue;
+    *dst = *e;
+    sink.push_back({Join("floor", key), TomlFields::Line(t.get(key)), *e});
+  }
+  return Status::Ok();
+}
+
+}  // namespace kforge::eval::internal
