@@ -244,8 +244,12 @@ class Loader {
   Status LoadTensors(std::string_view key, bool is_input, std::vector<TensorSpec>& out) {
     const toml::node* n = root_.get(key);
     if (n == nullptr) {
-      if (is_input) return Status::Ok();
-      return f_.Fail(nullptr, key, "required: a task needs at least one [[outputs]]");
+      // An optimizer step's only results can be its in-place inputs.
+      const bool has_inout = std::any_of(task_.inputs.begin(), task_.inputs.end(),
+                                         [](const TensorSpec& t) { return t.inout; });
+      if (is_input || has_inout) return Status::Ok();
+      return f_.Fail(nullptr, key,
+                     "required: a task needs at least one [[outputs]] or an inout input");
     }
     if (!n->is_array_of_tables()) {
       return f_.Fail(n, key, fmt::format("expected [[{}]] tables, found {}", key, TypeName(*n)));

@@ -48,7 +48,7 @@ OracleIo MakeIo(const std::vector<std::vector<Named>>& inputs,
   return io;
 }
 
-void Run(const char* name, OracleIo& io) {
+void RunNamed(const char* name, OracleIo& io) {
   const OracleFn* fn = FindOracle(name);
   ASSERT_NE(fn, nullptr) << name << " is not registered";
   Status s = (*fn)(io);
@@ -70,7 +70,7 @@ TEST(OptimizerOracles, FusedAdamFirstStepMovesByLrAndGathers) {
       {{{"grad", {1.0}}, {"master", {0.5}}, {"exp_avg", {0}}, {"exp_avg_sq", {0}}, {"step", {1}}},
        {{"grad", {-2.0}}, {"master", {1.0}}, {"exp_avg", {0}}, {"exp_avg_sq", {0}}, {"step", {1}}}},
       {{"params", 2}, {"master", 1}, {"exp_avg", 1}, {"exp_avg_sq", 1}}, kAdam);
-  Run("fused_adam_grad_unshard_allgather", io);
+  RunNamed("fused_adam_grad_unshard_allgather", io);
   for (int r = 0; r < 2; ++r) ExpectNear(io.out(r, "params"), {0.45, 1.05}, 1e-8);
   ExpectNear(io.out(0, "master"), {0.45}, 1e-8);
   ExpectNear(io.out(1, "master"), {1.05}, 1e-8);
@@ -92,7 +92,7 @@ TEST(OptimizerOracles, FusedAdamBiasCorrectsWithTheStepInput) {
         {"step", {2}}},
        {{"grad", {0.0}}, {"master", {2.0}}, {"exp_avg", {0}}, {"exp_avg_sq", {1}}, {"step", {2}}}},
       {{"params", 2}, {"master", 1}, {"exp_avg", 1}, {"exp_avg_sq", 1}}, kAdam);
-  Run("fused_adam_grad_unshard_allgather", io);
+  RunNamed("fused_adam_grad_unshard_allgather", io);
   const double upd0 = 0.05 * (0.55 / 0.19) / (std::sqrt(0.25075 / 0.001999) + 1e-8);
   ExpectNear(io.out(0, "master"), {-upd0});
   ExpectNear(io.out(1, "master"), {2.0});  // g = 0 and m = 0: no move
@@ -160,7 +160,7 @@ TEST(OptimizerOracles, DdpUsesRankZerosStateAndTheAverageGradient) {
     for (const char* p : kNames) outs.push_back({std::string(pre) + p, 1});
   }
   OracleIo io = MakeIo(in, outs, kAdam);
-  Run("ddp", io);
+  RunNamed("ddp", io);
   for (int r = 0; r < 2; ++r) {
     for (int k = 0; k < 4; ++k) {
       const std::string p = kNames[k];
@@ -185,7 +185,7 @@ void ExpectZero(const char* task) {
   OracleIo io = MakeIo(
       in, {{"W1", 1}, {"b1", 1}, {"W2", 1}, {"b2", 1}, {"exp_avg_part", 2}, {"exp_avg_sq_part", 2}},
       kAdam);
-  Run(task, io);
+  RunNamed(task, io);
   for (int r = 0; r < 2; ++r) {
     for (int k = 0; k < 4; ++k) ExpectNear(io.out(r, kNames[k]), {kStepped[k]}, 1e-8);
     const double g0 = kAvgGrad[2 * r], g1 = kAvgGrad[2 * r + 1];
@@ -216,7 +216,7 @@ TEST(OptimizerOracles, FsdpGathersShardsAndStepsAdamW) {
   }
   OracleIo io =
       MakeIo(in, {{"flat_param_shard", 2}, {"exp_avg_shard", 2}, {"exp_avg_sq_shard", 2}}, params);
-  Run("fsdp_step_e2e", io);
+  RunNamed("fsdp_step_e2e", io);
   for (int r = 0; r < 2; ++r) {
     std::vector<double> want;
     for (int k = 2 * r; k < 2 * r + 2; ++k)
@@ -232,7 +232,7 @@ TEST(OptimizerOracles, FsdpGathersShardsAndStepsAdamW) {
 TEST(OptimizerOracles, MuonIteratesTheQuinticOnSingularValues) {
   OracleIo io =
       MakeIo({{{"x", {3.0}, {1, 1}}}, {{"x", {4.0}, {1, 1}}}}, {{"y", 1}}, {{"steps", 5}});
-  Run("tp_muon_orthogonalization", io);
+  RunNamed("tp_muon_orthogonalization", io);
   const double k[5][3] = {{4.0848, -6.8946, 2.9270},
                           {3.9505, -6.3029, 2.6377},
                           {3.7418, -5.5913, 2.3037},
@@ -258,7 +258,7 @@ TEST(OptimizerOracles, KalmanSumsTheDenominatorOverRanksAndGathers) {
   std::vector<std::pair<std::string, size_t>> outs = {{"weights", 16}};
   for (int b = 0; b < 8; ++b) outs.push_back({"P_" + std::to_string(b), 1});
   OracleIo io = MakeIo(in, outs, {{"kalman_lambda", 0.5}});
-  Run("deepmd_kalman_filter_optimizer", io);
+  RunNamed("deepmd_kalman_filter_optimizer", io);
   std::vector<double> want(16, 0.05);
   for (int i = 8; i < 16; ++i) want[i] = -0.05;
   for (int r = 0; r < 2; ++r) {
