@@ -241,26 +241,6 @@ TEST(TaskLoader, InoutInputNeedsATolerance) {
       << t.status().message();
 }
 
-// An optimizer step's only results are its in-place inputs: no [[outputs]]
-// then, but only when some input is inout.
-TEST(TaskLoader, InoutInputsAloneAreEnoughResults) {
-  TempDir tmp;
-  const std::string no_outputs =
-      Replace(SumToml(), "[[outputs]]\nname = \"y\"\ndtype = \"T\"\nshape = [\"N\"]\n\n", "");
-  auto rejected = LoadTask(WriteTask(tmp.path(), "001_sum", no_outputs));
-  ASSERT_FALSE(rejected.ok());
-  EXPECT_NE(rejected.status().message().find("at least one [[outputs]] or an inout input"),
-            std::string::npos)
-      << rejected.status().message();
-  const std::string inout_only = Replace(no_outputs, "init = {", "inout = true\ninit = {");
-  TempDir tmp2;
-  auto t = LoadTask(WriteTask(tmp2.path(), "001_sum", inout_only));
-  ASSERT_TRUE(t.ok()) << t.status().ToString();
-  EXPECT_TRUE(t->outputs.empty());
-  ASSERT_EQ(t->inputs.size(), 1u);
-  EXPECT_TRUE(t->inputs[0].inout);
-}
-
 TEST(TaskLoader, TomlSyntaxErrorNamesFileAndLine) {
   TempDir tmp;
   const std::string toml =
