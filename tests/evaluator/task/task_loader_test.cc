@@ -241,6 +241,28 @@ TEST(TaskLoader, InoutInputNeedsATolerance) {
       << t.status().message();
 }
 
+TEST(TaskLoader, AnInoutInputMayBeTheOnlyResult) {
+  TempDir tmp;
+  // No [[outputs]] at all: refused unless an input is updated in place.
+  std::string toml = SumToml();
+  const size_t out = toml.find("[[outputs]]"), tol = toml.find("[tolerance]");
+  toml.erase(out, tol - out);
+  auto refused = LoadTask(WriteTask(tmp.path(), "001_sum", toml));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("a task needs at least one [[outputs]] (or an inout "
+                                            "input)"),
+            std::string::npos)
+      << refused.status().message();
+  TempDir tmp2;
+  Task t = testing::LoadOrDie(tmp2.path(), "001_sum",
+                              Replace(toml, "init = {", "inout = true\ninit = {"));
+  auto p = Instantiate(t, 2, Dtype::kF32, t.check_sizes[0], true);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->KernelOutputCount(), 0);
+  ASSERT_EQ(p->outputs.size(), 1u);  // the in-place x, checked after every call
+  EXPECT_EQ(p->outputs[0].inout_of, 0);
+}
+
 TEST(TaskLoader, TomlSyntaxErrorNamesFileAndLine) {
   TempDir tmp;
   const std::string toml =
