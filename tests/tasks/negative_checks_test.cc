@@ -47,6 +47,10 @@ const std::set<std::string> kRankSymmetric = {
     "025_importance_sampling_loss/loss",
     "025_importance_sampling_loss/metrics",
     "030_moe_epgroupgemm_lora_backward",
+    "009_layernorm_backward",
+    "044_quantized_grad_allreduce",
+    "045_reducescatter_fused_rmsnorm",
+    "052_fp8_reduce_scatter_grads/shard",  // its amax history is per rank
 };
 
 bool RankSymmetric(const std::string& key, const std::string& output) {
