@@ -35,7 +35,8 @@ constexpr uint64_t kOtherSeed = 0x6b666f7267650002ull;
 // rank holds which input (a sum over ranks): for them the output computed on
 // rotated inputs is the right answer, and the test asserts exactly that
 // instead of skipping the check.
-const std::set<std::string> kRankSymmetric = {"001_allreduce", "007_reducescatter"};
+const std::set<std::string> kRankSymmetric = {"001_allreduce", "007_reducescatter",
+                                              "013_gemm_allreduce", "016_gemm_reducescatter"};
 
 std::vector<std::string> TaskKeys() {
   std::vector<std::string> keys;
