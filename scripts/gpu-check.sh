@@ -3,7 +3,8 @@
 # run the gpu-labelled tests, evaluate every task's reference and every
 # hand-written solution, and print a short table. Full logs and JSON go to
 # $OUT (or ./gpu-check-out). SKIP_CTEST=1 / SKIP_TABLE=1 skip a part;
-# WORLDS="2 4" and BENCH_SIZE=1MiB narrow the table.
+# WORLDS="2 4", BENCH_SIZE=1MiB and TASKS="013_* 016_*" (globs over task
+# folders) narrow the table.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -48,6 +49,11 @@ fi
 rows=()
 for dir in tasks/[0-9]*_*/; do
   key=$(basename "$dir")
+  if [[ -n "${TASKS:-}" ]]; then
+    keep=""
+    for pattern in $TASKS; do [[ "$key" == $pattern ]] && keep=1; done
+    [[ -n "$keep" ]] || continue
+  fi
   for kernel in "$dir/reference.cu" "$dir"/solutions/*.cu; do
     [[ -f "$kernel" ]] || continue
     for w in $worlds; do
@@ -61,8 +67,8 @@ for dir in tasks/[0-9]*_*/; do
 done
 python3 - "${rows[@]}" <<'PY' | tee "$OUT/table.md"
 import json, sys
-print(f"| {'task':<20} | {'kernel':<10} | W | {'status':<13} | emu | size   | base_us   | cand_us   | speedup | busbw GB/s |")
-print("|" + "|".join(["-" * 22, "-" * 12, "---", "-" * 15, "-----", "--------", "-" * 11, "-" * 11, "-" * 9, "-" * 12]) + "|")
+print(f"| {'task':<20} | {'kernel':<10} | W | {'status':<13} | emu | size   | base_us   | cand_us   | speedup | busbw GB/s | roof |")
+print("|" + "|".join(["-" * 22, "-" * 12, "---", "-" * 15, "-----", "--------", "-" * 11, "-" * 11, "-" * 9, "-" * 12, "------"]) + "|")
 for path in sys.argv[1:]:
     try:
         d = json.load(open(path))
@@ -73,8 +79,9 @@ for path in sys.argv[1:]:
     timing = d.get("timing") or [None]
     for t in timing:
         if t is None:
-            print(f"| {base[0]:<20} | {base[1]:<10} | {base[2]} | {base[3]:<13} | {base[4]:<3} | {'-':<6} | {'-':>9} | {'-':>9} | {'-':>7} | {'-':>10} |")
+            print(f"| {base[0]:<20} | {base[1]:<10} | {base[2]} | {base[3]:<13} | {base[4]:<3} | {'-':<6} | {'-':>9} | {'-':>9} | {'-':>7} | {'-':>10} | {'-':>4} |")
         else:
             print(f"| {base[0]:<20} | {base[1]:<10} | {base[2]} | {base[3]:<13} | {base[4]:<3} | {t['size']:<6} | "
-                  f"{t['baseline']['median_us']:>9.1f} | {t['candidate']['median_us']:>9.1f} | {t['speedup']:>7.3f} | {t['busbw_gbps']:>10.1f} |")
+                  f"{t['baseline']['median_us']:>9.1f} | {t['candidate']['median_us']:>9.1f} | {t['speedup']:>7.3f} | {t['busbw_gbps']:>10.1f} | "
+                  f"{(format(100 * t['roofline']['fraction'], '.0f') + '%') if t.get('roofline') else '-':>4} |")
 PY

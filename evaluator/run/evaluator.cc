@@ -189,6 +189,7 @@ class RealEvaluator final : public Evaluator {
     s.worker_env = (*group)->options().env;
     s.mps_dir = (*group)->options().mps_dir;
     s.l2_bytes = card["gpus"][0].value("l2_bytes", size_t{50} << 20);
+    s.peaks = PeaksOf(card["gpus"][0], dtype);
 
     Status st = RunPhases(s, compiled[0].shared_object, compiled[1].shared_object);
     StopCandidate(s);

@@ -20,6 +20,11 @@ namespace {
 constexpr double kSlackUs = 3.0;
 constexpr double kSlackFraction = 0.03;
 constexpr double kDriftWarning = 0.05;
+// A claim under half the physical floor is impossible whatever the floor's
+// approximations (peaks from data sheets, the task's byte counts); between
+// half and 85% it is flagged for a look at the task's [floor].
+constexpr double kImpossibleBelowFloor = 0.5;
+constexpr double kSuspectBelowFloor = 0.85;
 
 }  // namespace
 
@@ -56,6 +61,28 @@ void FinishTiming(EvalSession& s) {
       }
     }
     const double b = base.median_us, c = cand.median_us;
+    const Floor floor = FloorOf(p, s.peaks, s.emulated);
+    json roofline = nullptr;
+    if (floor.us > 0 && c > 0) {
+      roofline = {{"floor_us", floor.us},
+                  {"bound", floor.bound},
+                  {"fraction", floor.us / c},
+                  {"baseline_fraction", b > 0 ? floor.us / b : 0}};
+      if (c < kImpossibleBelowFloor * floor.us) {
+        s.integrity.push_back(
+            {{"check", "floor"},
+             {"size", plan.size.label},
+             {"message",
+              fmt::format("{:.1f} us per call is under half of this call's physical floor, {:.1f} "
+                          "us ({}-bound at the GPU's peak): no kernel is that fast",
+                          c, floor.us, floor.bound)}});
+      } else if (c < kSuspectBelowFloor * floor.us) {
+        warnings.push_back(fmt::format(
+            "{:.1f} us per call is below the task's floor of {:.1f} us ({}-bound): check the "
+            "task's [floor]",
+            c, floor.us, floor.bound));
+      }
+    }
     json entry = {
         {"size", plan.size.label},
         {"bytes", p.perf_bytes},
@@ -71,6 +98,7 @@ void FinishTiming(EvalSession& s) {
         {"algbw_gbps", c > 0 ? p.perf_bytes / (c * 1e-6) / 1e9 : 0},
         {"busbw_gbps", c > 0 ? p.perf_bytes / (c * 1e-6) / 1e9 * p.busbw_factor : 0},
         {"baseline_busbw_gbps", b > 0 ? p.perf_bytes / (b * 1e-6) / 1e9 * p.busbw_factor : 0},
+        {"roofline", roofline},
         {"warnings", warnings}};
     s.timing.push_back(std::move(entry));
   }

@@ -243,15 +243,21 @@ class Loader {
 
   Status LoadTensors(std::string_view key, bool is_input, std::vector<TensorSpec>& out) {
     const toml::node* n = root_.get(key);
+    // An in-place input is checked like an output, so a task whose only
+    // results are in-place updates (an in-place all-reduce) needs no [[outputs]].
+    const bool has_inout = std::any_of(task_.inputs.begin(), task_.inputs.end(),
+                                       [](const TensorSpec& s) { return s.inout; });
     if (n == nullptr) {
-      if (is_input) return Status::Ok();
-      return f_.Fail(nullptr, key, "required: a task needs at least one [[outputs]]");
+      if (is_input || has_inout) return Status::Ok();
+      return f_.Fail(nullptr, key,
+                     "required: a task needs at least one [[outputs]] (or an inout input)");
     }
     if (!n->is_array_of_tables()) {
       return f_.Fail(n, key, fmt::format("expected [[{}]] tables, found {}", key, TypeName(*n)));
     }
     const toml::array& arr = *n->as_array();
-    if (arr.empty() && !is_input) return f_.Fail(n, key, "a task needs at least one output");
+    if (arr.empty() && !is_input && !has_inout)
+      return f_.Fail(n, key, "a task needs at least one output (or an inout input)");
     if (arr.size() > kMaxTensors) {
       return f_.Fail(n, key, fmt::format("at most {} tensors (kernel ABI limit)", kMaxTensors));
     }

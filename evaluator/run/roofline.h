@@ -1,0 +1,36 @@
+// The physical floor of one call: the task's [floor] (HBM bytes, NVLink bytes
+// and flops per rank) over the GPU's peak rates. A result reports how close a
+// kernel came to it (% of roofline), and a time far below it is not believed:
+// no kernel moves bytes faster than the memory or the links can.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include "kforge/evaluator/task.h"
+
+namespace kforge::eval {
+
+// Peak rates of one GPU, the highest a kernel could reach (so that the floor
+// stays a lower bound): HBM from the probed memory clock and bus width, NVLink
+// per direction over the active links, dense tensor-core flops for the dtype.
+// A rate of 0 is unknown: that part of the floor is left out.
+struct Peaks {
+  double hbm_gbps = 0;
+  double link_gbps = 0;
+  double tflops = 0;
+};
+
+// From one entry of the hardware card's `gpus` (hardware.h) and the problem's dtype.
+Peaks PeaksOf(const nlohmann::json& gpu, Dtype dtype);
+
+struct Floor {
+  double us = 0;           // 0: the task gives no floor, or no peak is known
+  const char* bound = "";  // "hbm", "link" or "flops": what sets it
+};
+
+// The floor of one call of `p`. Emulated (ranks share one GPU): every rank's
+// HBM traffic and flops go through the one device, and peer traffic is HBM
+// traffic, so the floor is W times a rank's over the one GPU's rates.
+Floor FloorOf(const Problem& p, const Peaks& peaks, bool emulated);
+
+}  // namespace kforge::eval

@@ -1,0 +1,118 @@
+// The physical floor of a call and what the timing report does with it: a
+// result reports the fraction of the roofline it reached, and a claim under half
+// the floor is an integrity violation, whatever the harness's wall clock said.
+#include "run/roofline.h"
+
+#include <gtest/gtest.h>
+
+#include "run/session.h"
+
+namespace kforge::eval {
+namespace {
+
+nlohmann::json H200Card() {
+  // What kforge-worker --probe reports for an idle H200: the memory clock it
+  // reads may be below the maximum, so the data-sheet bandwidth must win.
+  return {{"name", "NVIDIA H200"},
+          {"cc_major", 9},
+          {"cc_minor", 0},
+          {"hbm_bandwidth_gbps", 1200.0},
+          {"nvlink_active_links", 18}};
+}
+
+TEST(Roofline, PeaksOfAnH200) {
+  Peaks bf16 = PeaksOf(H200Card(), Dtype::kBF16);
+  EXPECT_DOUBLE_EQ(bf16.hbm_gbps, 4800.0);
+  EXPECT_DOUBLE_EQ(bf16.link_gbps, 450.0);  // 18 links x 25 GB/s per direction
+  EXPECT_DOUBLE_EQ(bf16.tflops, 989.5);
+  EXPECT_DOUBLE_EQ(PeaksOf(H200Card(), Dtype::kF32).tflops, 494.7);  // TF32 tensor cores
+  EXPECT_DOUBLE_EQ(PeaksOf(H200Card(), Dtype::kFp8E4M3).tflops, 1979.0);
+  // An unknown GPU has no flops or link peak: those parts of the floor are left out.
+  Peaks unknown =
+      PeaksOf({{"name", "Some GPU"}, {"cc_major", 7}, {"hbm_bandwidth_gbps", 900.0}}, Dtype::kBF16);
+  EXPECT_DOUBLE_EQ(unknown.hbm_gbps, 900.0);
+  EXPECT_EQ(unknown.link_gbps, 0);
+  EXPECT_EQ(unknown.tflops, 0);
+}
+
+Problem GemmProblem(int world) {
+  Problem p;
+  p.world = world;
+  // One rank's 4096^3 bf16 GEMM slice: 2 * 4096^3 / W flops, 3 * 32 MiB of HBM, 24 MiB on the
+  // links.
+  p.floor_flops = 2.0 * 4096 * 4096 * 4096 / world;
+  p.floor_hbm_bytes = 3.0 * 32 * 1024 * 1024;
+  p.floor_link_bytes = 24.0 * 1024 * 1024;
+  return p;
+}
+
+TEST(Roofline, FloorIsTheSlowestOfBytesAndFlops) {
+  const Peaks peaks = PeaksOf(H200Card(), Dtype::kBF16);
+  Floor f = FloorOf(GemmProblem(8), peaks, /*emulated=*/false);
+  // flops: 2^37 / 8 / 989.5e6 per us = 17.36 us; HBM 100.7 MB / 4.8e3 = 20.97 us; links 25.2 MB /
+  // 450e3 ... = 55.9 us.
+  EXPECT_STREQ(f.bound, "link");
+  EXPECT_NEAR(f.us, 24.0 * 1024 * 1024 / 450e3, 1e-9);
+  // Emulated, the W ranks share one HBM and one set of SMs; links do not exist.
+  Floor e = FloorOf(GemmProblem(2), peaks, /*emulated=*/true);
+  EXPECT_STREQ(e.bound, "flops");
+  EXPECT_NEAR(e.us, 2 * (2.0 * 4096 * 4096 * 4096 / 2) / 989.5e6, 1e-9);
+  // No [floor] in the task: no floor.
+  EXPECT_EQ(FloorOf(Problem{}, peaks, false).us, 0);
+}
+
+// One bench size whose candidate claims `claimed_us` per call (and whose wall
+// clock agrees), with a floor of 100 us set through the HBM bytes.
+void ClaimPerCall(EvalSession& s, double claimed_us) {
+  s.world = 2;
+  s.emulated = false;
+  s.peaks.hbm_gbps = 1000;  // 1e6 bytes per us
+  SizePlan plan;
+  plan.size.label = "big";
+  plan.problem.world = 2;
+  plan.problem.perf_bytes = 1e8;
+  plan.problem.floor_hbm_bytes = 1e8;  // 100 us at 1000 GB/s
+  plan.baseline_us = std::vector<double>(10, 150.0);
+  plan.claimed_us = std::vector<double>(10, claimed_us);
+  plan.wall_us = std::vector<double>(10, claimed_us + 1.0);
+  s.plans.push_back(std::move(plan));
+}
+
+TEST(Roofline, TimingReportsTheFractionAndRejectsTheImpossible) {
+  {
+    EvalSession s;
+    ClaimPerCall(s, 125.0);
+    FinishTiming(s);
+    ASSERT_EQ(s.timing.size(), 1u);
+    EXPECT_TRUE(s.integrity.empty());
+    EXPECT_DOUBLE_EQ(s.timing[0]["roofline"]["floor_us"].get<double>(), 100.0);
+    EXPECT_EQ(s.timing[0]["roofline"]["bound"], "hbm");
+    EXPECT_DOUBLE_EQ(s.timing[0]["roofline"]["fraction"].get<double>(), 0.8);
+    EXPECT_TRUE(s.timing[0]["warnings"].empty());
+  }
+  {
+    // 70 us: faster than the floor says, but within its approximations: a warning.
+    EvalSession s;
+    ClaimPerCall(s, 70.0);
+    FinishTiming(s);
+    EXPECT_TRUE(s.integrity.empty());
+    ASSERT_EQ(s.timing[0]["warnings"].size(), 1u);
+    EXPECT_NE(s.timing[0]["warnings"][0].get<std::string>().find("below the task's floor"),
+              std::string::npos);
+  }
+  {
+    // 40 us: what a kernel skipping work would claim; the clocks agree, the physics does not.
+    EvalSession s;
+    ClaimPerCall(s, 40.0);
+    FinishTiming(s);
+    ASSERT_EQ(s.integrity.size(), 1u);
+    EXPECT_EQ(s.integrity[0]["check"], "floor");
+    EXPECT_NE(s.integrity[0]["message"].get<std::string>().find(
+                  "under half of this call's physical floor"),
+              std::string::npos)
+        << s.integrity[0].dump();
+  }
+}
+
+}  // namespace
+}  // namespace kforge::eval
