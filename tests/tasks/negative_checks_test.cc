@@ -39,6 +39,8 @@ constexpr uint64_t kOtherSeed = 0x6b666f7267650002ull;
 const std::set<std::string> kRankSymmetric = {
     "001_allreduce",
     "007_reducescatter",
+    "013_gemm_allreduce",
+    "016_gemm_reducescatter",
     "021_clip_grad_norm_no_ep/total_norm",
     "022_clip_grad_norm_ep/total_norm",
     "023_grad_acc_loss/normalized_loss",
