@@ -123,7 +123,8 @@ json ProblemToJson(const Problem& p) {
   }
   json vars = json::object();
   for (const auto& [k, v] : p.vars) vars[k] = v;
-  return {{"world", p.world},
+  return {{"task_name", p.task_name},
+          {"world", p.world},
           {"dtype", static_cast<int>(p.dtype)},
           {"size_label", p.size_label},
           {"is_check_size", p.is_check_size},
@@ -140,6 +141,7 @@ Result<Problem> ProblemFromJson(const json& j) {
   WireReader r(j, "problem");
   Problem p;
   int dtype = 0;
+  r.String("task_name", &p.task_name, kMaxName);
   r.Int("world", &p.world, 1, KF_MAX_RANKS);
   r.Int("dtype", &dtype, 0, static_cast<int>(Dtype::kBool));
   r.String("size_label", &p.size_label, kMaxName);

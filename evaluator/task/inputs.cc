@@ -49,13 +49,13 @@ double ExactIntegerLimit(Dtype dt) {
 Status GenerateCustom(const Problem& p, int index, int rank, uint64_t seed, uint64_t key, void* dst,
                       int threads) {
   const ConcreteTensor& t = p.inputs[index];
-  const GeneratorFn* gen = FindGenerator(p.task->name);
+  const GeneratorFn* gen = FindGenerator(p.task_name);
   if (gen == nullptr) {
     return Error(
         ErrorKind::kNotFound,
         fmt::format("{}: input '{}' has init kind custom but the task registers no generator "
                     "(KF_INPUT_GENERATOR({}) in oracle.cpp)",
-                    p.task->key, t.name, p.task->name));
+                    p.task_name, t.name, p.task_name));
   }
   const int64_t numel = t.NumelOf(rank);
   OracleTensor tensor{t.name, t.ShapeOf(rank),
@@ -77,11 +77,11 @@ Status GenerateCustom(const Problem& p, int index, int rank, uint64_t seed, uint
     s = Error(ErrorKind::kInternal, fmt::format("threw: {}", e.what()));
   }
   if (!s.ok())
-    return s.WithContext(fmt::format("{}: generator for input '{}'", p.task->key, t.name));
+    return s.WithContext(fmt::format("{}: generator for input '{}'", p.task_name, t.name));
   if (tensor.data.size() != static_cast<size_t>(numel)) {
     return Error(ErrorKind::kInternal,
-                 fmt::format("{}: generator resized input '{}' from {} to {} elements", p.task->key,
-                             t.name, numel, tensor.data.size()));
+                 fmt::format("{}: generator resized input '{}' from {} to {} elements",
+                             p.task_name, t.name, numel, tensor.data.size()));
   }
   ParallelFor(numel, ThreadsFor(numel, threads), [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i)
@@ -154,7 +154,7 @@ Result<gen::InputGen> MakeInputGen(const Problem& p, int index, int rank, uint64
       if (std::fabs(t.init_a) > 0x1.0p62 || std::fabs(t.init_b) > 0x1.0p62) {
         return Error(ErrorKind::kInvalidInput,
                      fmt::format("{}: input '{}': int bounds [{}, {}] are too large",
-                                 p.task ? p.task->key : "", t.name, t.init_a, t.init_b));
+                                 p.task_name, t.name, t.init_a, t.init_b));
       }
       g.int_low = static_cast<int64_t>(t.init_a);
       g.int_span = static_cast<uint64_t>(static_cast<int64_t>(t.init_b) - g.int_low) + 1;
@@ -165,7 +165,7 @@ Result<gen::InputGen> MakeInputGen(const Problem& p, int index, int rank, uint64
         return Error(
             ErrorKind::kInvalidInput,
             fmt::format("{}: input '{}': a permutation of {} elements does not fit {}",
-                        p.task ? p.task->key : "", t.name, global_numel, DtypeName(t.dtype)));
+                        p.task_name, t.name, global_numel, DtypeName(t.dtype)));
       }
       g.kind = gen::kPermutation;
       g.perm = gen::Feistel::Make(g.key, global_numel);
@@ -178,7 +178,7 @@ Result<gen::InputGen> MakeInputGen(const Problem& p, int index, int rank, uint64
 }
 
 Status GenerateInput(const Problem& p, int index, int rank, uint64_t seed, void* dst, int threads) {
-  if (p.task == nullptr || index < 0 || index >= static_cast<int>(p.inputs.size())) {
+  if (index < 0 || index >= static_cast<int>(p.inputs.size())) {
     return Error(ErrorKind::kInternal, fmt::format("GenerateInput: no input {}", index));
   }
   const ConcreteTensor& t = p.inputs[index];

@@ -235,6 +235,7 @@ Result<Problem> Instantiate(const Task& task, int world, Dtype dtype, const Size
   }
   Problem p;
   p.task = &task;
+  p.task_name = task.name;
   p.world = world;
   p.dtype = dtype;
   p.size_label = size.label;

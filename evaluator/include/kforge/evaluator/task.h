@@ -160,7 +160,8 @@ struct ConcreteGroup {
 };
 
 struct Problem {
-  const Task* task = nullptr;
+  const Task* task = nullptr;  // null in a worker, which gets the problem over the wire
+  std::string task_name;       // the task's name: its oracle's and input generator's key
   int world = 0;
   Dtype dtype;  // the value of T
   std::string size_label;
