@@ -87,6 +87,12 @@ constexpr const char* kExamples = R"(Examples:
   kforge models --json models.json                    the registry (+ ~/.config/kforge/models.toml)
 )";
 
+int GroupRank(const std::string& command) {
+  static const std::vector<std::string> kOrder = {"Evaluate", "Run", "Results", "Models"};
+  const auto it = std::find(kOrder.begin(), kOrder.end(), GroupOf(command));
+  return static_cast<int>(it - kOrder.begin());
+}
+
 // Options whose stored value means "not given" (0, -1, empty) show no
 // default; the help text says what then applies.
 void HideSentinelDefaults(CLI::App* app) {
@@ -108,7 +114,12 @@ int main(int argc, char** argv) {
   // Every option's help shows its default (subcommands inherit this).
   app.option_defaults()->always_capture_default();
   int exit_code = 0;
-  for (const auto& entry : kforge::cli::Commands()) entry.add(app, exit_code);
+  // Registered in link order; added in the help's group order.
+  std::vector<kforge::cli::CommandEntry> commands = kforge::cli::Commands();
+  std::stable_sort(commands.begin(), commands.end(), [](const auto& a, const auto& b) {
+    return kforge::cli::GroupRank(a.name) < kforge::cli::GroupRank(b.name);
+  });
+  for (const auto& entry : commands) entry.add(app, exit_code);
   for (CLI::App* sub : app.get_subcommands({})) {
     sub->footer(kforge::cli::ExitCodeHelp());
     sub->group(kforge::cli::GroupOf(sub->get_name()));

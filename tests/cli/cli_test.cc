@@ -2,6 +2,7 @@
 // status from the one table (apps/kforge/exit_codes.h, docs/cli.md).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -297,6 +298,7 @@ TEST_F(CliTest, HelpGroupsCommandsShowsDefaultsAndExamples) {
     at.push_back(help.out.find(group));
     EXPECT_NE(at.back(), std::string::npos) << group << help.out;
   }
+  EXPECT_TRUE(std::is_sorted(at.begin(), at.end())) << help.out;  // in that order
   // Each command under its group: eval before Run's heading, leaderboard after Results'.
   const size_t eval = help.out.find("\n  eval");
   const size_t leaderboard = help.out.find("\n  leaderboard");
@@ -310,9 +312,9 @@ TEST_F(CliTest, HelpGroupsCommandsShowsDefaultsAndExamples) {
 
   auto run = Kforge({"run", "--help"});
   ASSERT_EQ(run.exit_code, 0);
-  EXPECT_NE(run.out.find("[runs]"), std::string::npos) << run.out;  // --out
-  EXPECT_EQ(run.out.find("[-1]"), std::string::npos) << run.out;    // unset budgets
-  EXPECT_EQ(run.out.find("[0]"), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("--out TEXT=runs"), std::string::npos) << run.out;
+  EXPECT_EQ(run.out.find("=-1"), std::string::npos) << run.out;  // unset budgets
+  EXPECT_EQ(run.out.find("=0 "), std::string::npos) << run.out;
 }
 
 // `cache du` and `cache clean` on the compile cache under $XDG_CACHE_HOME/kforge.

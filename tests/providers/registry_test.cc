@@ -70,7 +70,7 @@ price = { input = 1.0, output = 2.0 }
   {
     // A damaged user file is an error naming it, not silently skipped.
     ASSERT_TRUE(
-        WriteFileAtomic(*dir / "kforge" / "models.toml", "[models.\"x:y\"]\nbogus = 1\n").ok());
+        WriteFileAtomic(*dir / "kforge" / "models.toml", "[models.\"x:y\"\nprice = = 1\n").ok());
     ScopedEnv xdg("XDG_CONFIG_HOME", dir->string());
     auto r = LoadRegistry({});
     ASSERT_FALSE(r.ok());
