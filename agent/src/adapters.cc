@@ -10,6 +10,7 @@
 
 #include "kforge/agent/task_select.h"
 #include "kforge/core/fs.h"
+#include "kforge/evaluator/compile.h"
 #include "kforge/evaluator/evaluate.h"
 #include "kforge/evaluator/hardware.h"
 #include "kforge/evaluator/task.h"
@@ -51,18 +52,20 @@ class ProviderLlm final : public LlmPort {
   // Makes the model's client now: an unknown provider, a missing key or a
   // missing cassette shows before the run starts.
   Status Prepare(const std::string& model) { return ClientFor(model).status(); }
+  providers::ClientOptions& options() { return options_; }
 
  private:
   Result<providers::Client*> ClientFor(const std::string& model) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = clients_.find(model);
     if (it != clients_.end()) return it->second.get();
-    KF_ASSIGN_OR_RETURN(auto client, providers::MakeClient(model, providers::ClientOptions{}));
+    KF_ASSIGN_OR_RETURN(auto client, providers::MakeClient(model, options_));
     providers::Client* raw = client.get();
     clients_[model] = std::move(client);
     return raw;
   }
 
+  providers::ClientOptions options_;
   std::mutex mu_;
   std::map<std::string, std::unique_ptr<providers::Client>> clients_;
 };
@@ -215,8 +218,10 @@ class RunStoreAdapter final : public StorePort {
 
 std::unique_ptr<LlmPort> MakeProviderLlm() { return std::make_unique<ProviderLlm>(); }
 
-Result<std::unique_ptr<LlmPort>> MakeProviderLlmFor(const std::vector<std::string>& models) {
+Result<std::unique_ptr<LlmPort>> MakeProviderLlmFor(const std::vector<std::string>& models,
+                                                    const std::vector<std::string>& registries) {
   auto llm = std::make_unique<ProviderLlm>();
+  for (const auto& r : registries) llm->options().registry_paths.emplace_back(r);
   std::vector<std::string> problems;
   for (const auto& model : models) {
     Status st = llm->Prepare(model);
@@ -260,7 +265,7 @@ Result<PromptInputs> TaskPromptInputs(const eval::Task& task, int world, const s
   in.dtype = std::string(eval::DtypeName(dt));
   in.task_card = eval::RenderTaskCard(task, world, dt);
   in.hardware_card = hardware_card;
-  fs::path abi = fs::path(KFORGE_SOURCE_ROOT) / "evaluator" / "include" / "kforge" / "kernel.h";
+  fs::path abi = eval::AbiIncludeDir() / "kforge" / "kernel.h";
   if (const char* env = std::getenv("KFORGE_ABI_HEADER"); env && *env) abi = env;
   KF_ASSIGN_OR_RETURN(in.abi_header, ReadFile(abi));
   KF_ASSIGN_OR_RETURN(in.reference_source, ReadFile(task.reference));

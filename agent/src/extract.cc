@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "kforge/core/scan.h"
+#include "kforge/core/strings.h"
 
 namespace kforge::agent {
 namespace {
@@ -14,13 +15,6 @@ struct Block {
   std::string body;
   bool closed = false;
 };
-
-std::string Trim(std::string_view s) {
-  size_t b = s.find_first_not_of(" \t\r");
-  if (b == std::string_view::npos) return {};
-  size_t e = s.find_last_not_of(" \t\r");
-  return std::string(s.substr(b, e - b + 1));
-}
 
 // Fences are lines starting (after indentation) with ``` or ~~~; a block
 // closes at the next fence line with the same marker and nothing after it.

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <string_view>
 
 #include "kforge/core/log.h"
 
@@ -44,6 +45,29 @@ std::string RenderStatsTable(const RunStats& s) {
   return out;
 }
 
+std::string RenderProgressLines(const RunStats& s) {
+  std::string out;
+  for (const auto& [model, m] : s.models) {
+    std::string eta = "ETA ?";
+    if (m.ended >= m.sessions) {
+      eta = "finished";
+    } else if (m.ended > 0 && s.elapsed_s > 0) {
+      const double left = s.elapsed_s / m.ended * (m.sessions - m.ended);
+      eta = left < 90     ? fmt::format("ETA {:.0f}s", left)
+            : left < 5400 ? fmt::format("ETA {:.0f}m", left / 60)
+                          : fmt::format("ETA {:.1f}h", left / 3600);
+    }
+    out += fmt::format("  {:<40} {:>4}/{:<4} done  {}\n", model, m.ended, m.sessions, eta);
+  }
+  return out;
+}
+
+bool WantsLiveView(bool is_tty, const char* term) {
+  if (!is_tty || term == nullptr) return false;
+  const std::string_view t(term);
+  return !t.empty() && t != "dumb";
+}
+
 ProgressView::ProgressView(std::FILE* out, bool live, const Clock& clock)
     : out_(out), live_(live), clock_(clock) {}
 
@@ -76,6 +100,7 @@ void ProgressView::Draw(const RunStats& s) {
       "elapsed {:.0f} s | queued: {} model calls, {} compiles, {} GPU evaluations | GPU busy "
       "{:.0f}%\n",
       s.elapsed_s, s.queued_llm, s.queued_compile, s.queued_gpu, gpu_pct);
+  text += RenderProgressLines(s);
   for (size_t i = 0; i < s.running.size() && i < kRunningShown; ++i)
     text += "  now: " + s.running[i] + "\n";
   if (s.running.size() > kRunningShown)

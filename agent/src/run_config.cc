@@ -92,9 +92,10 @@ Result<RunConfig> ParseRunFile(std::string_view text, const fs::path& origin) {
                              std::string(e.description())));
   }
   static const std::set<std::string> kKnown = {
-      "name",     "models",          "tasks",        "strategy", "turns",    "samples",
-      "repeats",  "world",           "dtype",        "gpus",     "hardware", "compile_only",
-      "deadline", "llm_concurrency", "compile_jobs", "out",      "budget",   "tasks_dir"};
+      "name",     "models",       "tasks",     "strategy",        "turns",
+      "samples",  "repeats",      "world",     "dtype",           "gpus",
+      "hardware", "compile_only", "deadline",  "llm_concurrency", "compile_jobs",
+      "out",      "budget",       "tasks_dir", "registry"};
   for (const auto& [k, v] : root) {
     if (!kKnown.count(std::string(k.str())))
       return FieldError(origin, &v, k.str(), "unknown field");
@@ -150,6 +151,25 @@ Result<RunConfig> ParseRunFile(std::string_view text, const fs::path& origin) {
       auto i = v.value<int64_t>();
       if (!i || *i < 0) return FieldError(origin, &v, "gpus", "expected non-negative integers");
       c.gpus.push_back(static_cast<int>(*i));
+    }
+  }
+  if (const toml::node* n = root.get("registry")) {
+    // One file or a list; relative paths are relative to the run file.
+    std::vector<std::string> files;
+    if (auto one = n->value<std::string>()) {
+      files.push_back(*one);
+    } else if (const toml::array* a = n->as_array()) {
+      for (const auto& v : *a) {
+        auto f = v.value<std::string>();
+        if (!f) return FieldError(origin, &v, "registry", "expected file names");
+        files.push_back(*f);
+      }
+    } else {
+      return FieldError(origin, n, "registry", "expected a file name or a list of them");
+    }
+    for (const auto& f : files) {
+      const fs::path path = fs::path(f).is_absolute() ? fs::path(f) : origin.parent_path() / f;
+      c.registries.push_back(path.lexically_normal().string());
     }
   }
   if (const toml::node* n = root.get("deadline")) {
@@ -210,6 +230,7 @@ json RunConfigToJson(const RunConfig& c) {
   if (c.turns) j["turns"] = *c.turns;
   if (c.samples) j["samples"] = *c.samples;
   if (c.deadline_unix) j["deadline_unix"] = *c.deadline_unix;
+  if (!c.registries.empty()) j["registries"] = c.registries;
   j["budget"] = {{"run", LimitsJson(c.budgets.run)},
                  {"per_model", LimitsJson(c.budgets.per_model)},
                  {"per_task", LimitsJson(c.budgets.per_task)}};
@@ -236,6 +257,7 @@ Result<RunConfig> RunConfigFromJson(const json& j) {
     if (j.contains("turns")) c.turns = j["turns"].get<int>();
     if (j.contains("samples")) c.samples = j["samples"].get<int>();
     if (j.contains("deadline_unix")) c.deadline_unix = j["deadline_unix"].get<double>();
+    c.registries = j.value("registries", std::vector<std::string>{});
     if (j.contains("budget")) {
       c.budgets.run = LimitsFrom(j["budget"].value("run", json::object()));
       c.budgets.per_model = LimitsFrom(j["budget"].value("per_model", json::object()));
@@ -259,35 +281,6 @@ std::vector<std::string> RunConfigDifferences(const RunConfig& stored, const Run
     if (va != vb) out.push_back(fmt::format("{}: {} -> {}", k, va.dump(), vb.dump()));
   }
   return out;
-}
-
-Result<double> ParseDeadline(const std::string& text, double now_unix) {
-  if (!text.empty() && text[0] == '+') {
-    char unit = text.back();
-    double scale = unit == 'h' ? 3600 : unit == 'm' ? 60 : unit == 's' ? 1 : 0;
-    if (scale == 0)
-      return Error(ErrorKind::kInvalidInput, fmt::format("'{}': use +Nh, +Nm or +Ns", text));
-    try {
-      return now_unix + std::stod(text.substr(1, text.size() - 2)) * scale;
-    } catch (const std::exception&) {
-      return Error(ErrorKind::kInvalidInput, fmt::format("'{}': not a number", text));
-    }
-  }
-  std::tm tm{};
-  if (strptime(text.c_str(), "%Y-%m-%dT%H:%M:%S", &tm) ||
-      strptime(text.c_str(), "%Y-%m-%dT%H:%M", &tm)) {
-    tm.tm_isdst = -1;
-    return static_cast<double>(std::mktime(&tm));
-  }
-  try {
-    size_t used = 0;
-    double v = std::stod(text, &used);
-    if (used == text.size()) return v;
-  } catch (const std::exception&) {
-  }
-  return Error(
-      ErrorKind::kInvalidInput,
-      fmt::format("'{}': expected YYYY-MM-DDTHH:MM[:SS], +Nh/+Nm/+Ns or unix seconds", text));
 }
 
 Result<std::vector<std::string>> SelectTasks(const std::vector<std::string>& selectors,

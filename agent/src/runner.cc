@@ -240,10 +240,25 @@ Status RunEngine::OnAnswer(SessionSlot& slot, int cand, Result<LlmAnswer>& answe
       StopModel(model, fmt::format("provider: {}", st.ToString()));
     } else if (Transient(st.kind()) && ++slot.attempts[cand] < spec_.max_llm_attempts) {
       double wait = spec_.retry_backoff_s * std::pow(2.0, slot.attempts[cand] - 1);
+      std::string why;
+      if (const auto asked = st.retry_after_s()) {
+        if (*asked > spec_.max_retry_wait_s) {
+          wait = spec_.max_retry_wait_s;
+          why = fmt::format("the provider asked for {:.0f} s; waiting the {:.0f} s cap", *asked,
+                            spec_.max_retry_wait_s);
+        } else if (*asked >= wait) {
+          wait = *asked;
+          why = "the provider's Retry-After";
+        }
+      }
       // Say so: a run-level wait was 20-90 s of silence.
       if (deps_.progress)
-        deps_.progress->Event(fmt::format("{} {} turn {}: retrying the model call in {:.0f} s",
-                                          model, s.spec().task, cand + 1, wait));
+        deps_.progress->Event(fmt::format("{} {} turn {}: retrying the model call in {:.0f} s{}",
+                                          model, s.spec().task, cand + 1, wait,
+                                          why.empty() ? "" : " (" + why + ")"));
+      KF_RETURN_IF_ERROR(deps_.store->AppendEvent(
+          run_id_, "llm_retry",
+          {{"session", slot.id}, {"turn", cand}, {"wait_s", wait}, {"reason", why}}));
       slot.retry_at[cand] = deps_.clock->Now() + std::chrono::duration_cast<Clock::Duration>(
                                                      std::chrono::duration<double>(wait));
     } else {
@@ -560,6 +575,48 @@ std::string RenderRunSummary(const RunSummary& s) {
   }
   if (s.AllFailed()) out += "FAILED: every session stopped on an error; nothing was measured.\n";
   return out;
+}
+
+nlohmann::json RunSummaryJson(const RunSummary& s) {
+  nlohmann::json models = nlohmann::json::object();
+  for (const auto& [model, m] : s.stats.models) {
+    models[model] = {{"sessions", m.sessions},
+                     {"ended", m.ended},
+                     {"not_evaluated", m.not_evaluated},
+                     {"correct", m.correct},
+                     {"faster", m.faster},
+                     {"compiled", m.compiled},
+                     {"turns", m.turns},
+                     {"tokens", m.tokens},
+                     // null: some call had no price, so the spend is unknown
+                     {"usd", m.unpriced ? nlohmann::json(nullptr) : nlohmann::json(m.usd)}};
+  }
+  nlohmann::json sessions = nlohmann::json::array();
+  for (const auto& r : s.sessions) {
+    sessions.push_back({{"model", r.model},
+                        {"task", r.task},
+                        {"sample", r.sample},
+                        {"state", r.state},
+                        {"stop_reason", r.stop_reason},
+                        {"best_outcome", r.best_outcome.empty() ? nlohmann::json(nullptr)
+                                                                : nlohmann::json(r.best_outcome)},
+                        {"best_speedup", r.best_speedup > 0 ? nlohmann::json(r.best_speedup)
+                                                            : nlohmann::json(nullptr)},
+                        {"turns", r.turns},
+                        {"not_evaluated", r.not_evaluated},
+                        {"failed", r.failed}});
+  }
+  return {{"schema", "kforge.run_summary/1"},
+          {"name", s.name},
+          {"run_id", s.run_id},
+          {"wall_s", s.wall_s},
+          {"gpu_busy_fraction",
+           s.compile_only ? nlohmann::json(nullptr) : nlohmann::json(s.gpu_busy_fraction)},
+          {"compile_only", s.compile_only},
+          {"aborted", s.aborted},
+          {"all_failed", s.AllFailed()},
+          {"models", models},
+          {"sessions", sessions}};
 }
 
 }  // namespace kforge::agent

@@ -202,7 +202,7 @@ fs::path DefaultPromptsDir() {
   if (const char* env = std::getenv("KFORGE_PROMPTS_DIR"); env && *env) return env;
   std::error_code ec;
   if (fs::is_directory("prompts/strategies", ec)) return fs::absolute("prompts", ec);
-  return fs::path(KFORGE_SOURCE_ROOT) / "prompts";
+  return DataPath("prompts", KFORGE_SOURCE_ROOT);
 }
 
 Result<Strategy> FindStrategy(const std::string& name_or_path, const fs::path& prompts_dir) {

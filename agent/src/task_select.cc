@@ -4,10 +4,24 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
 
+#include "kforge/core/fs.h"
+#include "kforge/evaluator/evaluate.h"
 #include "kforge/evaluator/task.h"
 
 namespace kforge::agent {
+
+std::filesystem::path TasksDir(const std::string& flag) {
+  if (!flag.empty()) return flag;
+  if (const char* env = std::getenv("KFORGE_TASKS_DIR"); env != nullptr && *env != '\0') return env;
+  std::error_code ec;
+  if (std::filesystem::is_directory("tasks", ec)) return "tasks";
+  if (const auto share = InstalledDataDir();
+      !share.empty() && std::filesystem::is_directory(share / "tasks", ec))
+    return share / "tasks";
+  return eval::DefaultTasksDir();
+}
 
 Result<std::vector<eval::Task>> LoadCheckedTasks(const std::filesystem::path& dir) {
   KF_ASSIGN_OR_RETURN(std::vector<eval::Task> tasks, eval::LoadTasks(dir));

@@ -4,11 +4,13 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <thread>
 
 #include "command.h"
 #include "exit_codes.h"
+#include "json_output.h"
 #include "kforge/agent/adapters.h"
 #include "kforge/agent/hardware_card.h"
 #include "kforge/agent/prompt.h"
@@ -17,6 +19,7 @@
 #include "kforge/agent/strategy.h"
 #include "kforge/agent/task_select.h"
 #include "kforge/core/clock.h"
+#include "kforge/core/strings.h"
 #include "kforge/evaluator/evaluate.h"
 #include "kforge/evaluator/task.h"
 #include "kforge/results/store.h"
@@ -55,7 +58,7 @@ struct PromptArgs {
 };
 
 int RunPrompt(const PromptArgs& a) {
-  fs::path dir = a.tasks_dir.empty() ? eval::DefaultTasksDir() : fs::path(a.tasks_dir);
+  fs::path dir = agent::TasksDir(a.tasks_dir);
   auto tasks = agent::LoadCheckedTasks(dir);
   if (!tasks.ok()) return FailWith("prompt", tasks.status());
   auto selected = agent::SelectOneTask(*tasks, a.task, dir.string());
@@ -101,22 +104,12 @@ struct RunArgs {
       out = "runs", tasks_dir;
   int turns = 0, samples = 0, repeats = 0, world = 0, llm_concurrency = 0, compile_jobs = 0;
   std::vector<int> gpus;
+  std::vector<std::string> registries;
+  std::string json;  // --json FILE|-: the summary
   double budget_usd = -1, model_budget_usd = -1, task_budget_usd = -1, budget_wall_s = -1;
   int64_t budget_tokens = -1, model_budget_tokens = -1;
   bool compile_only = false;
 };
-
-std::vector<std::string> SplitCommas(const std::string& s) {
-  std::vector<std::string> out;
-  size_t pos = 0;
-  while (pos <= s.size()) {
-    size_t end = s.find(',', pos);
-    if (end == std::string::npos) end = s.size();
-    if (end > pos) out.push_back(s.substr(pos, end - pos));
-    pos = end + 1;
-  }
-  return out;
-}
 
 // The config: stored (resume), else the run file, then flags on top.
 Result<RunConfig> ConfigFromArgs(const RunArgs& a, bool* default_name) {
@@ -136,6 +129,7 @@ Result<RunConfig> ConfigFromArgs(const RunArgs& a, bool* default_name) {
         c.out = a.out;
         if (a.compile_only) c.compile_only = true;
         if (!a.tasks_dir.empty()) c.tasks_dir = a.tasks_dir;
+        if (!a.registries.empty()) c.registries = a.registries;
         return c;
       }
     }
@@ -146,8 +140,9 @@ Result<RunConfig> ConfigFromArgs(const RunArgs& a, bool* default_name) {
   }
   if (!a.name.empty()) c.name = a.name;
   if (!a.tasks_dir.empty()) c.tasks_dir = a.tasks_dir;
-  if (!a.models.empty()) c.models = SplitCommas(a.models);
-  if (!a.tasks.empty()) c.tasks = SplitCommas(a.tasks);
+  if (!a.registries.empty()) c.registries = a.registries;
+  if (!a.models.empty()) c.models = Split(a.models, ',');
+  if (!a.tasks.empty()) c.tasks = Split(a.tasks, ',');
   if (!a.strategy.empty()) c.strategy = a.strategy;
   if (a.turns > 0) c.turns = a.turns;
   if (a.samples > 0) c.samples = a.samples;
@@ -221,7 +216,7 @@ int RunRun(const RunArgs& a) {
   if (a.resume.empty()) {
     if (Status st = CheckRunName(cfg, default_name); !st.ok()) return FailWith("run", st);
   }
-  fs::path tasks_dir = cfg.tasks_dir.empty() ? eval::DefaultTasksDir() : fs::path(cfg.tasks_dir);
+  fs::path tasks_dir = agent::TasksDir(cfg.tasks_dir);
   auto tasks = agent::LoadCheckedTasks(tasks_dir);
   if (!tasks.ok()) return FailWith("run", tasks.status());
   std::vector<agent::TaskRef> suite;
@@ -236,7 +231,7 @@ int RunRun(const RunArgs& a) {
   auto strategy_or = agent::FindStrategy(cfg.strategy, prompts);
   if (!strategy_or.ok()) return FailWith("run", strategy_or.status());
   // Every model must be callable before anything is stored or spent.
-  auto llm_or = agent::MakeProviderLlmFor(cfg.models);
+  auto llm_or = agent::MakeProviderLlmFor(cfg.models, cfg.registries);
   if (!llm_or.ok()) return FailWith("run", llm_or.status());
   std::unique_ptr<agent::LlmPort> llm = std::move(*llm_or);
   agent::Strategy strategy = *strategy_or;
@@ -344,7 +339,8 @@ int RunRun(const RunArgs& a) {
   auto store = agent::OpenRunStore(run_dir);
   if (!store.ok()) return FailWith("run", store.status());
   auto executor = agent::MakeThreadExecutor();
-  agent::ProgressView progress(stderr, isatty(fileno(stderr)) != 0, RealClock());
+  agent::ProgressView progress(
+      stderr, agent::WantsLiveView(isatty(fileno(stderr)) != 0, std::getenv("TERM")), RealClock());
   deps.llm = llm.get();
   deps.store = store->get();
   deps.clock = &RealClock();
@@ -360,8 +356,15 @@ int RunRun(const RunArgs& a) {
                  summary.status().ToString().c_str(), cfg.name.c_str());
     return kExitFailed;
   }
-  std::printf("%s", agent::RenderRunSummary(*summary).c_str());
-  std::printf("store: %s\n", run_dir.string().c_str());
+  if (!a.json.empty()) {
+    nlohmann::json doc = agent::RunSummaryJson(*summary);
+    doc["store"] = run_dir.string();
+    if (Status st = WriteJson(a.json, doc); !st.ok()) return FailWith("run", st);
+  }
+  if (a.json != "-") {
+    std::printf("%s", agent::RenderRunSummary(*summary).c_str());
+    std::printf("store: %s\n", run_dir.string().c_str());
+  }
   return summary->AllFailed() ? kExitFailed : kExitOk;
 }
 
@@ -410,6 +413,9 @@ void AddRun(CLI::App& app, int& exit_code) {
       ->check(CLI::Range(1, 1024));
   cmd->add_option("--out", a->out, "where run directories go (default runs)");
   cmd->add_option("--tasks-dir", a->tasks_dir, "where tasks live");
+  cmd->add_option("--registry", a->registries,
+                  "extra model registry file(s), after ~/.config/kforge/models.toml");
+  AddJsonOption(cmd, a->json);
   cmd->callback([a, &exit_code] { exit_code = RunRun(*a); });
 }
 

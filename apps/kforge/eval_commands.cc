@@ -31,8 +31,7 @@ struct EvalArgs {
 };
 
 int RunEval(const EvalArgs& a) {
-  std::filesystem::path dir =
-      a.tasks_dir.empty() ? eval::DefaultTasksDir() : std::filesystem::path(a.tasks_dir);
+  std::filesystem::path dir = agent::TasksDir(a.tasks_dir);
   auto tasks = agent::LoadCheckedTasks(dir);
   if (!tasks.ok()) return FailWith("eval", tasks.status());
   auto selected = agent::SelectOneTask(*tasks, a.task, dir.string());

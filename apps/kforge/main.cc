@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -64,17 +65,66 @@ void SuggestFlags(const CLI::App& app, int argc, char** argv) {
   }
 }
 
+// The help's command groups, in the order a new user needs them.
+const char* GroupOf(const std::string& command) {
+  static const std::map<std::string, const char*> kGroups = {
+      {"eval", "Evaluate"},   {"prompt", "Evaluate"}, {"tasks", "Evaluate"},
+      {"cache", "Evaluate"},  {"run", "Run"},         {"leaderboard", "Results"},
+      {"compare", "Results"}, {"show", "Results"},    {"serve", "Results"},
+      {"results", "Results"}, {"ask", "Models"},      {"models", "Models"}};
+  auto it = kGroups.find(command);
+  return it == kGroups.end() ? "Other" : it->second;
+}
+
+constexpr const char* kExamples = R"(Examples:
+  kforge tasks list                                   the benchmark's tasks
+  kforge eval --task allreduce --kernel k.cu          judge one kernel (exit status: its verdict)
+  kforge prompt --task 1 --hardware h200_8            what a model is sent first
+  kforge run --models openai:gpt-5.5 --tasks 1,2,3 --name nightly
+  kforge run --resume nightly                         continue after a stop or a crash
+  kforge leaderboard runs/nightly                     rank models; compare runs with `compare`
+  kforge show runs/nightly allreduce --json -         one task's sessions, turn by turn
+  kforge models --json models.json                    the registry (+ ~/.config/kforge/models.toml)
+)";
+
+int GroupRank(const std::string& command) {
+  static const std::vector<std::string> kOrder = {"Evaluate", "Run", "Results", "Models"};
+  const auto it = std::find(kOrder.begin(), kOrder.end(), GroupOf(command));
+  return static_cast<int>(it - kOrder.begin());
+}
+
+// Options whose stored value means "not given" (0, -1, empty) show no
+// default; the help text says what then applies.
+void HideSentinelDefaults(CLI::App* app) {
+  for (CLI::Option* opt : app->get_options()) {
+    const std::string d = opt->get_default_str();
+    if (d == "0" || d == "-1" || d == "[]" || d == "false") opt->default_str("");
+  }
+  for (CLI::App* sub : app->get_subcommands({})) HideSentinelDefaults(sub);
+}
+
 }  // namespace
 }  // namespace kforge::cli
 
 int main(int argc, char** argv) {
   CLI::App app{"kforge: LLM-written multi-GPU CUDA kernels, judged honestly"};
   app.require_subcommand(1);
-  app.footer(kforge::cli::ExitCodeHelp());
+  app.footer(std::string(kforge::cli::kExamples) + "\n" + kforge::cli::ExitCodeHelp());
   app.set_version_flag("--version", "kforge 0.1.0");
+  // Every option's help shows its default (subcommands inherit this).
+  app.option_defaults()->always_capture_default();
   int exit_code = 0;
-  for (const auto& entry : kforge::cli::Commands()) entry.add(app, exit_code);
-  for (CLI::App* sub : app.get_subcommands({})) sub->footer(kforge::cli::ExitCodeHelp());
+  // Registered in link order; added in the help's group order.
+  std::vector<kforge::cli::CommandEntry> commands = kforge::cli::Commands();
+  std::stable_sort(commands.begin(), commands.end(), [](const auto& a, const auto& b) {
+    return kforge::cli::GroupRank(a.name) < kforge::cli::GroupRank(b.name);
+  });
+  for (const auto& entry : commands) entry.add(app, exit_code);
+  for (CLI::App* sub : app.get_subcommands({})) {
+    sub->footer(kforge::cli::ExitCodeHelp());
+    sub->group(kforge::cli::GroupOf(sub->get_name()));
+  }
+  kforge::cli::HideSentinelDefaults(&app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

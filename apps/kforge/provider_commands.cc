@@ -10,6 +10,7 @@
 
 #include "command.h"
 #include "exit_codes.h"
+#include "json_output.h"
 #include "kforge/core/status.h"
 #include "kforge/providers/client.h"
 #include "kforge/providers/registry.h"
@@ -78,10 +79,42 @@ int RunAsk(const AskFlags& f) {
   return 0;
 }
 
-int RunModels(const std::vector<std::string>& registries) {
+nlohmann::json Optional(const std::optional<double>& v) { return v ? nlohmann::json(*v) : nullptr; }
+
+nlohmann::json ModelsJson(const providers::Registry& reg) {
+  static const char* const kStyles[] = {"none", "effort", "budget", "adaptive"};
+  nlohmann::json models = nlohmann::json::array();
+  for (const auto& [spec, m] : reg.models()) {
+    const auto* p = reg.FindProvider(m.provider);
+    auto wire = m.wire ? *m.wire : (p ? p->wire : providers::WireFormat::kOpenAiChat);
+    models.push_back(
+        {{"spec", spec},
+         {"provider", m.provider},
+         {"name", m.name},
+         {"wire", providers::WireFormatName(wire)},
+         {"context_tokens",
+          m.context_tokens ? nlohmann::json(m.context_tokens) : nlohmann::json(nullptr)},
+         {"max_output_tokens",
+          m.max_output_tokens ? nlohmann::json(m.max_output_tokens) : nlohmann::json(nullptr)},
+         {"reasoning", kStyles[static_cast<int>(m.reasoning)]},
+         {"rejects", m.rejects},
+         {"usd_per_mtok",
+          {{"input", Optional(m.input_per_mtok)},
+           {"cached_input", Optional(m.cached_input_per_mtok)},
+           {"cache_write", Optional(m.cache_write_per_mtok)},
+           {"output", Optional(m.output_per_mtok)}}}});
+  }
+  return {{"schema", "kforge.models/1"}, {"models", models}};
+}
+
+int RunModels(const std::vector<std::string>& registries, const std::string& json) {
   std::vector<std::filesystem::path> paths(registries.begin(), registries.end());
   auto reg = providers::LoadRegistry(paths);
   if (!reg.ok()) return FailWith("models", reg.status());
+  if (!json.empty()) {
+    if (Status st = WriteJson(json, ModelsJson(*reg)); !st.ok()) return FailWith("models", st);
+    if (json == "-") return 0;
+  }
   static const char* const kStyles[] = {"-", "effort", "budget", "adaptive"};
   std::string out =
       fmt::format("{:<38} {:<16} {:>9} {:>8} {:<9} {:<28} {:>8} {:>8} {:>8}\n", "spec", "wire",
@@ -131,10 +164,12 @@ void AddAsk(CLI::App& app, int& exit_code) {
 
 void AddModels(CLI::App& app, int& exit_code) {
   auto registries = std::make_shared<std::vector<std::string>>();
+  auto json = std::make_shared<std::string>();
   CLI::App* cmd =
       app.add_subcommand("models", "List the model registry: capabilities, limits and prices");
   cmd->add_option("--registry", *registries, "Extra model registry file(s)");
-  cmd->callback([registries, &exit_code] { exit_code = RunModels(*registries); });
+  AddJsonOption(cmd, *json);
+  cmd->callback([registries, json, &exit_code] { exit_code = RunModels(*registries, *json); });
 }
 
 }  // namespace

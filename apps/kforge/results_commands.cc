@@ -11,6 +11,7 @@
 
 #include "command.h"
 #include "exit_codes.h"
+#include "json_output.h"
 #include "kforge/agent/task_select.h"
 #include "kforge/core/fs.h"
 #include "kforge/results/compare.h"
@@ -174,7 +175,7 @@ void AddCompare(CLI::App& app, int& exit_code) {
 
 void AddShow(CLI::App& app, int& exit_code) {
   struct Opts {
-    std::string run, runs_root = "runs";
+    std::string run, runs_root = "runs", json;
     ShowOptions show;
   };
   auto o = std::make_shared<Opts>();
@@ -185,6 +186,7 @@ void AddShow(CLI::App& app, int& exit_code) {
   cmd->add_option("--strategy", o->show.strategy, "only this strategy");
   cmd->add_option("--sample", o->show.sample, "only this sample index");
   cmd->add_flag("--full", o->show.full, "print prompts, replies and kernels whole");
+  AddJsonOption(cmd, o->json);
   cmd->add_option("--runs-root", o->runs_root, "where run names are looked up")
       ->capture_default_str();
   cmd->callback([o, &exit_code] {
@@ -193,6 +195,11 @@ void AddShow(CLI::App& app, int& exit_code) {
       KF_ASSIGN_OR_RETURN(auto store, RunStore::Open(dir, true));
       if (!o->show.task.empty()) {
         KF_ASSIGN_OR_RETURN(o->show.task, ResolveStoredTask(*store, o->show.task));
+      }
+      if (!o->json.empty()) {
+        KF_ASSIGN_OR_RETURN(nlohmann::json doc, RenderShowJson(*store, o->show));
+        KF_RETURN_IF_ERROR(WriteJson(o->json, doc));
+        if (o->json == "-") return Status::Ok();
       }
       KF_ASSIGN_OR_RETURN(std::string text, RenderShowText(*store, o->show));
       return WriteOutput("", text);

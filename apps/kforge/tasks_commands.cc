@@ -9,6 +9,7 @@
 
 #include "command.h"
 #include "exit_codes.h"
+#include "json_output.h"
 #include "kforge/agent/task_select.h"
 #include "kforge/evaluator/evaluate.h"
 #include "kforge/evaluator/task.h"
@@ -23,11 +24,10 @@ struct TasksArgs {
   std::string id;
   int world = 0;
   std::string dtype;
+  std::string json;  // --json FILE|-
 };
 
-std::filesystem::path TasksDir(const TasksArgs& a) {
-  return a.tasks_dir.empty() ? eval::DefaultTasksDir() : std::filesystem::path(a.tasks_dir);
-}
+std::filesystem::path TasksDir(const TasksArgs& a) { return agent::TasksDir(a.tasks_dir); }
 
 std::string Join(const std::vector<int>& v) {
   std::string s;
@@ -44,6 +44,25 @@ std::string Join(const std::vector<eval::Dtype>& v) {
 int List(const TasksArgs& a) {
   auto tasks = agent::LoadCheckedTasks(TasksDir(a));
   if (!tasks.ok()) return FailWith("tasks list", tasks.status());
+  if (!a.json.empty()) {
+    nlohmann::json doc = {{"schema", "kforge.tasks/1"},
+                          {"tasks_dir", TasksDir(a).string()},
+                          {"tasks", nlohmann::json::array()}};
+    for (const auto& t : *tasks) {
+      nlohmann::json dtypes = nlohmann::json::array();
+      for (auto d : t.dtypes) dtypes.push_back(std::string(eval::DtypeName(d)));
+      doc["tasks"].push_back({{"key", t.key},
+                              {"id", t.id},
+                              {"name", t.name},
+                              {"title", t.title},
+                              {"category", t.category},
+                              {"world_sizes", t.world_sizes},
+                              {"dtypes", dtypes},
+                              {"provenance", t.provenance}});
+    }
+    if (Status st = WriteJson(a.json, doc); !st.ok()) return FailWith("tasks list", st);
+    if (a.json == "-") return 0;
+  }
   std::printf("%-34s %-16s %-8s %-10s %-10s %s\n", "KEY", "CATEGORY", "WORLD", "DTYPES", "SOURCE",
               "TITLE");
   for (const auto& t : *tasks) {
@@ -119,9 +138,10 @@ KF_COMMAND("tasks", [](CLI::App& app, int& exit_code) {
   CLI::App* tasks = app.add_subcommand("tasks", "List, show and validate the benchmark's tasks");
   tasks->require_subcommand(1);
 
-  CLI::App* list =
-      tasks->add_subcommand("list", "One line per task: key, category, world sizes, dtypes, source, title");
+  CLI::App* list = tasks->add_subcommand(
+      "list", "One line per task: key, category, world sizes, dtypes, source, title");
   AddTasksDir(list, *args);
+  AddJsonOption(list, args->json);
   list->callback([args, &exit_code] { exit_code = List(*args); });
 
   CLI::App* show = tasks->add_subcommand("show", "Print the task card a model sees");

@@ -67,6 +67,21 @@ fs::path DefaultCacheDir() {
   return fs::path("/tmp/kforge-cache");
 }
 
+fs::path InstalledDataDir() {
+  std::error_code ec;
+  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  if (ec) return {};
+  const fs::path share = (self.parent_path().parent_path() / "share" / "kforge").lexically_normal();
+  return fs::is_directory(share, ec) ? share : fs::path();
+}
+
+fs::path DataPath(const fs::path& relative, const fs::path& source_root) {
+  const fs::path installed = InstalledDataDir();
+  std::error_code ec;
+  if (!installed.empty() && fs::exists(installed / relative, ec)) return installed / relative;
+  return source_root / relative;
+}
+
 Result<fs::path> MakeTempDir(std::string_view prefix) {
   const char* tmp = std::getenv("TMPDIR");
   std::string tmpl =

@@ -63,7 +63,15 @@ std::string Status::ToString() const {
 
 Status Status::WithContext(std::string_view context) const {
   if (ok()) return *this;
-  return Status(kind_, std::string(context) + ": " + message_);
+  Status s(kind_, std::string(context) + ": " + message_);
+  s.retry_after_s_ = retry_after_s_;
+  return s;
+}
+
+Status Status::WithRetryAfter(double seconds) const {
+  Status s = *this;
+  if (!ok()) s.retry_after_s_ = seconds;
+  return s;
 }
 
 }  // namespace kforge

@@ -9,11 +9,42 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <string_view>
+
+#include "kforge/core/strings.h"
+
+extern char** environ;
 
 namespace kforge {
 namespace {
 
 using SteadyTime = std::chrono::steady_clock;
+
+// The parent's environment with `overrides` replacing or adding variables,
+// as NAME=VALUE strings for execve.
+std::vector<std::string> MergedEnvironment(const std::map<std::string, std::string>& overrides) {
+  std::vector<std::string> out;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    std::string_view entry(*e);
+    const size_t eq = entry.find('=');
+    if (eq == std::string_view::npos) continue;
+    if (overrides.count(std::string(entry.substr(0, eq)))) continue;
+    out.emplace_back(entry);
+  }
+  for (const auto& [k, v] : overrides) out.push_back(k + "=" + v);
+  return out;
+}
+
+// `name` itself when it has a slash, else the first executable of that name
+// in the colon-separated `path` (empty if none), as execvp would search.
+std::filesystem::path FindInPathList(const std::string& name, const std::string& path) {
+  if (name.find('/') != std::string::npos) return std::filesystem::path(name);
+  for (const std::string& dir : Split(path.empty() ? "/usr/bin:/bin" : path, ':')) {
+    std::filesystem::path candidate = std::filesystem::path(dir) / name;
+    if (access(candidate.c_str(), X_OK) == 0) return candidate;
+  }
+  return {};
+}
 
 void AppendCapped(std::string& dst, const char* data, size_t n, size_t cap) {
   if (dst.size() >= cap) return;
@@ -30,9 +61,31 @@ class PosixProcessRunner final : public ProcessRunner {
         pipe2(exec_pipe, O_CLOEXEC) != 0) {
       return Error(ErrorKind::kIo, std::string("pipe: ") + std::strerror(errno));
     }
+    // Everything the child needs is built here, before the fork: in a
+    // threaded process the child may only make async-signal-safe calls
+    // (setenv can deadlock on a lock another thread held at the fork, and
+    // execvp is not on the list). fork + execve rather than posix_spawn:
+    // glibc's posix_spawn is refused with EPERM on our sandboxed GPU hosts.
+    std::vector<std::string> env = MergedEnvironment(options.env);
+    auto path_it = options.env.find("PATH");
+    const char* parent_path = std::getenv("PATH");
+    const std::string search =
+        path_it != options.env.end() ? path_it->second : (parent_path ? parent_path : "");
+    const std::filesystem::path program = FindInPathList(argv[0], search);
+    if (program.empty()) {
+      for (int fd :
+           {out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1], exec_pipe[0], exec_pipe[1]})
+        close(fd);
+      return Error(ErrorKind::kNotFound, argv[0] + ": " + std::strerror(ENOENT));
+    }
+    const std::string program_str = program.string();
     std::vector<char*> args;
     for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
     args.push_back(nullptr);
+    std::vector<char*> envp;
+    for (auto& e : env) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    const char* cwd = options.cwd.empty() ? nullptr : options.cwd.c_str();
 
     auto start = SteadyTime::now();
     pid_t pid = fork();
@@ -43,9 +96,8 @@ class PosixProcessRunner final : public ProcessRunner {
       dup2(err_pipe[1], 2);
       int devnull = open("/dev/null", O_RDONLY);
       if (devnull >= 0) dup2(devnull, 0);
-      if (!options.cwd.empty() && chdir(options.cwd.c_str()) != 0) _exit(127);
-      for (const auto& [k, v] : options.env) setenv(k.c_str(), v.c_str(), 1);
-      execvp(args[0], args.data());
+      if (cwd != nullptr && chdir(cwd) != 0) _exit(127);
+      execve(program_str.c_str(), args.data(), envp.data());
       int err = errno;
       (void)!write(exec_pipe[1], &err, sizeof(err));
       _exit(127);
@@ -120,16 +172,7 @@ std::filesystem::path FindInPath(const std::string& name) {
     return access(name.c_str(), X_OK) == 0 ? std::filesystem::path(name) : std::filesystem::path();
   }
   const char* path = std::getenv("PATH");
-  std::string p = path ? path : "/usr/bin:/bin";
-  size_t start = 0;
-  while (start <= p.size()) {
-    size_t end = p.find(':', start);
-    if (end == std::string::npos) end = p.size();
-    std::filesystem::path candidate = std::filesystem::path(p.substr(start, end - start)) / name;
-    if (access(candidate.c_str(), X_OK) == 0) return candidate;
-    start = end + 1;
-  }
-  return {};
+  return FindInPathList(name, path ? path : "");
 }
 
 }  // namespace kforge

@@ -27,6 +27,9 @@
 
 namespace kforge::eval {
 namespace fs = std::filesystem;
+
+fs::path AbiIncludeDir() { return DataPath("include", fs::path(KFORGE_SOURCE_ROOT) / "evaluator"); }
+
 namespace {
 
 using SteadyClock = std::chrono::steady_clock;
@@ -157,8 +160,7 @@ struct Compiler::Impl {
   }
 
   fs::path IncludeDir() const {
-    return options.include_dir.empty() ? fs::path(KFORGE_SOURCE_ROOT) / "evaluator" / "include"
-                                       : options.include_dir;
+    return options.include_dir.empty() ? AbiIncludeDir() : options.include_dir;
   }
 
   fs::path CacheRoot() const {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "kforge/core/scan.h"
+#include "kforge/core/strings.h"
 
 namespace kforge::eval {
 namespace {
@@ -32,13 +33,6 @@ std::optional<Severity> SeverityFromWord(std::string word) {
   if (word == "note") return Severity::kNote;
   if (word == "remark") return Severity::kRemark;
   return std::nullopt;
-}
-
-std::string Trim(std::string_view s) {
-  size_t b = s.find_first_not_of(" \t\r");
-  if (b == std::string_view::npos) return {};
-  size_t e = s.find_last_not_of(" \t\r");
-  return std::string(s.substr(b, e - b + 1));
 }
 
 // Replaces quoted mangled C++ names ('_Z' and word characters, in single

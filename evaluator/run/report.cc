@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "kforge/evaluator/dtype.h"
+
 namespace kforge::eval {
 
 int ExitCodeFor(const std::string& status) {
@@ -71,17 +73,43 @@ std::string RenderEvalReport(const nlohmann::json& d) {
         fmt::format("timeout   during {} (deadline {} s); hung ranks:{}\n",
                     d["timeout"].value("phase", "?"), d["timeout"].value("deadline_s", 0.0), ranks);
   }
+  // One line per rank: which device ran it (and its clock and temperature
+  // when the document has them per rank).
+  const auto devices = d.value("devices", nlohmann::json::array());
+  if (!devices.empty()) {
+    const auto gpu = d.value("gpu", nlohmann::json::object());
+    const auto clocks = gpu.value("sm_clock_mhz", nlohmann::json::array());
+    const auto temps = gpu.value("temperature_c", nlohmann::json::array());
+    for (size_t r = 0; r < devices.size(); ++r) {
+      out += fmt::format("rank {:<4} device {:<3} {}", r, devices[r].get<int>(),
+                         gpu.value("name", std::string("?")));
+      if (clocks.size() == devices.size()) out += fmt::format("  {} MHz", clocks[r].dump());
+      if (temps.size() == devices.size()) out += fmt::format("  {} C", temps[r].dump());
+      out += "\n";
+    }
+  }
   const auto& timing = d.value("timing", nlohmann::json::array());
   if (!timing.empty()) {
-    out +=
-        fmt::format("\n{:>10} {:>12} {:>12} {:>8} {:>8} {:>10} {:>10} {:>6}\n", "size",
-                    "baseline_us", "candidate_us", "speedup", "cv", "busbw", "base_busbw", "iters");
+    // The columns nccl-tests prints (size in bytes, count in elements, type,
+    // algbw and busbw in GB/s, docs/methodology.md), then kforge's own.
+    const std::string type = d.value("dtype", std::string("?"));
+    const auto parsed = ParseDtype(type);
+    const size_t elem = parsed.ok() ? DtypeSize(*parsed) : 0;
+    out += fmt::format(
+        "\n{:>10} {:>12} {:>12} {:>8} {:>12} {:>12} {:>8} {:>8} {:>8} {:>8} {:>8} {:>6}\n", "size",
+        "bytes", "count", "type", "baseline_us", "candidate_us", "algbw", "busbw", "base_bw",
+        "speedup", "cv", "iters");
     for (const auto& t : timing) {
-      out += fmt::format("{:>10} {:>12.2f} {:>12.2f} {:>8.3f} {:>8.4f} {:>10.1f} {:>10.1f} {:>6}\n",
-                         t.value("size", "?"), t["baseline"].value("median_us", 0.0),
-                         t["candidate"].value("median_us", 0.0), t.value("speedup", 0.0),
-                         t["candidate"].value("cv", 0.0), t.value("busbw_gbps", 0.0),
-                         t.value("baseline_busbw_gbps", 0.0), t["candidate"].value("iters", 0));
+      const double bytes = t.value("bytes", 0.0);
+      const std::string count =
+          elem > 0 ? fmt::format("{:.0f}", bytes / static_cast<double>(elem)) : "?";
+      out += fmt::format(
+          "{:>10} {:>12.0f} {:>12} {:>8} {:>12.2f} {:>12.2f} {:>8.2f} {:>8.2f} {:>8.2f} {:>8.3f} "
+          "{:>8.4f} {:>6}\n",
+          t.value("size", "?"), bytes, count, type, t["baseline"].value("median_us", 0.0),
+          t["candidate"].value("median_us", 0.0), t.value("algbw_gbps", 0.0),
+          t.value("busbw_gbps", 0.0), t.value("baseline_busbw_gbps", 0.0), t.value("speedup", 0.0),
+          t["candidate"].value("cv", 0.0), t["candidate"].value("iters", 0));
       for (const auto& w : t.value("warnings", nlohmann::json::array()))
         out += "  warning: " + w.get<std::string>() + "\n";
     }

@@ -5,15 +5,6 @@
 
 namespace kforge::eval {
 
-double Quantile(std::vector<double> v, double q) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  double pos = q * static_cast<double>(v.size() - 1);
-  size_t lo = static_cast<size_t>(std::floor(pos));
-  size_t hi = std::min(lo + 1, v.size() - 1);
-  return v[lo] + (v[hi] - v[lo]) * (pos - static_cast<double>(lo));
-}
-
 TimingStats Summarize(const std::vector<double>& event_us, const std::vector<double>& host_us) {
   TimingStats s;
   s.iters = static_cast<int>(event_us.size());

@@ -4,6 +4,8 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "kforge/core/stats.h"
+
 namespace kforge::eval {
 
 struct TimingStats {
@@ -13,8 +15,6 @@ struct TimingStats {
   nlohmann::json ToJson() const;
 };
 
-// Quantile by linear interpolation between closest ranks (q in [0, 1]).
-double Quantile(std::vector<double> v, double q);
 TimingStats Summarize(const std::vector<double>& event_us, const std::vector<double>& host_us);
 // Per-iteration maximum over ranks: by_rank[r][i] -> out[i].
 std::vector<double> MaxOverRanks(const std::vector<std::vector<double>>& by_rank);

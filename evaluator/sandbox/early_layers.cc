@@ -17,6 +17,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "kforge/core/strings.h"
 #include "sandbox/landlock.h"
 #include "sandbox/sandbox.h"
 
@@ -24,6 +25,11 @@ extern char** environ;
 
 namespace kforge::sandbox {
 namespace {
+
+std::string_view EnvOrEmpty(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
+}
 
 Layer CheckEnvironment() {
   std::vector<std::string> secret;
@@ -130,17 +136,6 @@ Layer SetLimits(const Policy& p) {
                       p.file_bytes >> 20, p.cpu_seconds)};
 }
 
-std::vector<std::string> Split(const char* list, char sep = ':') {
-  std::vector<std::string> out;
-  if (list == nullptr) return out;
-  std::stringstream ss(list);
-  std::string item;
-  while (std::getline(ss, item, sep)) {
-    if (!item.empty()) out.push_back(item);
-  }
-  return out;
-}
-
 }  // namespace
 
 Policy CandidatePolicy(const std::string& candidate_dir, const std::string& mps_dir) {
@@ -162,7 +157,7 @@ Policy CandidatePolicy(const std::string& candidate_dir, const std::string& mps_
                   "/dev/zero",
                   "/run/nvidia-persistenced",
                   candidate_dir};
-  for (const std::string& d : Split(std::getenv("LD_LIBRARY_PATH"))) p.read_paths.push_back(d);
+  for (const std::string& d : Split(EnvOrEmpty("LD_LIBRARY_PATH"), ':')) p.read_paths.push_back(d);
   if (const char* home = std::getenv("CUDA_HOME")) p.read_paths.push_back(home);
   p.read_paths.push_back("/usr/local/cuda");
   // Opening a GPU device node for ioctl needs write access; NCCL and CUDA IPC
@@ -182,9 +177,9 @@ Policy CandidatePolicy(const std::string& candidate_dir, const std::string& mps_
   // process's own threads only; other processes' entries stay read-only.
   p.write_paths.push_back("/proc/self/task");
   // Operator knobs for a machine whose driver lives elsewhere (colon lists).
-  for (const std::string& d : Split(std::getenv("KFORGE_SANDBOX_EXTRA_READ")))
+  for (const std::string& d : Split(EnvOrEmpty("KFORGE_SANDBOX_EXTRA_READ"), ':'))
     p.read_paths.push_back(d);
-  for (const std::string& d : Split(std::getenv("KFORGE_SANDBOX_EXTRA_WRITE")))
+  for (const std::string& d : Split(EnvOrEmpty("KFORGE_SANDBOX_EXTRA_WRITE"), ':'))
     p.write_paths.push_back(d);
   if (!mps_dir.empty()) p.write_paths.push_back(mps_dir);
   return p;

@@ -5,9 +5,13 @@
 #include <fmt/format.h>
 
 #include <cstdlib>
+#include <mutex>
+#include <set>
 
 #include "http_client.h"
 #include "kforge/core/fs.h"
+#include "kforge/core/log.h"
+#include "kforge/providers/registry.h"
 #include "replay_client.h"
 
 namespace kforge::providers {
@@ -18,6 +22,14 @@ std::string FirstEnv(const std::vector<std::string>& names) {
     if (const char* v = std::getenv(n.c_str()); v && *v) return v;
   }
   return {};
+}
+
+// Once per provider and process: every model of a run makes a client.
+void WarnOnce(const std::string& provider, const std::string& note) {
+  static std::mutex mu;
+  static std::set<std::string> warned;
+  std::lock_guard<std::mutex> lock(mu);
+  if (warned.insert(provider).second) LogWarn("providers", "{}: {}", provider, note);
 }
 
 std::string Join(const std::vector<std::string>& v, std::string_view sep) {
@@ -108,7 +120,13 @@ Result<std::unique_ptr<Client>> MakeClient(const std::string& model_spec,
                              "with --base-url or in the registry",
                              model_spec, provider->name));
   }
-  config.api_key = options.api_key.empty() ? FirstEnv(provider->key_env) : options.api_key;
+  if (options.api_key.empty()) {
+    std::string note;
+    config.api_key = ProviderKeyFromEnvironment(*provider, &note);
+    if (!note.empty()) WarnOnce(provider->name, note);
+  } else {
+    config.api_key = options.api_key;
+  }
   if (config.api_key.empty() && provider->key_required) {
     return Error(ErrorKind::kAuth,
                  fmt::format("model spec '{}': no API key; set {}", model_spec,

@@ -7,8 +7,10 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
+#include <cstdlib>
 #include <mutex>
 
+#include "kforge/core/strings.h"
 #include "kforge/providers/transport.h"
 
 namespace kforge::providers {
@@ -30,12 +32,6 @@ struct Transfer {
 std::string Lower(std::string s) {
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return s;
-}
-
-std::string Trim(std::string_view s) {
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
-  return std::string(s);
 }
 
 size_t OnHeader(char* data, size_t size, size_t n, void* user) {
@@ -119,6 +115,12 @@ class Curl final : public HttpTransport {
     curl_easy_setopt(easy, CURLOPT_TCP_KEEPALIVE, 1L);
     curl_easy_setopt(easy, CURLOPT_TCP_KEEPIDLE, 60L);
     curl_easy_setopt(easy, CURLOPT_TCP_KEEPINTVL, 60L);
+    // A corporate proxy's CA bundle: SSL_CERT_FILE / SSL_CERT_DIR as OpenSSL,
+    // Python's ssl and the official SDKs read them (libcurl itself does not).
+    if (const char* f = std::getenv("SSL_CERT_FILE"); f && *f)
+      curl_easy_setopt(easy, CURLOPT_CAINFO, f);
+    if (const char* d = std::getenv("SSL_CERT_DIR"); d && *d)
+      curl_easy_setopt(easy, CURLOPT_CAPATH, d);
     curl_multi_add_handle(multi, easy);
 
     const auto start = SteadyClock::now();

@@ -57,7 +57,9 @@ double HttpClient::Uniform() {
 
 Status HttpClient::Finish(Status status) const {
   if (status.ok()) return status;
-  return Status(status.kind(), Redact(status.message(), config_.api_key));
+  Status redacted(status.kind(), Redact(status.message(), config_.api_key));
+  const auto wait = status.retry_after_s();
+  return wait ? redacted.WithRetryAfter(*wait) : redacted;
 }
 
 ChatRequest HttpClient::ForWire(const ChatRequest& request) const {

@@ -4,6 +4,7 @@
 #include <toml++/toml.h>
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "kforge/core/fs.h"
 
@@ -275,9 +276,39 @@ const ModelInfo* Registry::FindModel(std::string_view spec) const {
 Result<Registry> LoadRegistry(const std::vector<std::filesystem::path>& paths,
                               bool include_builtin) {
   Registry r;
-  if (include_builtin) KF_RETURN_IF_ERROR(r.AddToml(kBuiltinModelsToml, "providers/models.toml"));
+  if (include_builtin) {
+    KF_RETURN_IF_ERROR(r.AddToml(kBuiltinModelsToml, "providers/models.toml"));
+    const std::filesystem::path user = UserRegistryPath();
+    std::error_code ec;
+    if (!user.empty() && std::filesystem::exists(user, ec)) KF_RETURN_IF_ERROR(r.AddFile(user));
+  }
   for (const auto& p : paths) KF_RETURN_IF_ERROR(r.AddFile(p));
   return r;
+}
+
+std::filesystem::path UserRegistryPath() {
+  const char* xdg = std::getenv("XDG_CONFIG_HOME");
+  // The spec: a relative XDG_CONFIG_HOME is invalid and ignored.
+  if (xdg && *xdg == '/') return std::filesystem::path(xdg) / "kforge" / "models.toml";
+  const char* home = std::getenv("HOME");
+  if (!home || !*home) return {};
+  return std::filesystem::path(home) / ".config" / "kforge" / "models.toml";
+}
+
+std::string ProviderKeyFromEnvironment(const ProviderInfo& provider, std::string* note) {
+  std::string key, used;
+  for (const std::string& name : provider.key_env) {
+    const char* v = std::getenv(name.c_str());
+    if (!v || !*v) continue;
+    if (key.empty()) {
+      key = v;
+      used = name;
+    } else if (key != v && note) {
+      *note = fmt::format("{} and {} are both set and differ; using {}", used, name, used);
+      break;
+    }
+  }
+  return key;
 }
 
 std::optional<double> CostUsd(const ModelInfo& m, const Usage& u) {

@@ -21,13 +21,18 @@ RetryDecision DecideRetry(const ProviderError& error, int attempt, const RetryOp
     d.final_status = error.status;
     return d;
   }
+  // A final status keeps the server's delay, so the run's scheduler, which
+  // may wait much longer than one call does, can honour it.
+  const Status hinted = error.retry_after
+                            ? error.status.WithRetryAfter(error.retry_after->count() / 1000.0)
+                            : error.status;
   if (attempt >= options.max_attempts) {
-    d.final_status = error.status.WithContext(fmt::format("gave up after {} attempts", attempt));
+    d.final_status = hinted.WithContext(fmt::format("gave up after {} attempts", attempt));
     return d;
   }
   if (error.retry_after) {
     if (*error.retry_after > options.max_retry_after) {
-      d.final_status = error.status.WithContext(fmt::format(
+      d.final_status = hinted.WithContext(fmt::format(
           "the server asked to wait {:.1f} s, more than the {:.0f} s cap",
           error.retry_after->count() / 1000.0, options.max_retry_after.count() / 1000.0));
       return d;

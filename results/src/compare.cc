@@ -7,6 +7,8 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "kforge/core/stats.h"
+#include "kforge/core/strings.h"
 #include "kforge/results/metrics.h"
 
 namespace kforge::results {
@@ -14,26 +16,6 @@ namespace kforge::results {
 namespace fs = std::filesystem;
 
 namespace {
-
-// SplitMix64: a tiny generator whose sequence is fixed by its definition, so
-// a seed gives the same interval on every platform and standard library.
-class SplitMix64 {
- public:
-  explicit SplitMix64(uint64_t seed) : state_(seed) {}
-  uint64_t Next() {
-    uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
-  // Uniform in [0, n) by 128-bit multiply (bias below 2^-40 for our n).
-  size_t Below(size_t n) {
-    return static_cast<size_t>((static_cast<unsigned __int128>(Next()) * n) >> 64);
-  }
-
- private:
-  uint64_t state_;
-};
 
 std::map<std::string, ProblemSide> BestPerProblem(const std::vector<SampleOutcome>& samples,
                                                   bool include_emulated, int* excluded,
@@ -61,15 +43,6 @@ std::map<std::string, ProblemSide> BestPerProblem(const std::vector<SampleOutcom
     out[name].fast1 = speedup > 1.0;
   }
   return out;
-}
-
-double Quantile(std::vector<double>& v, double q) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const double pos = q * static_cast<double>(v.size() - 1);
-  const size_t i = static_cast<size_t>(pos);
-  const double frac = pos - static_cast<double>(i);
-  return i + 1 < v.size() ? v[i] * (1 - frac) + v[i + 1] * frac : v[i];
 }
 
 std::string Sentence(const std::string& metric, const Interval& iv, const std::string& a,
@@ -127,11 +100,7 @@ Result<Selector> ParseSelector(const std::string& spec, const fs::path& runs_roo
     sel.run_dirs = default_runs;
   }
   static const std::set<std::string> kKeys = {"model", "strategy", "category", "world", "dtype"};
-  size_t start = 0;
-  while (start < filter_part.size()) {
-    size_t end = filter_part.find(',', start);
-    if (end == std::string::npos) end = filter_part.size();
-    const std::string item = filter_part.substr(start, end - start);
+  for (const std::string& item : Split(filter_part, ',')) {
     const auto eq = item.find('=');
     if (eq == std::string::npos || !kKeys.count(item.substr(0, eq))) {
       return Error(ErrorKind::kInvalidInput,
@@ -139,7 +108,6 @@ Result<Selector> ParseSelector(const std::string& spec, const fs::path& runs_roo
                        "\" (use model=, strategy=, category=, world=, dtype=)");
     }
     sel.filters[item.substr(0, eq)] = item.substr(eq + 1);
-    start = end + 1;
   }
   return sel;
 }

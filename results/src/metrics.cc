@@ -5,6 +5,8 @@
 #include <limits>
 #include <map>
 
+#include "kforge/core/strings.h"
+
 namespace kforge::results {
 
 namespace {
@@ -114,20 +116,13 @@ double PassAtK(int n, int c, int k) {
 
 Result<std::vector<std::string>> ParseGroupBy(std::string_view spec) {
   std::vector<std::string> dims;
-  size_t start = 0;
-  while (start <= spec.size()) {
-    size_t end = spec.find(',', start);
-    if (end == std::string_view::npos) end = spec.size();
-    std::string dim(spec.substr(start, end - start));
-    if (!dim.empty()) {
-      if (std::find(std::begin(kDimensions), std::end(kDimensions), dim) == std::end(kDimensions)) {
-        return Error(ErrorKind::kInvalidInput,
-                     "--by: unknown dimension \"" + dim +
-                         "\" (use run, model, strategy, category, world, dtype)");
-      }
-      dims.push_back(dim);
+  for (const std::string& dim : Split(spec, ',')) {
+    if (std::find(std::begin(kDimensions), std::end(kDimensions), dim) == std::end(kDimensions)) {
+      return Error(ErrorKind::kInvalidInput,
+                   "--by: unknown dimension \"" + dim +
+                       "\" (use run, model, strategy, category, world, dtype)");
     }
-    start = end + 1;
+    dims.push_back(dim);
   }
   if (dims.empty()) return Error(ErrorKind::kInvalidInput, "--by: no dimension given");
   return dims;

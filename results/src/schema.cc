@@ -86,6 +86,66 @@ CREATE INDEX sessions_by_run ON sessions(run_id);
 CREATE INDEX events_by_run ON events(run_id, id);
 )sql";
 
+// Version 3: views for people who query a store with sqlite3 (recipes in
+// docs/results.md). They follow the same rules as results/src/samples.cc: a
+// session is "solved" when an evaluation passed, "unsolved" when something
+// judged its work (a GPU verdict, a compile or policy error, a reply with no
+// kernel), and "not_evaluated" when nothing did (never reached, evaluator
+// failure, or compiled where no GPU was); unfinished sessions with no
+// evaluation are "pending".
+constexpr const char* kV3 = R"sql(
+CREATE VIEW session_outcomes AS
+SELECT
+  s.id AS session_id, r.name AS run, s.model, s.task, s.category, s.strategy, s.sample,
+  s.world, s.dtype, s.state, s.stop_reason,
+  (SELECT COUNT(*) FROM turns t WHERE t.session_id = s.id) AS turns,
+  (SELECT COALESCE(SUM(t.input_tokens + t.output_tokens), 0) FROM turns t
+    WHERE t.session_id = s.id) AS tokens,
+  (SELECT COALESCE(SUM(t.cost_usd), 0) FROM turns t WHERE t.session_id = s.id) AS cost_usd,
+  CASE
+    WHEN EXISTS (SELECT 1 FROM evaluations e WHERE e.session_id = s.id AND e.status = 'passed')
+      THEN 'solved'
+    WHEN EXISTS (SELECT 1 FROM evaluations e WHERE e.session_id = s.id
+                 AND e.status IN ('mismatch', 'runtime_error', 'timeout'))
+      THEN 'unsolved'
+    WHEN s.state NOT IN ('done', 'stopped')
+         AND NOT EXISTS (SELECT 1 FROM evaluations e WHERE e.session_id = s.id)
+      THEN 'pending'
+    WHEN EXISTS (SELECT 1 FROM events v WHERE v.run_id = s.run_id AND v.kind = 'compiled'
+                 AND json_extract(v.detail, '$.session') = s.id)
+      THEN 'not_evaluated'
+    WHEN EXISTS (SELECT 1 FROM evaluations e WHERE e.session_id = s.id
+                 AND e.status IN ('compile_error', 'policy_violation'))
+         OR EXISTS (SELECT 1 FROM turns t WHERE t.session_id = s.id AND t.kernel_sha = '')
+      THEN 'unsolved'
+    ELSE 'not_evaluated'
+  END AS outcome
+FROM sessions s JOIN runs r ON r.id = s.run_id;
+
+CREATE VIEW best_evaluations AS
+SELECT
+  s.id AS session_id, e.id AS evaluation_id, e.turn_id, e.status, e.speedup, e.busbw_gbps,
+  e.emulated, e.world, e.seconds, e.message, e.doc_sha
+FROM sessions s JOIN evaluations e ON e.id = COALESCE(s.best_evaluation_id, (
+  SELECT e2.id FROM evaluations e2 WHERE e2.session_id = s.id
+  ORDER BY e2.status = 'passed' DESC,
+           CASE WHEN e2.status = 'passed' THEN COALESCE(e2.speedup, 0) ELSE 0 END DESC,
+           CASE WHEN e2.status = 'passed' THEN e2.id ELSE -e2.id END
+  LIMIT 1));
+
+CREATE VIEW task_costs AS
+SELECT
+  run, model, strategy, task, world, dtype,
+  COUNT(*) AS sessions,
+  SUM(outcome = 'solved') AS solved,
+  SUM(outcome = 'not_evaluated') AS not_evaluated,
+  SUM(cost_usd) AS cost_usd,
+  CASE WHEN SUM(outcome = 'solved') > 0 THEN SUM(cost_usd) / SUM(outcome = 'solved') END
+    AS usd_per_solved
+FROM session_outcomes
+GROUP BY run, model, strategy, task, world, dtype;
+)sql";
+
 // Fills v2's new evaluation columns from the stored documents.
 Status BackfillV2(Db& db, const BlobReader& blobs) {
   std::vector<std::pair<int64_t, std::string>> rows;
@@ -134,6 +194,9 @@ Status MigrateTo(Db& db, int target, const BlobReader& blobs) {
       case 2:
         KF_RETURN_IF_ERROR(db.Exec(kV2));
         KF_RETURN_IF_ERROR(BackfillV2(db, blobs));
+        break;
+      case 3:
+        KF_RETURN_IF_ERROR(db.Exec(kV3));
         break;
       default:
         return Error(ErrorKind::kInternal,

@@ -32,7 +32,91 @@ std::string Indented(const std::string& text, bool full, int max_lines) {
   return out.empty() ? "    (empty)\n" : out;
 }
 
+bool Selected(const SessionRecord& s, const ShowOptions& o) {
+  return (o.task.empty() || s.key.task == o.task) && (o.model.empty() || s.key.model == o.model) &&
+         (o.strategy.empty() || s.key.strategy == o.strategy) &&
+         (o.sample < 0 || s.key.sample == o.sample);
+}
+
+Status NoMatch(const RunStore& store, const ShowOptions& o) {
+  return Error(ErrorKind::kNotFound, "no session matches" +
+                                         (o.task.empty() ? std::string() : " task " + o.task) +
+                                         " in " + store.dir().string());
+}
+
+nlohmann::json OrNull(const std::optional<double>& v) {
+  return v ? nlohmann::json(*v) : nlohmann::json(nullptr);
+}
+
 }  // namespace
+
+Result<nlohmann::json> RenderShowJson(const RunStore& store, const ShowOptions& o) {
+  using nlohmann::json;
+  json sessions = json::array();
+  KF_ASSIGN_OR_RETURN(auto runs, store.ListRuns());
+  for (const auto& run : runs) {
+    KF_ASSIGN_OR_RETURN(auto list, store.ListSessions(run.id));
+    for (const auto& s : list) {
+      if (!Selected(s, o)) continue;
+      KF_ASSIGN_OR_RETURN(auto turns, store.ListTurns(s.id));
+      KF_ASSIGN_OR_RETURN(auto evals, store.ListEvaluations(s.id));
+      json jturns = json::array();
+      for (const auto& t : turns) {
+        json kernel = nullptr;
+        if (!t.kernel_sha.empty()) {
+          KF_ASSIGN_OR_RETURN(std::string k, store.GetBlob(t.kernel_sha));
+          kernel = k;
+        }
+        json jevals = json::array();
+        for (const auto& e : evals) {
+          if (e.turn_id != t.id) continue;
+          jevals.push_back({{"id", e.id},
+                            {"status", e.status},
+                            {"speedup", OrNull(e.speedup)},
+                            {"busbw_gbps", OrNull(e.busbw_gbps)},
+                            {"emulated", e.emulated},
+                            {"seconds", e.seconds},
+                            {"world", e.world},
+                            {"message", e.message},
+                            {"best", s.best_evaluation_id && *s.best_evaluation_id == e.id}});
+        }
+        jturns.push_back(
+            {{"turn", t.index + 1},
+             {"input_tokens", t.input_tokens},
+             {"cached_input_tokens", t.cached_input_tokens},
+             {"output_tokens", t.output_tokens},
+             {"reasoning_tokens", t.reasoning_tokens},
+             {"cost_usd", t.cost_usd},
+             {"latency_s", t.latency_s},
+             {"finish_reason", t.finish_reason},
+             {"request_id", t.request_id},
+             {"prompt", t.prompt},
+             {"reply", t.reply},
+             {"kernel_sha256", t.kernel_sha.empty() ? json(nullptr) : json(t.kernel_sha)},
+             {"kernel", kernel},
+             {"feedback", t.feedback},
+             {"evaluations", jevals}});
+      }
+      sessions.push_back(
+          {{"run", run.name},
+           {"session", s.id},
+           {"model", s.key.model},
+           {"task", s.key.task},
+           {"strategy", s.key.strategy},
+           {"sample", s.key.sample},
+           {"world", s.key.world},
+           {"dtype", s.key.dtype},
+           {"category", s.key.category},
+           {"state", s.state},
+           {"stop_reason", s.stop_reason},
+           {"turns_done", s.turns_done},
+           {"best_evaluation", s.best_evaluation_id ? json(*s.best_evaluation_id) : json(nullptr)},
+           {"turns", jturns}});
+    }
+  }
+  if (sessions.empty()) return NoMatch(store, o);
+  return json{{"schema", "kforge.show/1"}, {"store", store.dir().string()}, {"sessions", sessions}};
+}
 
 Result<std::string> RenderShowText(const RunStore& store, const ShowOptions& o) {
   std::string out;
@@ -41,12 +125,7 @@ Result<std::string> RenderShowText(const RunStore& store, const ShowOptions& o) 
   for (const auto& run : runs) {
     KF_ASSIGN_OR_RETURN(auto sessions, store.ListSessions(run.id));
     for (const auto& s : sessions) {
-      if ((!o.task.empty() && s.key.task != o.task) ||
-          (!o.model.empty() && s.key.model != o.model) ||
-          (!o.strategy.empty() && s.key.strategy != o.strategy) ||
-          (o.sample >= 0 && s.key.sample != o.sample)) {
-        continue;
-      }
+      if (!Selected(s, o)) continue;
       ++shown;
       out += fmt::format("=== run {} · session {} · {} · {} · {} · sample {} · world {} · {} ===\n",
                          run.name, s.id, s.key.model, s.key.task, s.key.strategy, s.key.sample,
@@ -96,11 +175,7 @@ Result<std::string> RenderShowText(const RunStore& store, const ShowOptions& o) 
       out += "\n";
     }
   }
-  if (shown == 0) {
-    return Error(ErrorKind::kNotFound, "no session matches" +
-                                           (o.task.empty() ? std::string() : " task " + o.task) +
-                                           " in " + store.dir().string());
-  }
+  if (shown == 0) return NoMatch(store, o);
   return out;
 }
 

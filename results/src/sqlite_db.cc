@@ -40,6 +40,13 @@ Result<std::unique_ptr<Db>> Db::Open(const std::filesystem::path& path, bool rea
   }
   sqlite3_extended_result_codes(raw, 1);
   sqlite3_busy_timeout(raw, 10000);
+  // SQLite leaves the declared REFERENCES unenforced unless asked, per
+  // connection: a session of a run that does not exist is refused.
+  if (sqlite3_exec(raw, "PRAGMA foreign_keys=ON", nullptr, nullptr, nullptr) != SQLITE_OK) {
+    std::string msg = sqlite3_errmsg(raw);
+    sqlite3_close(raw);
+    return Error(ErrorKind::kIo, "cannot open " + path.string() + ": " + msg);
+  }
   return std::unique_ptr<Db>(new Db(raw, path));
 }
 

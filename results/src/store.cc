@@ -168,7 +168,7 @@ Result<std::unique_ptr<RunStore>> RunStore::Open(const fs::path& run_dir, bool r
                      " holds no kforge run store (an empty or foreign SQLite file, or a run "
                      "whose creation was cut short)");
   }
-  if (read_only && store->schema_version_ < kSchemaVersion) {
+  if (read_only && store->schema_version_ < kMinReadableSchemaVersion) {
     return Error(ErrorKind::kInvalidInput,
                  StorePath(run_dir).string() + " has the old schema version " +
                      std::to_string(store->schema_version_) + "; `kforge run --resume " +

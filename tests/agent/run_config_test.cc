@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <ctime>
+
 #include "kforge/agent/task_select.h"
 
 namespace kforge::agent {
@@ -85,6 +88,51 @@ TEST(RunConfig, Deadlines) {
   EXPECT_DOUBLE_EQ(*ParseDeadline("+90m", 0), 5400);
   EXPECT_DOUBLE_EQ(*ParseDeadline("1700000000", 0), 1.7e9);
   EXPECT_FALSE(ParseDeadline("tomorrow", 0).ok());
+  EXPECT_DOUBLE_EQ(*ParseDeadline("+1.5h", 0), 5400);
+}
+
+// 2025-06-01T06:00:00Z is 1748757600.
+TEST(RunConfig, DeadlinesHonourZones) {
+  EXPECT_DOUBLE_EQ(*ParseDeadline("2025-06-01T06:00Z", 0), 1748757600);
+  EXPECT_DOUBLE_EQ(*ParseDeadline("2025-06-01T06:00:30Z", 0), 1748757630);
+  EXPECT_DOUBLE_EQ(*ParseDeadline("2025-06-01T08:00+02:00", 0), 1748757600);
+  EXPECT_DOUBLE_EQ(*ParseDeadline("2025-06-01T00:30-0530", 0), 1748757600);
+  EXPECT_DOUBLE_EQ(*ParseDeadline("2025-06-01T07:00+01", 0), 1748757600);
+  EXPECT_DOUBLE_EQ(*ParseDeadline("2024-02-29T00:00Z", 0), 1709164800);  // leap day
+}
+
+TEST(RunConfig, DeadlinesWithoutAZoneAreLocalTime) {
+  const char* old = std::getenv("TZ");
+  const std::string saved = old ? old : "";
+  setenv("TZ", "UTC-3", 1);  // POSIX sign: three hours east of UTC
+  tzset();
+  auto local = ParseDeadline("2025-06-01T09:00", 0);
+  if (old) {
+    setenv("TZ", saved.c_str(), 1);
+  } else {
+    unsetenv("TZ");
+  }
+  tzset();
+  ASSERT_TRUE(local.ok()) << local.status().ToString();
+  EXPECT_DOUBLE_EQ(*local, 1748757600);
+}
+
+TEST(RunConfig, DeadlinesRefuseTrailingTextAndNamesIt) {
+  for (const char* bad :
+       {"2025-06-01T06:00junk", "2025-06-01T06:00:00 UTC", "2025-06-01T06:00+2:00",
+        "2025-06-01T06:00+25:00", "2025-13-01T06:00", "2025-02-30T06:00", "2025-06-01T24:00",
+        "2025-06-01", "+2hours", "+h", "+-2h", "+2x", "1700000000abc", "", "1e400"}) {
+    auto r = ParseDeadline(bad, 0);
+    EXPECT_FALSE(r.ok()) << bad << " -> " << (r.ok() ? *r : 0);
+    if (!r.ok()) {
+      EXPECT_EQ(r.status().kind(), ErrorKind::kInvalidInput) << bad;
+      EXPECT_NE(r.status().message().find(std::string("'") + bad + "'"), std::string::npos)
+          << r.status().message();
+    }
+  }
+  auto junk = ParseDeadline("2025-06-01T06:00junk", 0);
+  EXPECT_NE(junk.status().message().find("unexpected 'junk'"), std::string::npos)
+      << junk.status().message();
 }
 
 }  // namespace

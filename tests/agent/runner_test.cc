@@ -220,6 +220,42 @@ TEST(Runner, TransientFailuresRetryWithBackoffOnFakeTime) {
   EXPECT_EQ(s.turns.size(), 1u);
 }
 
+// A provider that says "Retry-After: 300" is asked again after 300 s, not
+// after the 20 s backoff; one asking for hours is held to the cap, and the
+// event says why.
+TEST(Runner, RunLevelRetryHonoursTheProvidersRetryAfterOnFakeTime) {
+  for (const double asked : {300.0, 7200.0}) {
+    Rig rig("turns = 1\n");
+    rig.spec.models = {"fake:a"};
+    rig.spec.tasks.resize(1);
+    std::vector<Clock::TimePoint> at;
+    rig.llm.SetScript([&](const LlmCall&) -> Result<LlmAnswer> {
+      at.push_back(rig.clock.Now());
+      if (at.size() == 1)
+        return Error(ErrorKind::kRateLimited, "429: slow down").WithRetryAfter(asked);
+      return LlmAnswer{};
+    });
+    auto r = rig.Run();
+    ASSERT_TRUE(r.ok());
+    ASSERT_EQ(at.size(), 2u);
+    const double waited = std::chrono::duration<double>(at[1] - at[0]).count();
+    const double expected = std::min(asked, rig.spec.max_retry_wait_s);
+    // The first call's own latency (30 s) comes before its failure is seen.
+    EXPECT_GE(waited, expected) << asked;
+    EXPECT_LE(waited, expected + 31) << asked;
+    const nlohmann::json* retry = nullptr;
+    for (const auto& [kind, detail] : rig.store.events) {
+      if (kind == "llm_retry") retry = &detail;
+    }
+    ASSERT_NE(retry, nullptr);
+    EXPECT_DOUBLE_EQ((*retry)["wait_s"].get<double>(), expected);
+    const std::string reason = (*retry)["reason"];
+    EXPECT_NE(reason.find(asked > 1800 ? "7200 s; waiting the 1800 s cap" : "Retry-After"),
+              std::string::npos)
+        << reason;
+  }
+}
+
 TEST(Runner, AuthFailureStopsOnlyThatModel) {
   Rig rig("turns = 2\n");
   rig.llm.SetScript([](const LlmCall& c) -> Result<LlmAnswer> {

@@ -2,7 +2,9 @@
 // status from the one table (apps/kforge/exit_codes.h, docs/cli.md).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -138,6 +140,199 @@ TEST_F(CliTest, EvalWithoutAGpuIsNotEvaluatedAndExitsEight) {
   // Asked for explicitly, compile-only succeeds.
   auto asked = Kforge({"eval", "--task", "1", "--kernel", kernel, "--compile-only"});
   EXPECT_EQ(asked.exit_code, 0) << asked.out << asked.err;
+}
+
+nlohmann::json ParseJson(const std::string& text) {
+  return nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+}
+
+// --json -: the document alone on stdout; --json FILE: the table as before and
+// the document in the file.
+TEST_F(CliTest, TasksListJson) {
+  auto r = Kforge({"tasks", "list", "--json", "-"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json doc = ParseJson(r.out);
+  ASSERT_TRUE(doc.is_object()) << r.out;
+  EXPECT_EQ(doc["schema"], "kforge.tasks/1");
+  ASSERT_TRUE(doc["tasks"].is_array());
+  const nlohmann::json* allreduce = nullptr;
+  for (const auto& t : doc["tasks"]) {
+    if (t["key"] == "001_allreduce") allreduce = &t;
+  }
+  ASSERT_NE(allreduce, nullptr) << r.out;
+  EXPECT_EQ((*allreduce)["id"], 1);
+  EXPECT_EQ((*allreduce)["name"], "allreduce");
+  EXPECT_EQ((*allreduce)["world_sizes"], nlohmann::json::array({2, 4, 8}));
+  EXPECT_TRUE((*allreduce)["dtypes"].is_array());
+
+  const fs::path file = tmp_ / "tasks.json";
+  auto both = Kforge({"tasks", "list", "--json", file.string()});
+  ASSERT_EQ(both.exit_code, 0) << both.err;
+  EXPECT_NE(both.out.find("KEY"), std::string::npos) << both.out;
+  auto text = ReadFile(file);
+  ASSERT_TRUE(text.ok());
+  EXPECT_EQ(ParseJson(*text), doc);
+  // An unwritable destination is named (its parent is a file).
+  const std::string bad_path = (file / "x.json").string();
+  auto bad = Kforge({"tasks", "list", "--json", bad_path});
+  EXPECT_EQ(bad.exit_code, 1) << bad.err;
+  EXPECT_NE(bad.err.find(bad_path), std::string::npos) << bad.err;
+}
+
+// The user's registry ($XDG_CONFIG_HOME/kforge/models.toml) is read by every
+// command that resolves models.
+TEST_F(CliTest, ModelsJsonIncludesTheUserRegistry) {
+  ASSERT_TRUE(WriteFileAtomic(tmp_ / "xdg/kforge/models.toml", R"(
+[providers.mybox]
+wire = "openai_chat"
+base_url = "http://127.0.0.1:9/v1"
+key_required = false
+[models."mybox:local-7b"]
+context = 32768
+price = { input = 0.25, output = 0.5 }
+)")
+                  .ok());
+  auto r = Kforge({"models", "--json", "-"}, {{"XDG_CONFIG_HOME", (tmp_ / "xdg").string()}});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json doc = ParseJson(r.out);
+  ASSERT_TRUE(doc.is_object()) << r.out;
+  EXPECT_EQ(doc["schema"], "kforge.models/1");
+  const nlohmann::json* mine = nullptr;
+  bool builtin = false;
+  for (const auto& m : doc["models"]) {
+    if (m["spec"] == "mybox:local-7b") mine = &m;
+    if (m["spec"] == "openai:gpt-5.5") builtin = true;
+  }
+  EXPECT_TRUE(builtin);
+  ASSERT_NE(mine, nullptr) << r.out;
+  EXPECT_EQ((*mine)["wire"], "openai_chat");
+  EXPECT_DOUBLE_EQ((*mine)["usd_per_mtok"]["input"].get<double>(), 0.25);
+  EXPECT_TRUE((*mine)["usd_per_mtok"]["cached_input"].is_null());
+  // Without the user file the model is unknown.
+  auto without = Kforge({"models", "--json", "-"}, {{"XDG_CONFIG_HOME", (tmp_ / "none").string()}});
+  EXPECT_EQ(without.out.find("mybox:local-7b"), std::string::npos);
+}
+
+TEST_F(CliTest, ShowJson) {
+  results::FixtureSpec spec;
+  spec.run_name = "fx";
+  spec.tasks = 2;
+  ASSERT_TRUE(results::WriteFixtureRun(tmp_ / "fx", spec).ok());
+  auto r = Kforge({"show", (tmp_ / "fx").string(), "1", "--json", "-"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json doc = ParseJson(r.out);
+  ASSERT_TRUE(doc.is_object()) << r.out.substr(0, 500);
+  EXPECT_EQ(doc["schema"], "kforge.show/1");
+  ASSERT_FALSE(doc["sessions"].empty());
+  for (const auto& s : doc["sessions"]) {
+    EXPECT_EQ(s["task"].get<std::string>().substr(0, 3), "001");
+    ASSERT_FALSE(s["turns"].empty());
+    EXPECT_EQ(s["turns"][0]["turn"], 1);  // counted from 1, as in the text
+    EXPECT_TRUE(s["turns"][0]["evaluations"].is_array());
+  }
+  EXPECT_EQ(Kforge({"show", (tmp_ / "fx").string(), "nosuchtask", "--json", "-"}).exit_code, 66);
+}
+
+// A run file's `registry` (relative to the file) and the run summary as JSON.
+// The deadline has passed, so nothing is sent to the (unreachable) server.
+TEST_F(CliTest, RunReadsTheRunFilesRegistryAndWritesItsSummaryAsJson) {
+  ASSERT_TRUE(WriteFileAtomic(tmp_ / "conf/reg.toml", R"(
+[providers.mybox]
+wire = "openai_chat"
+base_url = "http://127.0.0.1:9/v1"
+key_required = false
+)")
+                  .ok());
+  ASSERT_TRUE(WriteFileAtomic(tmp_ / "conf/run.toml",
+                              "name = \"withreg\"\n"
+                              "models = [\"mybox:local-7b\"]\n"
+                              "tasks = [\"1\"]\n"
+                              "registry = \"reg.toml\"\n"
+                              "compile_only = true\n")
+                  .ok());
+  const std::string out = (tmp_ / "runs").string();
+  const fs::path summary = tmp_ / "summary.json";
+  auto r = Kforge({"run", (tmp_ / "conf/run.toml").string(), "--out", out, "--deadline", "1",
+                   "--json", summary.string()},
+                  {{"XDG_CONFIG_HOME", (tmp_ / "none").string()}});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto text = ReadFile(summary);
+  ASSERT_TRUE(text.ok()) << r.err;
+  const nlohmann::json doc = ParseJson(*text);
+  ASSERT_TRUE(doc.is_object()) << *text;
+  EXPECT_EQ(doc["schema"], "kforge.run_summary/1");
+  EXPECT_EQ(doc["name"], "withreg");
+  EXPECT_TRUE(doc["compile_only"].get<bool>());
+  ASSERT_EQ(doc["sessions"].size(), 1u);
+  EXPECT_EQ(doc["sessions"][0]["model"], "mybox:local-7b");
+  EXPECT_EQ(doc["sessions"][0]["task"], "001_allreduce");
+  EXPECT_TRUE(doc["models"].contains("mybox:local-7b"));
+  // The table still went to stdout.
+  EXPECT_NE(r.out.find("store:"), std::string::npos) << r.out;
+
+  // --registry on the command line does the same; without either the
+  // provider is unknown and nothing is stored.
+  ASSERT_TRUE(WriteFileAtomic(tmp_ / "conf/bare.toml",
+                              "name = \"noreg\"\n"
+                              "models = [\"mybox:local-7b\"]\n"
+                              "tasks = [\"1\"]\n")
+                  .ok());
+  auto unknown = Kforge({"run", (tmp_ / "conf/bare.toml").string(), "--out", out},
+                        {{"XDG_CONFIG_HOME", (tmp_ / "none").string()}});
+  EXPECT_EQ(unknown.exit_code, 64) << unknown.err;
+  EXPECT_NE(unknown.err.find("unknown provider 'mybox'"), std::string::npos) << unknown.err;
+  auto flag = Kforge(
+      {"run", (tmp_ / "conf/bare.toml").string(), "--out", out, "--registry",
+       (tmp_ / "conf/reg.toml").string(), "--deadline", "1", "--compile-only", "--json", "-"},
+      {{"XDG_CONFIG_HOME", (tmp_ / "none").string()}});
+  ASSERT_EQ(flag.exit_code, 0) << flag.err;
+  EXPECT_EQ(ParseJson(flag.out)["name"], "noreg") << flag.out;
+}
+
+// The help: commands in groups, defaults shown (not sentinels), examples.
+TEST_F(CliTest, HelpGroupsCommandsShowsDefaultsAndExamples) {
+  auto help = Kforge({"--help"});
+  ASSERT_EQ(help.exit_code, 0);
+  std::vector<size_t> at;
+  for (const char* group : {"\nEvaluate:\n", "\nRun:\n", "\nResults:\n", "\nModels:\n"}) {
+    at.push_back(help.out.find(group));
+    EXPECT_NE(at.back(), std::string::npos) << group << help.out;
+  }
+  EXPECT_TRUE(std::is_sorted(at.begin(), at.end())) << help.out;  // in that order
+  // Each command under its group: eval before Run's heading, leaderboard after Results'.
+  const size_t eval = help.out.find("\n  eval");
+  const size_t leaderboard = help.out.find("\n  leaderboard");
+  const size_t results = help.out.find("\nResults:\n");
+  ASSERT_NE(eval, std::string::npos) << help.out;
+  ASSERT_NE(leaderboard, std::string::npos) << help.out;
+  EXPECT_LT(help.out.find("\nEvaluate:\n"), eval);
+  EXPECT_GT(leaderboard, results);
+  EXPECT_NE(help.out.find("Examples:\n  kforge tasks list"), std::string::npos) << help.out;
+  EXPECT_NE(help.out.find("Exit status"), std::string::npos);
+
+  auto run = Kforge({"run", "--help"});
+  ASSERT_EQ(run.exit_code, 0);
+  EXPECT_NE(run.out.find("--out TEXT=runs"), std::string::npos) << run.out;
+  EXPECT_EQ(run.out.find("=-1"), std::string::npos) << run.out;  // unset budgets
+  EXPECT_EQ(run.out.find("=0 "), std::string::npos) << run.out;
+}
+
+// `cache du` and `cache clean` on the compile cache under $XDG_CACHE_HOME/kforge.
+TEST_F(CliTest, CacheDuAndClean) {
+  const fs::path root = tmp_ / "cache/kforge";
+  ASSERT_TRUE(WriteFileAtomic(root / "kernels/aaaa/kernel.so", std::string(3000, 'x')).ok());
+  ASSERT_TRUE(WriteFileAtomic(root / "kernels/bbbb/kernel.so", std::string(1000, 'y')).ok());
+  ASSERT_TRUE(WriteFileAtomic(root / "responses/cc/r.json", "{}").ok());
+  auto du = Kforge({"cache", "du"});
+  ASSERT_EQ(du.exit_code, 0) << du.err;
+  EXPECT_NE(du.out.find("3.9 KiB       2 entries       2 files"), std::string::npos) << du.out;
+  auto clean = Kforge({"cache", "clean"});
+  ASSERT_EQ(clean.exit_code, 0) << clean.err;
+  EXPECT_NE(clean.out.find("2 entries, 3.9 KiB"), std::string::npos) << clean.out;
+  EXPECT_FALSE(fs::exists(root / "kernels"));
+  EXPECT_TRUE(fs::exists(root / "responses/cc/r.json"));  // answers cost money: kept
+  ASSERT_EQ(Kforge({"cache", "clean", "--responses"}).exit_code, 0);
+  EXPECT_FALSE(fs::exists(root / "responses"));
 }
 
 }  // namespace

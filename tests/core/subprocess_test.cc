@@ -1,6 +1,13 @@
 #include "kforge/core/subprocess.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <future>
+#include <thread>
 
 namespace kforge {
 namespace {
@@ -37,6 +44,38 @@ TEST(SubprocessTest, PassesEnvironmentAndCwd) {
   auto r = RealProcessRunner().Run({"sh", "-c", "echo $KFORGE_TEST_VAR; pwd"}, opts);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->out, "hello\n/\n");
+}
+
+// A child of a threaded process may only make async-signal-safe calls until
+// it execs: a setenv in the child waits forever on the environment lock when
+// another thread held it at the fork. Here another thread holds it most of
+// the time; a runner that calls setenv after fork hangs within a few spawns.
+TEST(SubprocessTest, SpawnsWhileAnotherThreadChangesTheEnvironment) {
+  std::atomic<bool> stop{false};
+  std::thread writer([&stop] {
+    for (int i = 0; !stop.load(std::memory_order_relaxed); ++i)
+      setenv("KFORGE_SPAWN_RACE", (i & 1) ? "odd-value-odd-value" : "even", 1);
+  });
+  auto spawns = std::async(std::launch::async, [] {
+    int ok = 0;
+    for (int i = 0; i < 200; ++i) {
+      ProcessOptions opts;
+      opts.env["KFORGE_CHILD_VAR"] = std::to_string(i);
+      opts.timeout = std::chrono::seconds(20);
+      auto r = RealProcessRunner().Run({"sh", "-c", "echo $KFORGE_CHILD_VAR"}, opts);
+      if (r.ok() && r->out == std::to_string(i) + "\n") ++ok;
+    }
+    return ok;
+  });
+  if (spawns.wait_for(std::chrono::seconds(120)) != std::future_status::ready) {
+    // The child is stuck before exec; nothing can unblock it. Report and leave.
+    std::fprintf(stderr, "spawning hung: a child blocked between fork and exec\n");
+    std::fflush(stderr);
+    _exit(1);
+  }
+  stop = true;
+  writer.join();
+  EXPECT_EQ(spawns.get(), 200);
 }
 
 }  // namespace

@@ -421,6 +421,9 @@ TEST_F(HttpClientTest, ServerDelayAboveTheCapIsFinal) {
   EXPECT_EQ(resp.status().kind(), ErrorKind::kRateLimited);
   EXPECT_NE(resp.status().message().find("more than the 120 s cap"), std::string::npos);
   EXPECT_EQ(clock_.Elapsed(), Clock::Duration(0));
+  // The delay travels with the status: the run's scheduler waits it out.
+  ASSERT_TRUE(resp.status().retry_after_s().has_value());
+  EXPECT_DOUBLE_EQ(*resp.status().retry_after_s(), 3600.0);
 }
 
 TEST_F(HttpClientTest, ShouldRetryFalseStops) {

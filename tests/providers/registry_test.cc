@@ -2,8 +2,112 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <optional>
+
+#include "kforge/core/fs.h"
+
 namespace kforge::providers {
 namespace {
+
+// Sets (or unsets, for nullopt) a variable for one scope.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, std::optional<std::string> value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    if (value) {
+      setenv(name, value->c_str(), 1);
+    } else {
+      unsetenv(name);
+    }
+  }
+  ~ScopedEnv() {
+    if (old_) {
+      setenv(name_, old_->c_str(), 1);
+    } else {
+      unsetenv(name_);
+    }
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+TEST(RegistryTest, UserRegistryUnderXdgConfigHomeIsReadAfterTheBuiltinOne) {
+  auto dir = MakeTempDir("kforge-xdg");
+  ASSERT_TRUE(dir.ok());
+  ASSERT_TRUE(WriteFileAtomic(*dir / "kforge" / "models.toml", R"(
+[providers.mybox]
+wire = "openai_chat"
+base_url = "http://127.0.0.1:9/v1"
+key_required = false
+[models."mybox:local-7b"]
+price = { input = 0.01, output = 0.02 }
+[models."openai:gpt-5.5"]
+price = { input = 1.0, output = 2.0 }
+)")
+                  .ok());
+  {
+    ScopedEnv xdg("XDG_CONFIG_HOME", dir->string());
+    EXPECT_EQ(UserRegistryPath(), *dir / "kforge" / "models.toml");
+    auto r = LoadRegistry({});
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ASSERT_NE(r->FindProvider("mybox"), nullptr);
+    ASSERT_NE(r->FindModel("mybox:local-7b"), nullptr);
+    EXPECT_DOUBLE_EQ(*r->FindModel("openai:gpt-5.5")->input_per_mtok, 1.0);  // the user's price
+    // Tests and callers that want only their files still get only those.
+    auto bare = LoadRegistry({}, /*include_builtin=*/false);
+    ASSERT_TRUE(bare.ok());
+    EXPECT_EQ(bare->FindModel("mybox:local-7b"), nullptr);
+  }
+  {
+    ScopedEnv xdg("XDG_CONFIG_HOME", std::nullopt);
+    ScopedEnv home("HOME", "/home/someone");
+    EXPECT_EQ(UserRegistryPath(),
+              std::filesystem::path("/home/someone/.config/kforge/models.toml"));
+  }
+  {
+    // A damaged user file is an error naming it, not silently skipped.
+    ASSERT_TRUE(
+        WriteFileAtomic(*dir / "kforge" / "models.toml", "[models.\"x:y\"\nprice = = 1\n").ok());
+    ScopedEnv xdg("XDG_CONFIG_HOME", dir->string());
+    auto r = LoadRegistry({});
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find("models.toml"), std::string::npos) << r.status().message();
+  }
+  std::filesystem::remove_all(*dir);
+}
+
+// google-genai: "Both GOOGLE_API_KEY and GEMINI_API_KEY are set. Using GOOGLE_API_KEY."
+TEST(RegistryTest, GeminiPrefersGoogleApiKeyAndSaysSoWhenTheKeysDiffer) {
+  auto r = LoadRegistry({});
+  ASSERT_TRUE(r.ok());
+  const ProviderInfo* gemini = r->FindProvider("gemini");
+  ASSERT_NE(gemini, nullptr);
+  {
+    ScopedEnv g("GOOGLE_API_KEY", "google-key");
+    ScopedEnv m("GEMINI_API_KEY", "gemini-key");
+    std::string note;
+    EXPECT_EQ(ProviderKeyFromEnvironment(*gemini, &note), "google-key");
+    EXPECT_NE(note.find("GOOGLE_API_KEY and GEMINI_API_KEY are both set and differ; using "
+                        "GOOGLE_API_KEY"),
+              std::string::npos)
+        << note;
+  }
+  {
+    ScopedEnv g("GOOGLE_API_KEY", "same");
+    ScopedEnv m("GEMINI_API_KEY", "same");
+    std::string note;
+    EXPECT_EQ(ProviderKeyFromEnvironment(*gemini, &note), "same");
+    EXPECT_TRUE(note.empty()) << note;
+  }
+  {
+    ScopedEnv g("GOOGLE_API_KEY", std::nullopt);
+    ScopedEnv m("GEMINI_API_KEY", "gemini-key");
+    EXPECT_EQ(ProviderKeyFromEnvironment(*gemini), "gemini-key");
+  }
+}
 
 TEST(RegistryTest, BuiltinRegistryLoadsAndCoversTheDocumentedSpecs) {
   auto r = LoadRegistry({});

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "kforge/core/hash.h"
+#include "kforge/results/fixture.h"
 #include "kforge/results/samples.h"
 #include "schema.h"
 #include "sqlite_db.h"
@@ -203,7 +204,7 @@ TEST(RunStoreMigrationTest, MigratesVersionOneStore) {
 
   auto store = RunStore::Open(dir);
   ASSERT_OK(store);
-  EXPECT_EQ((*store)->schema_version(), 2);
+  EXPECT_EQ((*store)->schema_version(), kSchemaVersion);
   auto runs = (*store)->ListRuns();
   ASSERT_OK(runs);
   ASSERT_EQ(runs->size(), 1u);
@@ -283,6 +284,119 @@ TEST(StoreDamageTest, EmptyAndTruncatedStoresAreNamed) {
       << samples.status().message();
   EXPECT_EQ(samples.status().message().find("step:"), std::string::npos)
       << samples.status().message();
+}
+
+// The SQL views (schema v3) agree with the C++ readers on every session of a
+// fixture run: outcome, best evaluation and cost.
+TEST(StoreViewsTest, ViewsAgreeWithTheSampleReader) {
+  TempDir tmp;
+  FixtureSpec spec;
+  spec.tasks = 4;
+  spec.finished = false;  // some sessions pending
+  ASSERT_STATUS_OK(WriteFixtureRun(tmp.path(), spec));
+  auto store = RunStore::Open(tmp.path(), true);
+  ASSERT_OK(store);
+  auto samples = LoadSamples(**store);
+  ASSERT_OK(samples);
+  ASSERT_FALSE(samples->empty());
+
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open_v2(StorePath(tmp.path()).c_str(), &db, SQLITE_OPEN_READONLY, nullptr),
+            SQLITE_OK);
+  auto one_row = [&](const std::string& sql, int64_t id) -> std::vector<std::string> {
+    sqlite3_stmt* st = nullptr;
+    EXPECT_EQ(sqlite3_prepare_v2(db, sql.c_str(), -1, &st, nullptr), SQLITE_OK)
+        << sqlite3_errmsg(db);
+    sqlite3_bind_int64(st, 1, id);
+    std::vector<std::string> row;
+    if (sqlite3_step(st) == SQLITE_ROW) {
+      for (int c = 0; c < sqlite3_column_count(st); ++c) {
+        const unsigned char* t = sqlite3_column_text(st, c);
+        row.push_back(t ? reinterpret_cast<const char*>(t) : "NULL");
+      }
+    }
+    sqlite3_finalize(st);
+    return row;
+  };
+  int solved = 0, not_evaluated = 0;
+  double cost = 0;
+  for (const auto& o : *samples) {
+    auto row = one_row("SELECT outcome, cost_usd FROM session_outcomes WHERE session_id = ?",
+                       o.session_id);
+    ASSERT_EQ(row.size(), 2u) << o.session_id;
+    const std::string expected = o.correct         ? "solved"
+                                 : o.not_evaluated ? "not_evaluated"
+                                                   : "unsolved";
+    EXPECT_EQ(row[0], expected) << "session " << o.session_id << " status " << o.status;
+    EXPECT_NEAR(std::stod(row[1]), o.cost_usd, 1e-9);
+    solved += o.correct;
+    not_evaluated += o.not_evaluated;
+    cost += o.cost_usd;
+    if (o.best_evaluation_id) {
+      auto best = one_row("SELECT evaluation_id, status FROM best_evaluations WHERE session_id = ?",
+                          o.session_id);
+      ASSERT_EQ(best.size(), 2u);
+      EXPECT_EQ(best[0], std::to_string(o.best_evaluation_id)) << o.session_id;
+      EXPECT_EQ(best[1], o.status);
+    }
+  }
+  EXPECT_GT(solved, 0);
+  // task_costs adds up per (model, task, ...) what the sessions spent and solved.
+  auto totals = one_row(
+      "SELECT SUM(solved), SUM(cost_usd), SUM(usd_per_solved IS NULL AND solved > 0) FROM "
+      "task_costs WHERE ?1 = ?1",
+      0);
+  ASSERT_EQ(totals.size(), 3u);
+  EXPECT_EQ(totals[0], std::to_string(solved));
+  EXPECT_GE(std::stod(totals[1]), cost - 1e-9);  // pending sessions may have spent too
+  EXPECT_EQ(totals[2], "0");
+  auto pending =
+      one_row("SELECT COUNT(*) FROM session_outcomes WHERE outcome = 'pending' AND ?1 = ?1", 0);
+  ASSERT_EQ(pending.size(), 1u);
+  sqlite3_close(db);
+}
+
+// PRAGMA foreign_keys=ON on every connection: the declared references hold.
+TEST(StoreViewsTest, ForeignKeysAreEnforced) {
+  TempDir tmp;
+  auto store = RunStore::Open(tmp.path());
+  ASSERT_OK(store);
+  auto db = internal::Db::Open(StorePath(tmp.path()), false);
+  ASSERT_OK(db);
+  Status orphan = (*db)->Exec(
+      "INSERT INTO sessions (run_id, model, task, strategy, sample, world, dtype) "
+      "VALUES (999, 'm', 't', 's', 0, 2, 'bf16')");
+  EXPECT_FALSE(orphan.ok());
+  EXPECT_NE(orphan.message().find("FOREIGN KEY"), std::string::npos) << orphan.message();
+  EXPECT_FALSE((*store)->UpsertSession(999, {"m", "t", "s", 0, 2, "bf16", "c"}).ok());
+}
+
+// A version-2 store is still read as is (v3 only adds views) and gets the
+// views when a writer opens it.
+TEST(StoreViewsTest, VersionTwoStoresReadAndMigrate) {
+  TempDir tmp;
+  ASSERT_STATUS_OK(MakeDirs(tmp.path() / "blobs"));
+  {
+    auto db = internal::Db::Open(StorePath(tmp.path()), false);
+    ASSERT_OK(db);
+    ASSERT_STATUS_OK(internal::MigrateTo(**db, 2, [](const std::string&) -> Result<std::string> {
+      return Error(ErrorKind::kNotFound, "unused");
+    }));
+  }
+  auto ro = RunStore::Open(tmp.path(), true);
+  ASSERT_OK(ro);
+  EXPECT_EQ((*ro)->schema_version(), 2);
+  ro->reset();
+  auto rw = RunStore::Open(tmp.path());
+  ASSERT_OK(rw);
+  EXPECT_EQ((*rw)->schema_version(), 3);
+  auto db = internal::Db::Open(StorePath(tmp.path()), true);
+  ASSERT_OK(db);
+  auto q = (*db)->Prepare("SELECT COUNT(*) FROM sqlite_master WHERE type = 'view'");
+  ASSERT_OK(q);
+  auto row = q->Step();
+  ASSERT_OK(row);
+  EXPECT_EQ(q->Int(0), 3);
 }
 
 }  // namespace

@@ -25,7 +25,10 @@ std::unique_ptr<LlmPort> MakeProviderLlm();
 // The same, with every model's client made up front: kInvalidInput naming
 // each model whose spec, provider, API key or cassette is unusable (nothing
 // is sent to any model).
-Result<std::unique_ptr<LlmPort>> MakeProviderLlmFor(const std::vector<std::string>& models);
+// `registries`: extra model registry files (after the built-in one and the
+// user's models.toml).
+Result<std::unique_ptr<LlmPort>> MakeProviderLlmFor(
+    const std::vector<std::string>& models, const std::vector<std::string>& registries = {});
 
 // An evaluator over `tasks` (which must outlive it), bound to `gpus`
 // (empty: the evaluator's default). One evaluation at a time.

@@ -19,8 +19,7 @@ struct ModelStats {
   int faster = 0;    // sessions with a correct kernel faster than the baseline
   int compiled = 0;  // sessions whose kernel compiled but could not be evaluated (no GPU)
   int not_evaluated = 0;
-  bool unpriced = false;  // some call had no price in the registry: spend is unknown, not $0  //
-                          // ended sessions nothing judged (SessionSummary::not_evaluated)
+  bool unpriced = false;  // some call had no price in the registry: spend is unknown, not $0
   int turns = 0;
   double usd = 0;
   int64_t tokens = 0;
@@ -37,6 +36,15 @@ struct RunStats {
 
 // The table both views print: one row per model, then totals.
 std::string RenderStatsTable(const RunStats& stats);
+
+// The live view's progress lines, one per model: "model  3/8 done  ETA 12m",
+// the ETA from the rate at which that model's sessions ended so far ("ETA ?"
+// until one has).
+std::string RenderProgressLines(const RunStats& stats);
+
+// Whether to redraw in place: only on a terminal that understands cursor
+// movement (TERM set and not "dumb"); otherwise plain lines, no escape codes.
+bool WantsLiveView(bool is_tty, const char* term);
 
 class ProgressView {
  public:

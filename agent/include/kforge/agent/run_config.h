@@ -32,6 +32,9 @@ struct RunConfig {
   int compile_jobs = 0;      // 0: the number of CPU cores
   std::string out = "runs";  // runs/<name>/
   std::string tasks_dir;     // empty: the default tasks folder
+  // Model registry files read after the built-in registry and the user's
+  // $XDG_CONFIG_HOME/kforge/models.toml (--registry; a run file's `registry`).
+  std::vector<std::string> registries;
 };
 
 // Reads a run file. Errors name the file, the line and the field.
@@ -46,7 +49,13 @@ Result<RunConfig> RunConfigFromJson(const nlohmann::json& j);
 // Empty when they ask the same.
 std::vector<std::string> RunConfigDifferences(const RunConfig& stored, const RunConfig& asked);
 
-// "2025-06-01T08:00:00" (local time), "+8h", "+90m", "+3600s" or unix seconds.
+// A deadline as unix seconds, from one of
+//   "2025-06-01T08:00[:SS]"         local time (a space may stand for the T)
+//   "2025-06-01T08:00Z", "...+02:00", "...-0530"   that time in that zone (RFC 3339)
+//   "+8h", "+90m", "+3600s", "+1.5h" from `now_unix`
+//   "1700000000"                    unix seconds
+// Anything else, trailing text included, is kInvalidInput naming the part
+// that was not understood.
 Result<double> ParseDeadline(const std::string& text, double now_unix);
 
 struct TaskRef {

@@ -47,6 +47,10 @@ struct RunSpec {
   double link_peak_gbps = 0;
   int max_llm_attempts = 4;     // per call, for failures that may pass
   double retry_backoff_s = 20;  // doubled per attempt
+  // A provider's Retry-After is a minimum: the wait is the larger of it and
+  // the backoff, but never more than this (a provider asking for hours is
+  // capped, and the event says so).
+  double max_retry_wait_s = 1800;
 };
 
 struct RunDeps {
@@ -97,5 +101,9 @@ Result<RunSummary> ExecuteRun(const RunSpec& spec, const RunDeps& deps);
 
 // The human summary printed at the end of `kforge run`.
 std::string RenderRunSummary(const RunSummary& summary);
+
+// The same as a "kforge.run_summary/1" document (`kforge run --json`; the
+// schema is in docs/cli.md): per-model counters and one entry per session.
+nlohmann::json RunSummaryJson(const RunSummary& summary);
 
 }  // namespace kforge::agent

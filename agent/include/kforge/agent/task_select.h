@@ -27,6 +27,11 @@ namespace kforge::agent {
 // naming its task.toml.
 Result<std::vector<eval::Task>> LoadCheckedTasks(const std::filesystem::path& dir);
 
+// The tasks folder: `flag` (--tasks-dir) when given, else $KFORGE_TASKS_DIR,
+// else ./tasks, else an installed tree's <prefix>/share/kforge/tasks, else
+// the source tree's tasks/.
+std::filesystem::path TasksDir(const std::string& flag);
+
 TaskRef RefFor(const eval::Task& task);
 // A reference built from a stored key alone ("001_allreduce": id 1, name
 // "allreduce"), for commands that read runs rather than task folders.

@@ -20,6 +20,17 @@ Status MakeDirs(const std::filesystem::path& path);
 // $XDG_CACHE_HOME/kforge, else $HOME/.cache/kforge, else /tmp/kforge-cache.
 std::filesystem::path DefaultCacheDir();
 
+// Where an installed kforge keeps its data (tasks/, prompts/, include/):
+// <the running executable's directory>/../share/kforge, found through
+// /proc/self/exe so an installed tree can be moved anywhere. Empty when that
+// directory does not exist (a build tree).
+std::filesystem::path InstalledDataDir();
+
+// `relative` under InstalledDataDir() when it exists there, else under
+// `source_root` (the source tree a build was configured from).
+std::filesystem::path DataPath(const std::filesystem::path& relative,
+                               const std::filesystem::path& source_root);
+
 // A fresh private directory under $TMPDIR (or /tmp) named prefix-XXXXXX.
 Result<std::filesystem::path> MakeTempDir(std::string_view prefix);
 

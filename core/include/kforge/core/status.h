@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cassert>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -57,12 +58,21 @@ class [[nodiscard]] Status {
   // "kind: message", or "ok".
   std::string ToString() const;
 
-  // Returns a copy whose message is prefixed with `context: `.
+  // Returns a copy whose message is prefixed with `context: `. Keeps the
+  // retry-after hint.
   Status WithContext(std::string_view context) const;
+
+  // How long the other side asked us to wait before trying again (a
+  // provider's Retry-After), in seconds; unset when it said nothing. Travels
+  // with the status so a caller that retries later (the run scheduler) can
+  // honour a delay the layer below would not wait for itself.
+  std::optional<double> retry_after_s() const { return retry_after_s_; }
+  Status WithRetryAfter(double seconds) const;
 
  private:
   ErrorKind kind_ = ErrorKind::kOk;
   std::string message_;
+  std::optional<double> retry_after_s_;
 };
 
 inline Status Error(ErrorKind kind, std::string message) {

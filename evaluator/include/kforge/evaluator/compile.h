@@ -21,10 +21,15 @@
 
 namespace kforge::eval {
 
+// The directory holding the kernel ABI (kforge/kernel.h and what it
+// includes): <prefix>/share/kforge/include in an installed tree, else the
+// source tree's evaluator/include.
+std::filesystem::path AbiIncludeDir();
+
 struct CompileOptions {
   // nvcc to use. Empty: $CUDA_HOME/bin/nvcc, else /usr/local/cuda/bin/nvcc, else PATH.
   std::filesystem::path nvcc;
-  // The directory holding kforge/kernel.h. Empty: the source tree's evaluator/include.
+  // The directory holding kforge/kernel.h. Empty: AbiIncludeDir().
   std::filesystem::path include_dir;
   // Cache root; artefacts go under <cache_dir>/kernels/<key>/. Empty: DefaultCacheDir().
   std::filesystem::path cache_dir;

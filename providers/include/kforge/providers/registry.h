@@ -84,9 +84,21 @@ class Registry {
   std::map<std::string, ModelInfo> models_;
 };
 
-// The built-in registry (providers/models.toml, compiled in) plus `paths`.
+// The user's registry: $XDG_CONFIG_HOME/kforge/models.toml, or
+// ~/.config/kforge/models.toml when XDG_CONFIG_HOME is unset or empty (XDG
+// Base Directory spec). It need not exist.
+std::filesystem::path UserRegistryPath();
+
+// The built-in registry (providers/models.toml, compiled in), then the user's
+// registry when the file exists, then `paths`; later entries override earlier
+// ones. include_builtin = false reads `paths` only (tests).
 Result<Registry> LoadRegistry(const std::vector<std::filesystem::path>& paths,
                               bool include_builtin = true);
+
+// The API key for `provider`: the first of its key_env variables that is set.
+// When two set variables hold different keys, *note (if given) says which one
+// is used: a user who set both should know which account pays.
+std::string ProviderKeyFromEnvironment(const ProviderInfo& provider, std::string* note = nullptr);
 
 // Dollars for `usage` at the model's prices; nullopt when a needed price is unknown.
 std::optional<double> CostUsd(const ModelInfo& model, const Usage& usage);

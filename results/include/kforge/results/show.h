@@ -1,6 +1,7 @@
 // `kforge show`: a run's sessions turn by turn, as plain text.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "kforge/core/status.h"
@@ -21,5 +22,10 @@ struct ShowOptions {
 // reply, kernel (the first in full, later ones as a diff to the previous
 // kernel), evaluations and feedback. No match is kNotFound.
 Result<std::string> RenderShowText(const RunStore& store, const ShowOptions& options);
+
+// The same sessions as a "kforge.show/1" document (`kforge show --json`;
+// schema in docs/cli.md), every text whole (`full` and `max_lines` do not
+// apply). No match is kNotFound.
+Result<nlohmann::json> RenderShowJson(const RunStore& store, const ShowOptions& options);
 
 }  // namespace kforge::results

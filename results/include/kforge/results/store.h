@@ -36,7 +36,10 @@ class Db;
 }
 
 // The schema version this code writes. Older stores are migrated on Open.
-inline constexpr int kSchemaVersion = 2;
+inline constexpr int kSchemaVersion = 3;
+// The oldest layout read-only openers read as is: version 3 only added SQL
+// views (for sqlite3 users), which kforge's own readers do not use.
+inline constexpr int kMinReadableSchemaVersion = 2;
 
 struct RunInfo {
   int64_t id = 0;

@@ -1,0 +1,36 @@
+// Order statistics and a fixed-sequence random generator, shared by the
+// evaluator's timing summaries and the results' bootstrap intervals.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace kforge {
+
+// The q-quantile (q in [0, 1]) by linear interpolation between closest ranks
+// (numpy's default, "linear"); 0 for an empty sample.
+double Quantile(std::vector<double> v, double q);
+
+// SplitMix64 (Steele, Lea, Flood 2014): a tiny generator whose sequence is
+// fixed by its definition, so a seed gives the same numbers on every platform
+// and standard library.
+class SplitMix64 {
+ public:
+  explicit SplitMix64(uint64_t seed) : state_(seed) {}
+  uint64_t Next() {
+    uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+  // Uniform in [0, n) by 128-bit multiply (bias below 2^-40 for n < 2^24).
+  size_t Below(size_t n) {
+    return static_cast<size_t>((static_cast<unsigned __int128>(Next()) * n) >> 64);
+  }
+
+ private:
+  uint64_t state_;
+};
+
+}  // namespace kforge

@@ -1,0 +1,76 @@
+// The `kforge eval` report: the table nccl-tests users read and one line per
+// rank's device, from a kforge.eval/1 document.
+#include "kforge/evaluator/report.h"
+
+#include <gtest/gtest.h>
+
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace kforge::eval {
+namespace {
+
+nlohmann::json PassedDoc() {
+  return nlohmann::json::parse(R"({
+    "schema": "kforge.eval/1", "status": "passed", "message": "passed", "task": "001_allreduce",
+    "dtype": "bf16", "world": 2, "devices": [0, 1], "emulated": false,
+    "gpu": {"name": "NVIDIA H200", "sm_clock_mhz": [1980, 1975], "temperature_c": [41, 44]},
+    "timing": [{"size": "1MiB", "bytes": 1048576,
+                "baseline": {"median_us": 30.1, "cv": 0.01, "iters": 200},
+                "candidate": {"median_us": 26.8, "cv": 0.009, "iters": 200},
+                "speedup": 1.123, "algbw_gbps": 39.13, "busbw_gbps": 39.13,
+                "baseline_busbw_gbps": 34.84, "warnings": []}]})");
+}
+
+std::vector<std::string> Words(const std::string& line) {
+  std::istringstream in(line);
+  std::vector<std::string> w;
+  for (std::string s; in >> s;) w.push_back(s);
+  return w;
+}
+
+std::string LineWith(const std::string& text, const std::string& word) {
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (line.find(word) != std::string::npos) return line;
+  }
+  return "";
+}
+
+TEST(EvalReportTest, TimingTableHasTheNcclTestsColumns) {
+  const std::string report = RenderEvalReport(PassedDoc());
+  const auto header = Words(LineWith(report, "candidate_us"));
+  const std::vector<std::string> want = {"size",        "bytes",        "count", "type",
+                                         "baseline_us", "candidate_us", "algbw", "busbw",
+                                         "base_bw",     "speedup",      "cv",    "iters"};
+  EXPECT_EQ(header, want) << report;
+  const auto row = Words(LineWith(report, "1MiB"));
+  ASSERT_EQ(row.size(), want.size()) << report;
+  EXPECT_EQ(row[1], "1048576");
+  EXPECT_EQ(row[2], "524288");  // bf16: two bytes an element
+  EXPECT_EQ(row[3], "bf16");
+  EXPECT_EQ(row[6], "39.13");
+  EXPECT_EQ(row[7], "39.13");
+  EXPECT_EQ(row[9], "1.123");
+}
+
+TEST(EvalReportTest, OneLinePerRankWithItsDevice) {
+  const std::string report = RenderEvalReport(PassedDoc());
+  const auto r0 = Words(LineWith(report, "rank 0"));
+  const auto r1 = Words(LineWith(report, "rank 1"));
+  ASSERT_GE(r0.size(), 4u) << report;
+  ASSERT_GE(r1.size(), 4u) << report;
+  EXPECT_EQ(r0[3], "0");
+  EXPECT_EQ(r1[3], "1");
+  EXPECT_NE(LineWith(report, "rank 1").find("NVIDIA H200  1975 MHz  44 C"), std::string::npos)
+      << report;
+  // A compile-only document has no devices and no table.
+  nlohmann::json compiled = {{"status", "compiled"}, {"task", "001_allreduce"}};
+  const std::string c = RenderEvalReport(compiled);
+  EXPECT_EQ(c.find("rank 0"), std::string::npos) << c;
+  EXPECT_EQ(c.find("busbw"), std::string::npos) << c;
+}
+
+}  // namespace
+}  // namespace kforge::eval
