@@ -45,7 +45,7 @@ struct EvalSession {
   std::string mps_dir;
   std::map<std::string, std::string> worker_env;
   size_t l2_bytes = 50u << 20;
-  Peaks peaks;  // of the evaluation's GPU, for the floor of each bench size
+  Peaks peaks;               // of the evaluation's GPU, for the floor of each bench size
   std::random_device seeds;  // fresh, secret seeds: never derived from anything a kernel sees
 
   std::vector<SizePlan> plans;

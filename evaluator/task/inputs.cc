@@ -80,8 +80,8 @@ Status GenerateCustom(const Problem& p, int index, int rank, uint64_t seed, uint
     return s.WithContext(fmt::format("{}: generator for input '{}'", p.task_name, t.name));
   if (tensor.data.size() != static_cast<size_t>(numel)) {
     return Error(ErrorKind::kInternal,
-                 fmt::format("{}: generator resized input '{}' from {} to {} elements",
-                             p.task_name, t.name, numel, tensor.data.size()));
+                 fmt::format("{}: generator resized input '{}' from {} to {} elements", p.task_name,
+                             t.name, numel, tensor.data.size()));
   }
   ParallelFor(numel, ThreadsFor(numel, threads), [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i)
@@ -153,8 +153,8 @@ Result<gen::InputGen> MakeInputGen(const Problem& p, int index, int rank, uint64
       g.kind = gen::kInt;
       if (std::fabs(t.init_a) > 0x1.0p62 || std::fabs(t.init_b) > 0x1.0p62) {
         return Error(ErrorKind::kInvalidInput,
-                     fmt::format("{}: input '{}': int bounds [{}, {}] are too large",
-                                 p.task_name, t.name, t.init_a, t.init_b));
+                     fmt::format("{}: input '{}': int bounds [{}, {}] are too large", p.task_name,
+                                 t.name, t.init_a, t.init_b));
       }
       g.int_low = static_cast<int64_t>(t.init_a);
       g.int_span = static_cast<uint64_t>(static_cast<int64_t>(t.init_b) - g.int_low) + 1;
@@ -162,10 +162,9 @@ Result<gen::InputGen> MakeInputGen(const Problem& p, int index, int rank, uint64
     }
     case InitSpec::Kind::kPermutation:
       if (global_numel > 0 && static_cast<double>(global_numel - 1) > ExactIntegerLimit(t.dtype)) {
-        return Error(
-            ErrorKind::kInvalidInput,
-            fmt::format("{}: input '{}': a permutation of {} elements does not fit {}",
-                        p.task_name, t.name, global_numel, DtypeName(t.dtype)));
+        return Error(ErrorKind::kInvalidInput,
+                     fmt::format("{}: input '{}': a permutation of {} elements does not fit {}",
+                                 p.task_name, t.name, global_numel, DtypeName(t.dtype)));
       }
       g.kind = gen::kPermutation;
       g.perm = gen::Feistel::Make(g.key, global_numel);
