@@ -24,6 +24,8 @@ struct EvalArgs {
   std::string cache_dir;
   std::string arch;
   int trials = 5;
+  double timing_precision = 0.005;
+  double timing_cap_s = 0.5;
   bool no_timing = false;
   bool compile_only = false;
   bool trusted = false;
@@ -47,6 +49,8 @@ int RunEval(const EvalArgs& a) {
   o.world = a.world;
   o.gpus = a.gpus;
   o.trials = a.trials;
+  o.timing_precision = a.timing_precision;
+  o.timing_cap_s = a.timing_cap_s;
   o.timing = !a.no_timing;
   o.compile_only = a.compile_only;
   o.trusted = a.trusted;
@@ -111,6 +115,14 @@ void AddEval(CLI::App& app, int& exit_code) {
   cmd->add_option("--trials", args->trials, "correctness trials per check size")
       ->check(CLI::Range(1, 1000));
   cmd->add_option("--bench-size", args->bench_sizes, "only these bench sizes (labels)");
+  cmd->add_option("--timing-precision", args->timing_precision,
+                  "time each bench size until its median's 95% interval is within this fraction")
+      ->check(CLI::Range(0.0001, 0.5))
+      ->capture_default_str();
+  cmd->add_option("--timing-cap", args->timing_cap_s,
+                  "wall seconds at most per bench size and side (baseline, candidate)")
+      ->check(CLI::Range(0.01, 600.0))
+      ->capture_default_str();
   cmd->add_flag("--no-timing", args->no_timing, "correctness only");
   cmd->add_flag("--trusted", args->trusted,
                 "the kernel is the task's own reference: skip the policy check");

@@ -12,7 +12,7 @@ size_t AlignUp(size_t x) { return (x + kArenaAlign - 1) / kArenaAlign * kArenaAl
 ArenaLayout ComputeLayout(const Problem& p, int sets, bool staging, bool pristine) {
   ArenaLayout l;
   l.sets = std::max(1, sets);
-  size_t off = 0, largest = 0;
+  size_t off = kSyncBytes, largest = 0;  // the sync flags first: their offset never moves
   auto take = [&](size_t bytes) {
     size_t at = off;
     off += AlignUp(std::max<size_t>(bytes, 1));
@@ -38,7 +38,10 @@ ArenaLayout ComputeLayout(const Problem& p, int sets, bool staging, bool pristin
   l.workspace_off = take(l.workspace_bytes);
   l.pad_bytes = kSignalPadBytes;
   l.pad_off = take(l.pad_bytes);
-  l.staging_bytes = staging ? AlignUp(2 * largest_tensor + (size_t{1} << 20)) : 0;
+  // A harness collective's buffer is a tensor or lies in the workspace (a
+  // reference reducing a partial product or a Gram matrix it computed there).
+  const size_t largest_buffer = std::max(largest_tensor, l.workspace_bytes);
+  l.staging_bytes = staging ? AlignUp(2 * largest_buffer + (size_t{1} << 20)) : 0;
   l.staging_off = off;
   off += l.staging_bytes;
   l.total = off;

@@ -321,13 +321,20 @@ Result<TimeBaselineRequest> TimeBaselineRequest::Parse(const json& j, int max_se
   return t;
 }
 
-json CallTimes::ToJson() const { return {{"event_us", event_us}, {"wall_us", wall_us}}; }
+json CallTimes::ToJson() const {
+  return {{"event_us", event_us},
+          {"wall_us", wall_us},
+          {"sm_clock_mhz", sm_clock_mhz},
+          {"temperature_c", temperature_c}};
+}
 
 Result<CallTimes> CallTimes::Parse(const json& j, const std::string& what, size_t calls) {
   WireReader r(j, what);
   CallTimes t;
   r.Doubles("event_us", &t.event_us, kMaxCalls);
   r.Doubles("wall_us", &t.wall_us, kMaxCalls);
+  r.Doubles("sm_clock_mhz", &t.sm_clock_mhz, 2);
+  r.Doubles("temperature_c", &t.temperature_c, 2);
   if (!r.ok()) return r.status();
   if (t.event_us.size() != calls || t.wall_us.size() != calls) {
     return Error(ErrorKind::kHarness,

@@ -170,6 +170,8 @@ struct TimeBaselineRequest {
 struct CallTimes {
   std::vector<double> event_us;  // this rank's CUDA-event time per call
   std::vector<double> wall_us;   // this rank's host time per call, barrier to synchronised end
+  // NVML readings of this rank's GPU before and after the calls ({} without NVML).
+  std::vector<double> sm_clock_mhz, temperature_c;
   nlohmann::json ToJson() const;
   static Result<CallTimes> Parse(const nlohmann::json& j, const std::string& what, size_t calls);
 };

@@ -56,18 +56,40 @@ std::vector<std::string> LibrariesFor(const std::string& source, const Policy& p
   return libs;
 }
 
+// Wall seconds of each phase of an evaluation, in order, for the document's
+// `phases_s` (where an evaluation's time goes; docs/eval-result.md).
+class PhaseClock {
+ public:
+  explicit PhaseClock(json& phases) : phases_(phases) {}
+  void Mark(const std::string& phase) {
+    auto now = std::chrono::steady_clock::now();
+    phases_[phase] = std::chrono::duration<double>(now - last_).count();
+    last_ = now;
+  }
+  void Restart() { last_ = std::chrono::steady_clock::now(); }
+
+ private:
+  json& phases_;
+  std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
+};
+
 // Everything that runs while the candidate group exists, in order: the
 // baseline timed first (no candidate code alive anywhere), the candidate
 // started, then every size.
-Status RunPhases(EvalSession& s, const std::filesystem::path& candidate,
+Status RunPhases(EvalSession& s, json& phases, const std::filesystem::path& candidate,
                  const std::filesystem::path& baseline) {
+  PhaseClock clock(phases);
   KF_RETURN_IF_ERROR(PlanSizes(s));
   if (s.plans.empty()) return Error(ErrorKind::kInvalidInput, "no sizes to evaluate");
   KF_RETURN_IF_ERROR(PrepareHarness(s, baseline));
+  clock.Mark("prepare_harness");
   KF_RETURN_IF_ERROR(TimeBaselines(s, false));
+  clock.Mark("baseline_before");
   KF_RETURN_IF_ERROR(StartCandidate(s, candidate));
+  clock.Mark("candidate_start");
   for (SizePlan& plan : s.plans) {
     KF_RETURN_IF_ERROR(plan.check ? RunCheckSize(s, plan) : RunBenchSize(s, plan));
+    clock.Mark((plan.check ? "check " : "bench ") + plan.size.label);
   }
   return Status::Ok();
 }
@@ -88,11 +110,14 @@ class RealEvaluator final : public Evaluator {
                    "task " + task.key + " has no dtype " + std::string(DtypeName(dtype)));
     }
     doc["dtype"] = std::string(DtypeName(dtype));
+    json phases = json::object();
+    PhaseClock clock(phases);
     auto finish = [&](ErrorKind kind, const std::string& message) -> Result<json> {
       doc["status"] =
           options.compile_only && kind == ErrorKind::kOk ? "compiled" : StatusName(kind);
       doc["message"] = message;
       doc["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      doc["phases_s"] = phases;
       return doc;
     };
 
@@ -103,6 +128,7 @@ class RealEvaluator final : public Evaluator {
       if (!c.ok()) return c.status();
       card = *c;
     }
+    clock.Mark("hardware");
     std::string arch = options.arch;
     if (arch.empty()) {
       arch = "sm_90a";
@@ -132,6 +158,7 @@ class RealEvaluator final : public Evaluator {
          LibrariesFor(*reference, task.policy, true),
          {}}};
     auto compiled = compiler.CompileAll(jobs);
+    clock.Mark("compile");
     doc["compile"] = compiled[0].ToJson();
     if (!compiled[0].status.ok()) {
       ErrorKind k = compiled[0].status.kind();
@@ -176,8 +203,10 @@ class RealEvaluator final : public Evaluator {
     doc["emulated"] = emulated;
     doc["gpu"] = {{"name", card["gpus"][0].value("name", "")}};
 
+    clock.Mark("policy");
     auto group = Group(world, devices, emulated, options);
     if (!group.ok()) return group.status();
+    clock.Mark("harness_group");
     EvalSession s;
     s.task = &task;
     s.dtype = dtype;
@@ -191,12 +220,15 @@ class RealEvaluator final : public Evaluator {
     s.l2_bytes = card["gpus"][0].value("l2_bytes", size_t{50} << 20);
     s.peaks = PeaksOf(card["gpus"][0], dtype);
 
-    Status st = RunPhases(s, compiled[0].shared_object, compiled[1].shared_object);
+    Status st = RunPhases(s, phases, compiled[0].shared_object, compiled[1].shared_object);
+    clock.Restart();
     StopCandidate(s);
+    clock.Mark("candidate_stop");
     if (st.ok() && options.timing) {
       // The baseline again, with no candidate process left: drift shows.
       st = TimeBaselines(s, true);
       if (st.ok()) FinishTiming(s);
+      clock.Mark("baseline_after");
     }
     doc["correctness"] = {
         {"trials", options.trials}, {"passed_trials", s.trials_passed}, {"checks", s.checks}};

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <random>
 
@@ -195,11 +196,11 @@ Status BenchCorrectness(EvalSession& s, SizePlan& plan) {
   return Status::Ok();
 }
 
-// The drive: rounds over every set in a fresh random order, fresh inputs and
-// poison per round; the candidate serves the calls through its mailboxes.
-Status TimedCalls(EvalSession& s, SizePlan& plan) {
-  const int warmup = std::clamp(plan.warmup / 4, 5, 50);
-  const int total = warmup + plan.iters;
+// One block of the drive: rounds over every set in a fresh random order,
+// fresh inputs and poison per round; the candidate serves the calls through
+// its mailboxes. The first `warmup` calls are verified but not timed.
+Status DriveBlock(EvalSession& s, SizePlan& plan, int warmup, int calls) {
+  const int total = warmup + calls;
   proto::DriveRequest drive;
   drive.first_seq = s.next_seq;
   drive.warmup = warmup;
@@ -235,8 +236,8 @@ Status TimedCalls(EvalSession& s, SizePlan& plan) {
   json mismatches = json::array(), changed = json::array(), anomalies = json::array();
   std::vector<std::vector<double>> wall, claimed;
   for (int r = 0; r < s.world; ++r) {
-    KF_ASSIGN_OR_RETURN(auto d, proto::DriveReply::Parse((*driven)[r].body, "drive",
-                                                         static_cast<size_t>(plan.iters)));
+    KF_ASSIGN_OR_RETURN(
+        auto d, proto::DriveReply::Parse((*driven)[r].body, "drive", static_cast<size_t>(calls)));
     AddFailures(d.failures, &mismatches, true);
     for (const auto& [call, name] : d.inputs_changed)
       changed.push_back(json{{"rank", r}, {"input", name}, {"call", call}});
@@ -262,8 +263,31 @@ Status TimedCalls(EvalSession& s, SizePlan& plan) {
                  "outputs of timed calls at size " + plan.size.label +
                      " differ from the baseline's (every timed call is verified)");
   }
-  plan.wall_us = MaxOverRanks(wall);
-  plan.claimed_us = MaxOverRanks(claimed);
+  for (auto [from, to] : {std::pair{&wall, &plan.wall_us}, std::pair{&claimed, &plan.claimed_us}}) {
+    std::vector<double> block = MaxOverRanks(*from);
+    to->insert(to->end(), block.begin(), block.end());
+  }
+  return Status::Ok();
+}
+
+// Blocks of driven calls until the median of the claimed times is precise
+// enough or the size's cap is spent (run/timing_rule.h). The claims only size
+// the blocks; FinishTiming checks them against the harness's wall times.
+Status TimedCalls(EvalSession& s, SizePlan& plan) {
+  const TimingRule rule = s.Rule();
+  int warmup = std::clamp(plan.warmup / 4, 5, 50);
+  double spent_s = 0, call_wall_us = plan.call_wall_us;
+  plan.wall_us.clear();
+  plan.claimed_us.clear();
+  for (int block; (block = NextBlock(rule, plan.claimed_us, spent_s, call_wall_us)) > 0;) {
+    auto t0 = std::chrono::steady_clock::now();
+    KF_RETURN_IF_ERROR(DriveBlock(s, plan, warmup, block));
+    const double took =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    spent_s += took;
+    call_wall_us = took * 1e6 / (warmup + block);
+    warmup = 0;
+  }
   return Status::Ok();
 }
 

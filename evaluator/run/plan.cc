@@ -2,6 +2,7 @@
 // arenas, the baseline, and the baseline's timing before and after the
 // candidate (docs/methodology.md).
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 
 #include "kforge/core/log.h"
@@ -92,6 +93,10 @@ Status PrepareHarness(EvalSession& s, const std::filesystem::path& baseline) {
 
 namespace {
 
+double SecondsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
 json Configure(const EvalSession& s, const SizePlan& plan, bool collectives) {
   proto::ConfigureRequest c;
   c.problem = plan.problem;
@@ -113,8 +118,10 @@ std::vector<int> AllSets(int sets) {
   return v;
 }
 
-// `calls` calls rotating through the sets, after `warmup` untimed ones.
-Result<std::vector<double>> TimeOnce(EvalSession& s, SizePlan& plan, int warmup, int calls) {
+// `calls` calls rotating through the sets, after `warmup` untimed ones; the
+// GPUs' clocks around them go to the plan unless this is the probe.
+Result<std::vector<double>> TimeOnce(EvalSession& s, SizePlan& plan, int warmup, int calls,
+                                     bool record_clocks = true) {
   WorkerGroup& h = *s.harness;
   proto::TimeBaselineRequest req;
   for (int k = 0; k < calls; ++k) req.order.push_back(k % plan.sets);
@@ -131,6 +138,12 @@ Result<std::vector<double>> TimeOnce(EvalSession& s, SizePlan& plan, int warmup,
         proto::CallTimes::Parse((*timed)[r].body, "baseline times of rank " + std::to_string(r),
                                 static_cast<size_t>(calls)));
     by_rank.push_back(std::move(t.event_us));
+    if (record_clocks) {
+      plan.sm_clock_mhz.insert(plan.sm_clock_mhz.end(), t.sm_clock_mhz.begin(),
+                               t.sm_clock_mhz.end());
+      plan.temperature_c.insert(plan.temperature_c.end(), t.temperature_c.begin(),
+                                t.temperature_c.end());
+    }
   }
   return MaxOverRanks(by_rank);
 }
@@ -156,16 +169,26 @@ Status TimeBaselines(EvalSession& s, bool after) {
         return Error(ErrorKind::kHarness, "preparing the baseline: " + st.message());
       }
     }
+    const TimingRule rule = s.Rule();
     if (!after) {
-      // A short probe sizes the warm-up (>= 20 calls and 300 ms) and the
-      // number of timed calls.
-      KF_ASSIGN_OR_RETURN(auto probe, TimeOnce(s, plan, 2, 3));
-      double per_call = std::max(Quantile(probe, 0.5) + 20.0, 1.0);
-      plan.warmup = static_cast<int>(std::clamp(300e3 / per_call, 20.0, 5000.0));
-      plan.iters = static_cast<int>(
-          std::clamp(s.options->timing_deadline_s * 0.1e6 / per_call, 20.0, 100.0));
+      // A short probe: the wall time of one call sizes the warm-up and the blocks.
+      auto p0 = std::chrono::steady_clock::now();
+      KF_RETURN_IF_ERROR(TimeOnce(s, plan, 2, 3, false).status());
+      plan.call_wall_us = SecondsSince(p0) * 1e6 / 5;
+      plan.warmup = WarmupCalls(rule, plan.call_wall_us);
     }
-    KF_ASSIGN_OR_RETURN(auto times, TimeOnce(s, plan, after ? 20 : plan.warmup, plan.iters));
+    std::vector<double> times;
+    double spent_s = 0;
+    int warmup = plan.warmup;
+    for (int block; (block = NextBlock(rule, times, spent_s, plan.call_wall_us)) > 0;) {
+      auto b0 = std::chrono::steady_clock::now();
+      KF_ASSIGN_OR_RETURN(auto more, TimeOnce(s, plan, warmup, block));
+      const double took = SecondsSince(b0);
+      spent_s += took;
+      plan.call_wall_us = took * 1e6 / (warmup + block);
+      warmup = 0;
+      times.insert(times.end(), more.begin(), more.end());
+    }
     (after ? plan.baseline_after_us : plan.baseline_before_us) = Quantile(times, 0.5);
     plan.baseline_us.insert(plan.baseline_us.end(), times.begin(), times.end());
     KF_RETURN_IF_ERROR(

@@ -16,6 +16,7 @@
 #include "kforge/evaluator/task.h"
 #include "protocol/mailbox.h"
 #include "run/roofline.h"
+#include "run/timing_rule.h"
 #include "run/worker_group.h"
 #include "sandbox/supervisor.h"
 #include "task/inputs.h"
@@ -30,9 +31,12 @@ struct SizePlan {
   int sets = 1;                     // input/output sets (rotated so timed calls miss L2)
   std::vector<double> baseline_us;  // the baseline's event times, before and after
   double baseline_before_us = 0, baseline_after_us = 0;  // their medians
-  int warmup = 0, iters = 0;
+  int warmup = 0;                           // the baseline's untimed calls before its first block
+  double call_wall_us = 0;                  // the wall time of one baseline call (sizes the blocks)
   nlohmann::json entry;                     // the timing entry, finished by FinishTiming
   std::vector<double> claimed_us, wall_us;  // the candidate's timed calls (max over ranks)
+  // NVML readings of every rank's GPU around each block of baseline calls.
+  std::vector<double> sm_clock_mhz, temperature_c;
 };
 
 struct EvalSession {
@@ -68,6 +72,13 @@ struct EvalSession {
   // A task's own reference (trusted) may use what its task forbids candidates.
   bool CandidateMayUseCollectives() const {
     return task->policy.harness_collectives || options->trusted;
+  }
+
+  TimingRule Rule() const {
+    TimingRule r;
+    r.precision = options->timing_precision;
+    r.cap_s = options->timing_cap_s;
+    return r;
   }
 
   uint64_t NewSeed() { return (static_cast<uint64_t>(seeds()) << 32) ^ seeds(); }

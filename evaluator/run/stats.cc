@@ -20,6 +20,9 @@ TimingStats Summarize(const std::vector<double>& event_us, const std::vector<dou
   s.cv =
       event_us.size() > 1 && s.mean_us > 0 ? std::sqrt(sq / (event_us.size() - 1)) / s.mean_us : 0;
   s.host_median_us = Quantile(host_us, 0.5);
+  const Interval ci = MedianInterval(event_us);
+  s.ci_lo_us = ci.lo;
+  s.ci_hi_us = ci.hi;
   return s;
 }
 
@@ -36,9 +39,9 @@ std::vector<double> MaxOverRanks(const std::vector<std::vector<double>>& by_rank
 }
 
 nlohmann::json TimingStats::ToJson() const {
-  return {{"median_us", median_us}, {"min_us", min_us},         {"p25_us", p25_us},
-          {"p75_us", p75_us},       {"mean_us", mean_us},       {"cv", cv},
-          {"iters", iters},         {"host_us", host_median_us}};
+  return {{"median_us", median_us}, {"min_us", min_us},          {"p25_us", p25_us},
+          {"p75_us", p75_us},       {"mean_us", mean_us},        {"cv", cv},
+          {"iters", iters},         {"host_us", host_median_us}, {"ci95_us", {ci_lo_us, ci_hi_us}}};
 }
 
 }  // namespace kforge::eval

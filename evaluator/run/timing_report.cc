@@ -20,6 +20,8 @@ namespace {
 constexpr double kSlackUs = 3.0;
 constexpr double kSlackFraction = 0.03;
 constexpr double kDriftWarning = 0.05;
+// SM clocks that moved more than this between the baseline's blocks.
+constexpr double kClockWarning = 0.03;
 // A claim under half the physical floor is impossible whatever the floor's
 // approximations (peaks from data sheets, the task's byte counts); between
 // half and 85% it is flagged for a look at the task's [floor].
@@ -60,7 +62,28 @@ void FinishTiming(EvalSession& s) {
                         100 * drift));
       }
     }
+    json clocks = nullptr;
+    if (!plan.sm_clock_mhz.empty()) {
+      auto [lo, hi] = std::minmax_element(plan.sm_clock_mhz.begin(), plan.sm_clock_mhz.end());
+      auto [tlo, thi] = std::minmax_element(plan.temperature_c.begin(), plan.temperature_c.end());
+      clocks = {{"sm_clock_mhz", {*lo, *hi}}, {"temperature_c", {*tlo, *thi}}};
+      if (*hi > 0 && (*hi - *lo) / *hi > kClockWarning) {
+        warnings.push_back(fmt::format(
+            "the SM clock moved between {:.0f} and {:.0f} MHz while the baseline was timed "
+            "({:.0f}-{:.0f} C): the GPU throttled or changed clocks, and the speedup may be off",
+            *lo, *hi, *tlo, *thi));
+      }
+    }
     const double b = base.median_us, c = cand.median_us;
+    const double precision = s.options->timing_precision;
+    for (const auto& [who, st] : {std::pair{"baseline", &base}, std::pair{"candidate", &cand}}) {
+      if (st->RelativeHalfWidth() > precision) {
+        warnings.push_back(fmt::format(
+            "the {}'s median is known to +-{:.1f}% (target +-{:.1f}%) after {} calls: the time "
+            "cap ran out first",
+            who, 100 * st->RelativeHalfWidth(), 100 * precision, st->iters));
+      }
+    }
     const Floor floor = FloorOf(p, s.peaks, s.emulated);
     json roofline = nullptr;
     if (floor.us > 0 && c > 0) {
@@ -93,8 +116,13 @@ void FinishTiming(EvalSession& s) {
         {"harness_overhead_us", s.overhead_us},
         {"wall_minus_claimed_us", gap_us},
         {"baseline_drift", drift},
+        {"clocks", clocks},
         {"revalidated", true},
         {"speedup", c > 0 ? b / c : 0},
+        // Both medians' 95% intervals taken at their unfavourable ends.
+        {"speedup_ci95",
+         {cand.ci_hi_us > 0 ? base.ci_lo_us / cand.ci_hi_us : 0,
+          cand.ci_lo_us > 0 ? base.ci_hi_us / cand.ci_lo_us : 0}},
         {"algbw_gbps", c > 0 ? p.perf_bytes / (c * 1e-6) / 1e9 : 0},
         {"busbw_gbps", c > 0 ? p.perf_bytes / (c * 1e-6) / 1e9 * p.busbw_factor : 0},
         {"baseline_busbw_gbps", b > 0 ? p.perf_bytes / (b * 1e-6) / 1e9 * p.busbw_factor : 0},

@@ -68,6 +68,12 @@ int NcclVersion();
 // call with `refusal` (default: the task does not allow them).
 void SetProcessBackend(CollectiveBackend* backend, const char* refusal = nullptr);
 
+// The last failure of a kf_* call in this process, cleared by taking it: the
+// reason behind a kernel's non-zero return ("" if no kf_* call failed).
+std::string TakeCollectiveError();
+// "<what> returned <rc>", with the failed kf_* call behind it if there was one.
+std::string NonZeroReturn(const std::string& what, int rc);
+
 // Emulated backend. `staging_peers[r]` is rank r's staging buffer (mapped here).
 std::unique_ptr<CollectiveBackend> MakeEmulatedBackend(int rank, int world,
                                                        std::vector<void*> staging_peers,

@@ -5,6 +5,8 @@
 // when the task's policy allows harness collectives. Otherwise every call is
 // refused, whatever pointer or context it comes through.
 #include <cstdio>
+#include <string>
+#include <utility>
 
 #include "collectives.h"
 #include "kforge/kernel.h"
@@ -16,7 +18,16 @@ namespace kforge::worker {
 namespace {
 CollectiveBackend* g_backend = nullptr;
 const char* g_refusal = "this task does not allow the harness collectives";
+std::string g_last_error;
 }  // namespace
+
+std::string TakeCollectiveError() { return std::exchange(g_last_error, std::string()); }
+
+std::string NonZeroReturn(const std::string& what, int rc) {
+  std::string message = what + " returned " + std::to_string(rc);
+  if (std::string why = TakeCollectiveError(); !why.empty()) message += " (" + why + ")";
+  return message;
+}
 
 void SetProcessBackend(CollectiveBackend* backend, const char* refusal) {
   g_backend = backend;
@@ -31,12 +42,14 @@ int Report(kf_ctx* ctx, const char* what, const Status& s) {
   if (s.ok()) return 0;
   std::fprintf(stderr, "kforge rank %d: %s failed: %s\n", ctx ? ctx->rank : -1, what,
                s.message().c_str());
+  kforge::worker::g_last_error = std::string(what) + " failed: " + s.message();
   return 1;
 }
 
 int Refuse(kf_ctx* ctx, const char* what) {
   std::fprintf(stderr, "kforge rank %d: %s refused: %s\n", ctx ? ctx->rank : -1, what,
                kforge::worker::g_refusal);
+  kforge::worker::g_last_error = std::string(what) + " refused: " + kforge::worker::g_refusal;
   return 1;
 }
 

@@ -112,9 +112,7 @@ Status HarnessWorker::RunBaseline(const std::vector<int>& sets) {
       return Error(ErrorKind::kRuntimeError,
                    std::string("the baseline's kf_run: CUDA error ") + cudaGetErrorName(err));
     }
-    if (rc != 0)
-      return Error(ErrorKind::kRuntimeError,
-                   "the baseline's kf_run returned " + std::to_string(rc));
+    if (rc != 0) return Error(ErrorKind::kRuntimeError, NonZeroReturn("the baseline's kf_run", rc));
     KF_RETURN_IF_ERROR(control_.Barrier());
   }
   return Status::Ok();

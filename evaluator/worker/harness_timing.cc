@@ -10,6 +10,7 @@
 #include "cuda_check.h"
 #include "device_ops.h"
 #include "harness.h"
+#include "nvml.h"
 
 namespace kforge::worker {
 
@@ -37,6 +38,20 @@ class EventPair {
   cudaEvent_t start = nullptr, stop = nullptr;
 };
 
+// The SM clock and temperature of the current device, appended to `clock`
+// and `temp` (nothing without NVML).
+void ReadClocks(std::vector<double>* clock, std::vector<double>* temp) {
+  int device = 0;
+  char bus[32] = {0};
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetPCIBusId(bus, sizeof(bus), device) != cudaSuccess)
+    return;
+  if (auto r = ReadNvml(bus)) {
+    clock->push_back(r->sm_clock_mhz);
+    temp->push_back(r->temperature_c);
+  }
+}
+
 Clock::time_point DeadlineIn(double seconds) {
   return Clock::now() + std::chrono::microseconds(static_cast<int64_t>(seconds * 1e6));
 }
@@ -59,10 +74,13 @@ Result<json> HarnessWorker::TimeBaseline(const eval::Message& m) {
   for (size_t k = 0; k < n + static_cast<size_t>(req.warmup); ++k) {
     const bool timed = k >= static_cast<size_t>(req.warmup);
     const int set = req.order[timed ? k - req.warmup : k % n];
+    // Clocks after the warm-up (an idle GPU's are low), and after the last call.
+    if (k == static_cast<size_t>(req.warmup)) ReadClocks(&times.sm_clock_mhz, &times.temperature_c);
     KF_RETURN_IF_ERROR(RestoreInout(false, set));
     KF_CUDA(cudaStreamSynchronize(stream_));
     KF_RETURN_IF_ERROR(control_.Barrier());
-    if (CollectiveBackend* b = Backend()) KF_RETURN_IF_ERROR(b->Barrier(-1, stream_));
+    KF_RETURN_IF_ERROR(
+        LaunchPeerBarrier(private_sync_, args_.rank, args_.world, ++baseline_epoch_, stream_));
     KF_CUDA(cudaEventRecord(ev.start, stream_));
     auto t0 = Clock::now();
     int rc = baseline_.Run(BaselineContext(set));
@@ -74,15 +92,14 @@ Result<json> HarnessWorker::TimeBaseline(const eval::Message& m) {
           ErrorKind::kRuntimeError,
           std::string("the baseline's kf_run (timing): CUDA error ") + cudaGetErrorName(err));
     }
-    if (rc != 0)
-      return Error(ErrorKind::kRuntimeError,
-                   "the baseline's kf_run returned " + std::to_string(rc));
+    if (rc != 0) return Error(ErrorKind::kRuntimeError, NonZeroReturn("the baseline's kf_run", rc));
     if (!timed) continue;
     float ms = 0;
     KF_CUDA(cudaEventElapsedTime(&ms, ev.start, ev.stop));
     times.event_us.push_back(ms * 1000.0);
     times.wall_us.push_back(wall);
   }
+  ReadClocks(&times.sm_clock_mhz, &times.temperature_c);
   return times.ToJson();
 }
 

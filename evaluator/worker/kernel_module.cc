@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 
+#include "collectives.h"
 #include "cuda_check.h"
 
 namespace kforge::worker {
@@ -43,7 +44,7 @@ Status KernelModule::Setup(kf_ctx ctx) {
   if (setup_ != nullptr) {
     int rc = setup_(&ctx_);
     KF_CUDA(cudaDeviceSynchronize());
-    if (rc != 0) return Error(ErrorKind::kRuntimeError, "kf_setup returned " + std::to_string(rc));
+    if (rc != 0) return Error(ErrorKind::kRuntimeError, NonZeroReturn("kf_setup", rc));
   }
   set_up_ = true;
   return Status::Ok();

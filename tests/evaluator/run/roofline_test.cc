@@ -63,7 +63,10 @@ TEST(Roofline, FloorIsTheSlowestOfBytesAndFlops) {
 
 // One bench size whose candidate claims `claimed_us` per call (and whose wall
 // clock agrees), with a floor of 100 us set through the HBM bytes.
+const EvalOptions kDefaults;
+
 void ClaimPerCall(EvalSession& s, double claimed_us) {
+  s.options = &kDefaults;
   s.world = 2;
   s.emulated = false;
   s.peaks.hbm_gbps = 1000;  // 1e6 bytes per us
@@ -112,6 +115,31 @@ TEST(Roofline, TimingReportsTheFractionAndRejectsTheImpossible) {
               std::string::npos)
         << s.integrity[0].dump();
   }
+}
+
+TEST(TimingReport, ReportsEachMediansIntervalAndWarnsWhenTheCapRanOut) {
+  EvalSession s;
+  ClaimPerCall(s, 125.0);
+  // A candidate whose claims spread +-40%: its median is not known to 0.5%.
+  std::vector<double>& c = s.plans[0].claimed_us;
+  c.clear();
+  for (int k = 0; k < 40; ++k) c.push_back(125.0 * (0.6 + 0.8 * (k % 10) / 9.0));
+  s.plans[0].wall_us.assign(c.size(), 0);
+  for (size_t k = 0; k < c.size(); ++k) s.plans[0].wall_us[k] = c[k] + 1.0;
+  FinishTiming(s);
+  ASSERT_EQ(s.timing.size(), 1u);
+  const auto& e = s.timing[0];
+  const auto ci = e["candidate"]["ci95_us"];
+  EXPECT_LT(ci[0].get<double>(), e["candidate"]["median_us"].get<double>());
+  EXPECT_GT(ci[1].get<double>(), e["candidate"]["median_us"].get<double>());
+  // The baseline is constant: its interval is a point.
+  EXPECT_EQ(e["baseline"]["ci95_us"][0], e["baseline"]["ci95_us"][1]);
+  const double lo = e["speedup_ci95"][0], hi = e["speedup_ci95"][1];
+  EXPECT_LT(lo, e["speedup"].get<double>());
+  EXPECT_GT(hi, e["speedup"].get<double>());
+  ASSERT_EQ(e["warnings"].size(), 1u);
+  EXPECT_NE(e["warnings"][0].get<std::string>().find("candidate's median is known to"),
+            std::string::npos);
 }
 
 }  // namespace

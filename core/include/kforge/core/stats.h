@@ -12,6 +12,15 @@ namespace kforge {
 // (numpy's default, "linear"); 0 for an empty sample.
 double Quantile(std::vector<double> v, double q);
 
+// A distribution-free 95% confidence interval for the median: the order
+// statistics x_(r), x_(s) with r, s = (n + 1) / 2 -/+ 1.96 sqrt(n) / 2 (the
+// binomial's normal approximation; within a rank of the exact tables from
+// n = 6). Both ends are the sample's extremes below n = 6; {0, 0} when empty.
+struct Interval {
+  double lo = 0, hi = 0;
+};
+Interval MedianInterval(std::vector<double> v);
+
 // SplitMix64 (Steele, Lea, Flood 2014): a tiny generator whose sequence is
 // fixed by its definition, so a seed gives the same numbers on every platform
 // and standard library.

@@ -27,6 +27,10 @@ struct EvalOptions {
   std::vector<std::string> bench_sizes;  // labels; empty: all of the task's bench sizes
   std::filesystem::path cache_dir;       // compile cache; empty: DefaultCacheDir()
   std::string arch;                      // nvcc arch (sm_90a); empty: detect
+  // Timed calls per bench size and side: until the median's 95% interval is
+  // within +-timing_precision of it, or timing_cap_s wall seconds are spent.
+  double timing_precision = 0.005;
+  double timing_cap_s = 0.5;
   double setup_deadline_s = 60;
   double check_deadline_s = 60;
   double timing_deadline_s = 300;
