@@ -12,7 +12,7 @@ size_t AlignUp(size_t x) { return (x + kArenaAlign - 1) / kArenaAlign * kArenaAl
 ArenaLayout ComputeLayout(const Problem& p, int sets, bool staging, bool pristine) {
   ArenaLayout l;
   l.sets = std::max(1, sets);
-  size_t off = kSyncBytes, largest = 0;  // the sync flags first: their offset never moves
+  size_t off = 0, largest = 0;
   auto take = [&](size_t bytes) {
     size_t at = off;
     off += AlignUp(std::max<size_t>(bytes, 1));

@@ -19,11 +19,6 @@ namespace kforge::eval::proto {
 
 inline constexpr size_t kArenaAlign = 256;
 inline constexpr size_t kSignalPadBytes = size_t{1} << 16;
-// The timing barrier's flags, at offset 0 of every arena (worker/device_ops.h):
-// one 128-byte slot per rank, written by that rank. Never part of the kernel's
-// context.
-inline constexpr size_t kSyncSlotBytes = 128;
-inline constexpr size_t kSyncBytes = 4096;
 
 struct ArenaLayout {
   int sets = 1;
@@ -35,7 +30,6 @@ struct ArenaLayout {
   size_t workspace_off = 0, workspace_bytes = 0;
   size_t pad_off = 0, pad_bytes = 0;
   size_t staging_off = 0, staging_bytes = 0;
-  size_t sync_off = 0, sync_bytes = kSyncBytes;  // the timing barrier's flags (first)
   size_t total = 0;
 };
 

@@ -33,7 +33,8 @@ int NextBlock(const TimingRule& rule, const std::vector<double>& times_us, doubl
 }
 
 int WarmupCalls(const TimingRule& rule, double call_wall_us) {
-  return static_cast<int>(std::clamp(rule.warmup_s * 1e6 / std::max(call_wall_us, 1.0), 10.0, 5000.0));
+  return static_cast<int>(
+      std::clamp(rule.warmup_s * 1e6 / std::max(call_wall_us, 1.0), 10.0, 5000.0));
 }
 
 }  // namespace kforge::eval

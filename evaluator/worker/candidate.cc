@@ -18,11 +18,6 @@ namespace kforge::worker {
 using nlohmann::json;
 namespace proto = eval::proto;
 
-// Every rank has a slot in the timing barrier's flags, inside the arena's sync region.
-static_assert(eval::kMaxWorldSize <= PeerSync::kMaxRanks);
-static_assert(PeerSync::kMaxRanks * PeerSync::kSlotWords * sizeof(unsigned int) <=
-              proto::kSyncBytes);
-
 CandidateWorker::CandidateWorker(const WorkerArgs& args, sandbox::Report early)
     : args_(args), report_(std::move(early)), channel_(args.channel_fd) {}
 
@@ -127,18 +122,14 @@ Result<json> CandidateWorker::Configure(const eval::Message& m) {
   v.groups = GroupViews(v.problem, args_.rank);
   sets_ = req.sets;
   view_ = std::move(v);
-  for (int r = 0; r < args_.world; ++r)
-    sync_.flags[r] = reinterpret_cast<unsigned int*>(arenas_.base(r) + view_->layout.sync_off);
   KF_RETURN_IF_ERROR(InstallCollectives(
       base_, *view_, arenas_, &control_, nccl_.get(), &emulated_,
       req.collectives ? nullptr : "this task does not allow the harness collectives"));
   return json::object();
 }
 
-Result<double> CandidateWorker::Call(int set, bool null_kernel, unsigned int epoch) {
+Result<double> CandidateWorker::Call(int set, bool null_kernel) {
   if (set < 0 || set >= sets_) return Error(ErrorKind::kHarness, "set out of range");
-  if (epoch > 0)
-    KF_RETURN_IF_ERROR(LaunchPeerBarrier(sync_, args_.rank, args_.world, epoch, stream_));
   KF_CUDA(cudaEventRecord(start_, stream_));
   int rc = 0;
   if (null_kernel) {
@@ -166,7 +157,7 @@ Result<json> CandidateWorker::Calibrate(const eval::Message& m) {
     KF_ASSIGN_OR_RETURN(auto cmd, mailbox_.WaitCommand(last_seq_, &control_.shared()->abort));
     if (cmd.stop) break;
     last_seq_ = cmd.seq;
-    auto t = Call(0, /*null_kernel=*/true, static_cast<unsigned int>(cmd.seq));
+    auto t = Call(0, /*null_kernel=*/true);
     mailbox_.Answer(cmd.seq, t.ok() ? 0 : 1, t.ok() ? *t : 0);
     if (!t.ok()) return t.status();
   }
@@ -201,7 +192,7 @@ Result<json> CandidateWorker::RunOnce(const eval::Message& m) {
   if (!view_ || !kernel_.set_up()) return Error(ErrorKind::kHarness, "run before setup");
   KF_ASSIGN_OR_RETURN(proto::RunRequest req, proto::RunRequest::Parse(m.body, sets_));
   KF_RETURN_IF_ERROR(control_.Barrier());
-  KF_ASSIGN_OR_RETURN(double us, Call(req.set, false, 0));
+  KF_ASSIGN_OR_RETURN(double us, Call(req.set, false));
   (void)us;
   KF_RETURN_IF_ERROR(control_.Barrier());
   return json::object();
@@ -216,7 +207,7 @@ Result<json> CandidateWorker::Serve(const eval::Message& m) {
     KF_ASSIGN_OR_RETURN(auto cmd, mailbox_.WaitCommand(last_seq_, &control_.shared()->abort));
     if (cmd.stop) break;
     last_seq_ = cmd.seq;
-    auto t = Call(static_cast<int>(cmd.set), false, static_cast<unsigned int>(cmd.seq));
+    auto t = Call(static_cast<int>(cmd.set), false);
     mailbox_.Answer(cmd.seq, t.ok() ? 0 : 1, t.ok() ? *t : 0);
     if (!t.ok()) return t.status();
   }

@@ -13,7 +13,6 @@
 
 #include "arena.h"
 #include "collectives.h"
-#include "device_ops.h"
 #include "context.h"
 #include "kernel_module.h"
 #include "protocol/channel.h"
@@ -45,8 +44,7 @@ class CandidateWorker {
   Result<json> Detach();
   // One call on `set`: kf_run between two events, then a device-wide sync.
   // Returns the event time; a kernel error is a kRuntimeError.
-  // `epoch` > 0: a timed call, behind the timing barrier (device_ops.h).
-  Result<double> Call(int set, bool null_kernel, unsigned int epoch);
+  Result<double> Call(int set, bool null_kernel);
 
   WorkerArgs args_;
   sandbox::Report report_;
@@ -57,7 +55,6 @@ class CandidateWorker {
   cudaEvent_t start_ = nullptr, stop_ = nullptr;
   ContextBase base_;
   PeerArenas arenas_;
-  PeerSync sync_{};  // every rank's timing-barrier flags, in the candidate arenas
   std::unique_ptr<CollectiveBackend> nccl_, emulated_;
   KernelModule kernel_;
   std::optional<ProblemView> view_;

@@ -69,18 +69,6 @@ __global__ void BytesKernel(const unsigned char* a, const unsigned char* b, size
 
 __global__ void NullKernel() {}
 
-// One thread per rank t: announce to t, then wait for t's announcement.
-__global__ void PeerBarrierKernel(PeerSync sync, int rank, int world, unsigned int epoch) {
-  const int t = static_cast<int>(threadIdx.x);
-  if (t >= world) return;
-  volatile unsigned int* theirs = sync.flags[t] + rank * PeerSync::kSlotWords;
-  volatile unsigned int* mine = sync.flags[rank] + t * PeerSync::kSlotWords;
-  __threadfence_system();
-  *theirs = epoch;
-  __threadfence_system();
-  while (*mine < epoch) __nanosleep(64);
-}
-
 }  // namespace
 
 Status LaunchGenerate(void* dst, const eval::gen::InputGen& gen, uint64_t numel, cudaStream_t s) {
@@ -119,15 +107,6 @@ Status LaunchBytesDiffer(const void* a, const void* b, size_t bytes, DeviceCheck
   if (bytes == 0) return Status::Ok();
   BytesKernel<<<Blocks(bytes / 8 + 1), kThreads, 0, s>>>(
       static_cast<const unsigned char*>(a), static_cast<const unsigned char*>(b), bytes, result);
-  KF_CUDA(cudaGetLastError());
-  return Status::Ok();
-}
-
-Status LaunchPeerBarrier(const PeerSync& sync, int rank, int world, unsigned int epoch,
-                         cudaStream_t s) {
-  if (world < 1 || world > PeerSync::kMaxRanks || rank < 0 || rank >= world)
-    return Error(ErrorKind::kHarness, "peer barrier: bad rank or world");
-  PeerBarrierKernel<<<1, 32, 0, s>>>(sync, rank, world, epoch);
   KF_CUDA(cudaGetLastError());
   return Status::Ok();
 }

@@ -38,20 +38,4 @@ Status LaunchBytesDiffer(const void* a, const void* b, size_t bytes, DeviceCheck
 // An empty kernel: the calibration call of the timing path.
 Status LaunchNull(cudaStream_t s);
 
-// Every rank's timing-barrier flags as mapped in this process (offset 0 of
-// its arena, eval::proto::kSyncBytes): one 128-byte slot per rank.
-struct PeerSync {
-  static constexpr int kMaxRanks = 32;
-  static constexpr int kSlotWords = 32;  // 128 bytes
-  unsigned int* flags[kMaxRanks];
-};
-
-// The device-side barrier in front of every timed call, baseline and
-// candidate alike, so that both clocks start once every rank is there (host
-// wake-up skew between processes is not the kernel's time): `rank` stores
-// `epoch` in its slot of every rank's flags, then waits on the GPU until
-// every slot of its own flags holds at least `epoch`. Epochs only grow.
-Status LaunchPeerBarrier(const PeerSync& sync, int rank, int world, unsigned int epoch,
-                         cudaStream_t s);
-
 }  // namespace kforge::worker

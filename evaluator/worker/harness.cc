@@ -141,9 +141,6 @@ Result<json> HarnessWorker::Peers(const eval::Message& m) {
     return Error(ErrorKind::kHarness, "peers: one private handle per rank is required");
   }
   KF_RETURN_IF_ERROR(private_peers_.Open(req.private_handles, args_.rank, private_.base()));
-  for (int r = 0; r < args_.world; ++r) {
-    private_sync_.flags[r] = reinterpret_cast<unsigned int*>(private_peers_.base(r));
-  }
   return json::object();
 }
 

@@ -81,8 +81,6 @@ class HarnessWorker {
   KernelModule baseline_;
   DeviceArena private_, candidate_;
   PeerArenas private_peers_;         // every rank's private arena (the baseline's peers)
-  PeerSync private_sync_{};          // their timing-barrier flags
-  unsigned int baseline_epoch_ = 0;  // the last timing barrier (equal on every rank)
   std::optional<ProblemView> view_;  // the configured problem, private layout
   eval::proto::ArenaLayout candidate_layout_;
   int sets_ = 1;
