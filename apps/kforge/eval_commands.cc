@@ -20,6 +20,7 @@ struct EvalArgs {
   std::vector<int> gpus;
   std::string dtype;
   std::string json_out;
+  std::string dump_dir;
   std::string tasks_dir;
   std::string cache_dir;
   std::string arch;
@@ -57,6 +58,19 @@ int RunEval(const EvalArgs& a) {
   o.cache_dir = a.cache_dir;
   o.arch = a.arch;
   o.bench_sizes = a.bench_sizes;
+  o.dump_dir = a.dump_dir;
+  if (!a.dump_dir.empty()) {
+    // A dump never mixes with (or overwrites) an earlier one.
+    std::error_code ec;
+    if (std::filesystem::exists(a.dump_dir, ec) && !std::filesystem::is_empty(a.dump_dir, ec)) {
+      return FailWith("eval", Error(ErrorKind::kInvalidInput,
+                                    "--dump " + a.dump_dir + ": the directory is not empty"));
+    }
+    std::filesystem::create_directories(a.dump_dir, ec);
+    if (ec) {
+      return FailWith("eval", Error(ErrorKind::kIo, "--dump " + a.dump_dir + ": " + ec.message()));
+    }
+  }
   if (!a.dtype.empty()) {
     auto dt = eval::ParseDtype(a.dtype);
     if (!dt.ok()) return FailWith("eval", dt.status().WithContext("--dtype"));
@@ -128,6 +142,9 @@ void AddEval(CLI::App& app, int& exit_code) {
                 "the kernel is the task's own reference: skip the policy check");
   cmd->add_flag("--compile-only", args->compile_only, "compile and check the policy; run nothing");
   cmd->add_option("--json", args->json_out, "write the result document here");
+  cmd->add_option("--dump", args->dump_dir,
+                  "write one check trial's inputs, outputs and expected outputs per size and rank "
+                  "here (.npy + manifest.json)");
   cmd->add_option("--tasks-dir", args->tasks_dir, "where tasks live");
   cmd->add_option("--cache-dir", args->cache_dir, "compile cache (default ~/.cache/kforge)");
   cmd->add_option("--arch", args->arch, "nvcc arch, e.g. sm_90a (default: the GPU's)");

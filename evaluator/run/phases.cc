@@ -11,6 +11,7 @@
 
 #include "kforge/core/log.h"
 #include "protocol/messages.h"
+#include "run/dump.h"
 #include "run/stats.h"
 #include "session.h"
 
@@ -138,6 +139,11 @@ Status RunCheckSize(EvalSession& s, SizePlan& plan) {
     KF_ASSIGN_OR_RETURN(OracleIo io, BuildOracleIo(p, seed, ptrs));
     if (Status st = RunOracle(p, io); !st.ok()) {
       return Error(ErrorKind::kHarness, "the task's oracle failed: " + st.message());
+    }
+    if (trial == 0 && !s.options->dump_dir.empty()) {
+      TrialTensors dump{&p, s.task->key, plan.size.label, s.dtype, seed, &inputs, &outputs, &io};
+      if (Status st = DumpTrial(s.options->dump_dir, dump); !st.ok())
+        return Error(ErrorKind::kIo, "--dump: " + st.message());
     }
     json mismatches = json::array();
     for (int r = 0; r < s.world; ++r) {

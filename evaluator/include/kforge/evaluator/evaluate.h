@@ -35,6 +35,9 @@ struct EvalOptions {
   double check_deadline_s = 60;
   double timing_deadline_s = 300;
   double compile_timeout_s = 180;
+  // Not empty: trial 0 of every check size writes each rank's inputs, outputs
+  // and the oracle's expected outputs here as .npy with a manifest.json.
+  std::filesystem::path dump_dir;
   bool compile_only = false;  // stop after compile + policy (no GPU needed)
   bool trusted = false;       // a task's own reference: exempt from the task's policy
 };

@@ -1,0 +1,168 @@
+// fp64 rounding onto the narrow float formats and block quantisation; the
+// contracts are in kforge/oracle_math.h.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "kforge/oracle_math.h"
+#include "oracle_math_checks.h"
+
+namespace kforge::om {
+namespace {
+
+using internal::CheckDim;
+using internal::CheckSize;
+using internal::CheckBlock;
+using internal::CeilDiv;
+
+// Round-to-nearest-even onto a binary floating format with `mant_bits`
+// fraction bits and smallest normal exponent `emin`; no overflow handling
+// (the caller decides between saturation and infinity). Exact: the quotient
+// by a power of two and the integer rounding are exact in double.
+double RoundToGrid(double x, int mant_bits, int emin) {
+  if (x == 0.0 || !std::isfinite(x)) return x;
+  const double a = std::fabs(x);
+  int e2 = 0;
+  std::frexp(a, &e2);  // a = f * 2^e2, f in [0.5, 1)
+  const int e = std::max(e2 - 1, emin);
+  const int shift = e - mant_bits;
+  const double r = std::ldexp(RoundHalfEven(std::ldexp(a, -shift)), shift);
+  return std::copysign(r, x);
+}
+
+// IEEE round-to-nearest with overflow to infinity: anything that rounds past
+// the largest finite value is infinite.
+double RoundIeee(double x, int mant_bits, int emin, double max_finite) {
+  const double r = RoundToGrid(x, mant_bits, emin);
+  if (std::fabs(r) > max_finite) return std::copysign(std::numeric_limits<double>::infinity(), x);
+  return r;
+}
+
+// max |x| over one block, NaN if the block has one.
+struct AbsMax {
+  double value = 0.0;
+  void Add(double x) {
+    if (std::isnan(x) || std::isnan(value)) {
+      value = std::numeric_limits<double>::quiet_NaN();
+    } else {
+      value = std::max(value, std::fabs(x));
+    }
+  }
+};
+
+double ScaleFor(double amax, double qmax) { return amax == 0.0 ? 1.0 : amax / qmax; }
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// Rounding
+
+double RoundHalfEven(double x) {
+  // Every double of magnitude >= 2^52 is already an integer.
+  if (!std::isfinite(x) || std::fabs(x) >= 0x1p52) return x;
+  const double fl = std::floor(x);
+  const double diff = x - fl;  // exact
+  double r = fl;
+  if (diff > 0.5 || (diff == 0.5 && std::fmod(fl, 2.0) != 0.0)) r = fl + 1.0;
+  return std::copysign(r, x);  // keeps -0 for -0.5 .. -0
+}
+
+double RoundToE4M3(double x) {
+  constexpr double kMax = 448.0;
+  if (std::isnan(x)) return x;
+  if (std::isinf(x)) return std::copysign(kMax, x);
+  const double r = RoundToGrid(x, /*mant_bits=*/3, /*emin=*/-6);
+  return std::fabs(r) > kMax ? std::copysign(kMax, x) : r;
+}
+
+double RoundToE5M2(double x) { return RoundIeee(x, 2, -14, 57344.0); }
+
+double RoundToBf16(double x) {
+  return RoundIeee(x, 7, -126, std::ldexp(255.0 / 128.0, 127));  // (2 - 2^-7) * 2^127
+}
+
+double RoundToF16(double x) { return RoundIeee(x, 10, -14, 65504.0); }
+
+// ---------------------------------------------------------------------------
+// Block quantization
+
+BlockQuant QuantizeFp8Blocked(std::span<const double> x, int64_t rows, int64_t cols,
+                              int64_t block_rows, int64_t block_cols) {
+  const char* fn = "QuantizeFp8Blocked";
+  CheckDim(fn, "rows", rows);
+  CheckDim(fn, "cols", cols);
+  CheckBlock(fn, "block_rows", block_rows);
+  CheckBlock(fn, "block_cols", block_cols);
+  CheckSize(fn, "x", x.size(), rows * cols);
+  const int64_t grid_rows = CeilDiv(rows, block_rows), grid_cols = CeilDiv(cols, block_cols);
+  BlockQuant bq;
+  bq.q.resize(x.size());
+  bq.scale.resize(grid_rows * grid_cols);
+  for (int64_t br = 0; br < grid_rows; ++br) {
+    const int64_t r0 = br * block_rows, r1 = std::min(rows, r0 + block_rows);
+    for (int64_t bc = 0; bc < grid_cols; ++bc) {
+      const int64_t c0 = bc * block_cols, c1 = std::min(cols, c0 + block_cols);
+      AbsMax amax;
+      for (int64_t r = r0; r < r1; ++r) {
+        for (int64_t c = c0; c < c1; ++c) amax.Add(x[r * cols + c]);
+      }
+      const double scale = ScaleFor(amax.value, 448.0);
+      bq.scale[br * grid_cols + bc] = scale;
+      for (int64_t r = r0; r < r1; ++r) {
+        for (int64_t c = c0; c < c1; ++c) bq.q[r * cols + c] = RoundToE4M3(x[r * cols + c] / scale);
+      }
+    }
+  }
+  return bq;
+}
+
+BlockQuant QuantizeInt8Blocked(std::span<const double> x, int64_t n, int64_t block) {
+  const char* fn = "QuantizeInt8Blocked";
+  CheckDim(fn, "n", n);
+  CheckBlock(fn, "block", block);
+  CheckSize(fn, "x", x.size(), n);
+  BlockQuant bq;
+  bq.q.resize(n);
+  bq.scale.resize(CeilDiv(n, block));
+  for (int64_t b = 0; b * block < n; ++b) {
+    const int64_t i0 = b * block, i1 = std::min(n, i0 + block);
+    AbsMax amax;
+    for (int64_t i = i0; i < i1; ++i) amax.Add(x[i]);
+    const double scale = ScaleFor(amax.value, 127.0);
+    bq.scale[b] = scale;
+    for (int64_t i = i0; i < i1; ++i) {
+      bq.q[i] = std::clamp(RoundHalfEven(x[i] / scale), -127.0, 127.0);
+    }
+  }
+  return bq;
+}
+
+std::vector<double> DequantizeBlocked(const BlockQuant& bq, int64_t rows, int64_t cols,
+                                      int64_t block_rows, int64_t block_cols) {
+  const char* fn = "DequantizeBlocked";
+  CheckDim(fn, "rows", rows);
+  CheckDim(fn, "cols", cols);
+  CheckBlock(fn, "block_rows", block_rows);
+  CheckBlock(fn, "block_cols", block_cols);
+  CheckSize(fn, "q", bq.q.size(), rows * cols);
+  const int64_t grid_cols = CeilDiv(cols, block_cols);
+  CheckSize(fn, "scale", bq.scale.size(), CeilDiv(rows, block_rows) * grid_cols);
+  std::vector<double> out(bq.q.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      out[r * cols + c] =
+          bq.q[r * cols + c] * bq.scale[(r / block_rows) * grid_cols + c / block_cols];
+    }
+  }
+  return out;
+}
+
+BlockQuant QuantizeFp8Flat(std::span<const double> x, int64_t block) {
+  return QuantizeFp8Blocked(x, 1, static_cast<int64_t>(x.size()), 1, block);
+}
+
+std::vector<double> DequantizeFlat(const BlockQuant& bq, int64_t block) {
+  return DequantizeBlocked(bq, 1, static_cast<int64_t>(bq.q.size()), 1, block);
+}
+
+}  // namespace kforge::om
