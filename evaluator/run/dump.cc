@@ -63,8 +63,9 @@ Status DumpTrial(const fs::path& dir, const TrialTensors& t) {
     KF_ASSIGN_OR_RETURN(std::string text, ReadFile(manifest_path));
     manifest = json::parse(text, nullptr, /*allow_exceptions=*/false);
     if (!manifest.is_object() || !manifest.contains("files")) {
-      return Error(ErrorKind::kInvalidInput,
-                   manifest_path.string() + " is not a kforge dump manifest; use an empty --dump directory");
+      return Error(
+          ErrorKind::kInvalidInput,
+          manifest_path.string() + " is not a kforge dump manifest; use an empty --dump directory");
     }
   } else {
     manifest = {{"schema", "kforge.dump/1"},
@@ -77,31 +78,35 @@ Status DumpTrial(const fs::path& dir, const TrialTensors& t) {
   json& files = manifest["files"];
   for (int r = 0; r < p.world; ++r) {
     const fs::path rank_dir = fs::path(t.size) / ("rank" + std::to_string(r));
-    for (size_t i = 0; i < p.inputs.size(); ++i) {
-      const ConcreteTensor& c = p.inputs[i];
-      const auto& bytes = (*t.inputs)[r][i];
-      const size_t n = std::min(bytes.size(), static_cast<size_t>(c.NumelOf(r)) * DtypeSize(c.dtype));
-      KF_RETURN_IF_ERROR(Write(dir, rank_dir / ("input." + c.name + ".npy"), NpyDescr(c.dtype),
-                               c.ShapeOf(r), bytes.data(), n,
-                               {{"size", t.size}, {"rank", r}, {"tensor", c.name}, {"role", "input"},
-                                {"dtype", std::string(DtypeName(c.dtype))}},
-                               &files));
-    }
+    // A tensor as the kernel saw or wrote it, in its own dtype.
+    auto raw = [&](const ConcreteTensor& c, const std::string& role, const auto& bytes) {
+      const size_t n =
+          std::min(bytes.size(), static_cast<size_t>(c.NumelOf(r)) * DtypeSize(c.dtype));
+      return Write(dir, rank_dir / (role + "." + c.name + ".npy"), NpyDescr(c.dtype), c.ShapeOf(r),
+                   bytes.data(), n,
+                   {{"size", t.size},
+                    {"rank", r},
+                    {"tensor", c.name},
+                    {"role", role},
+                    {"dtype", std::string(DtypeName(c.dtype))}},
+                   &files);
+    };
+    for (size_t i = 0; i < p.inputs.size(); ++i)
+      KF_RETURN_IF_ERROR(raw(p.inputs[i], "input", (*t.inputs)[r][i]));
     for (size_t o = 0; o < p.outputs.size(); ++o) {
       const ConcreteTensor& c = p.outputs[o];
-      const auto& bytes = (*t.outputs)[r][o];
-      const size_t n = std::min(bytes.size(), static_cast<size_t>(c.NumelOf(r)) * DtypeSize(c.dtype));
-      KF_RETURN_IF_ERROR(Write(dir, rank_dir / ("output." + c.name + ".npy"), NpyDescr(c.dtype),
-                               c.ShapeOf(r), bytes.data(), n,
-                               {{"size", t.size}, {"rank", r}, {"tensor", c.name}, {"role", "output"},
-                                {"dtype", std::string(DtypeName(c.dtype))}},
-                               &files));
+      KF_RETURN_IF_ERROR(raw(c, "output", (*t.outputs)[r][o]));
       const OracleTensor& e = t.expected->outputs[r][o];
       KF_RETURN_IF_ERROR(Write(dir, rank_dir / ("expected." + c.name + ".npy"), "<f8", e.shape,
                                e.data.data(), e.data.size() * sizeof(double),
-                               {{"size", t.size}, {"rank", r}, {"tensor", c.name},
-                                {"role", "expected"}, {"dtype", "f64"}, {"checked", c.only_rank < 0 || c.only_rank == r},
-                                {"atol", c.tolerance.atol}, {"rtol", c.tolerance.rtol}},
+                               {{"size", t.size},
+                                {"rank", r},
+                                {"tensor", c.name},
+                                {"role", "expected"},
+                                {"dtype", "f64"},
+                                {"checked", c.only_rank < 0 || c.only_rank == r},
+                                {"atol", c.tolerance.atol},
+                                {"rtol", c.tolerance.rtol}},
                                &files));
     }
   }

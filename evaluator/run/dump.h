@@ -19,9 +19,10 @@ struct TrialTensors {
   std::string task, size;
   Dtype dtype{};
   uint64_t seed = 0;
-  const HostInputs* inputs = nullptr;                           // [rank][input], encoded in dtype
-  const std::vector<std::vector<std::vector<char>>>* outputs = nullptr;  // [rank][output], as written
-  const OracleIo* expected = nullptr;                           // the oracle's outputs (f64)
+  const HostInputs* inputs = nullptr;  // [rank][input], encoded in dtype
+  const std::vector<std::vector<std::vector<char>>>* outputs =
+      nullptr;                         // [rank][output], as written
+  const OracleIo* expected = nullptr;  // the oracle's outputs (f64)
 };
 
 // The numpy descr of a dtype: bf16 and the fp8s have none and are written as

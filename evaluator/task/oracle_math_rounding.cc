@@ -10,10 +10,10 @@
 namespace kforge::om {
 namespace {
 
+using internal::CeilDiv;
+using internal::CheckBlock;
 using internal::CheckDim;
 using internal::CheckSize;
-using internal::CheckBlock;
-using internal::CeilDiv;
 
 // Round-to-nearest-even onto a binary floating format with `mant_bits`
 // fraction bits and smallest normal exponent `emin`; no overflow handling
