@@ -99,6 +99,7 @@ Result<ConcreteTensor> Resolve(const Task& task, const TensorSpec& spec, Dtype t
                                const ExprVars& vars, int world, bool is_output) {
   ConcreteTensor c;
   c.name = spec.name;
+  c.rank_symmetric = spec.rank_symmetric;
   if (spec.dtype == "T") {
     c.dtype = t;
   } else {

@@ -185,11 +185,13 @@ class Loader {
   Status LoadTensor(const toml::table& t, const std::string& prefix, bool is_input,
                     TensorSpec& spec) {
     if (is_input) {
-      KF_RETURN_IF_ERROR(f_.CheckKeys(t, prefix,
-                                      {"name", "dtype", "shape", "init", "same_on_all_ranks",
-                                       "replicated", "shard", "inout", "tolerance"}));
+      KF_RETURN_IF_ERROR(
+          f_.CheckKeys(t, prefix,
+                       {"name", "dtype", "shape", "init", "same_on_all_ranks", "replicated",
+                        "shard", "inout", "tolerance", "rank_symmetric"}));
     } else {
-      KF_RETURN_IF_ERROR(f_.CheckKeys(t, prefix, {"name", "dtype", "shape", "ranks", "tolerance"}));
+      KF_RETURN_IF_ERROR(f_.CheckKeys(
+          t, prefix, {"name", "dtype", "shape", "ranks", "tolerance", "rank_symmetric"}));
     }
     KF_ASSIGN_OR_RETURN(spec.name, f_.RequiredString(t, prefix, "name"));
     if (!IsIdentifier(spec.name)) {
@@ -216,6 +218,8 @@ class Loader {
       Remember(field, shape->get(d), dim, /*per_rank=*/true);
       spec.shape.push_back(std::move(dim));
     }
+    KF_ASSIGN_OR_RETURN(auto symmetric, f_.OptionalBool(t, prefix, "rank_symmetric"));
+    spec.rank_symmetric = symmetric.value_or(false);
     if (is_input) {
       if (const toml::node* init = t.get("init")) {
         KF_RETURN_IF_ERROR(LoadInit(f_, *init, Join(prefix, "init"), spec.init, exprs_));
@@ -229,6 +233,11 @@ class Loader {
                          "only an inout input is checked, so only it takes a tolerance");
         }
         KF_ASSIGN_OR_RETURN(spec.tolerance, LoadTolerance(f_, *tol, Join(prefix, "tolerance")));
+      }
+      if (spec.rank_symmetric && !spec.inout) {
+        return f_.Fail(
+            t.get("rank_symmetric"), Join(prefix, "rank_symmetric"),
+            "only an output or an inout input is checked, so only it can be rank-symmetric");
       }
     } else {
       KF_ASSIGN_OR_RETURN(auto ranks, f_.OptionalExpression(t, prefix, "ranks"));

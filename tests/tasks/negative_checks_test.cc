@@ -31,34 +31,6 @@ namespace {
 constexpr uint64_t kSeed = 0x6b666f7267650001ull;
 constexpr uint64_t kOtherSeed = 0x6b666f7267650002ull;
 
-// Outputs that are, by the task's mathematics, the same whichever rank holds
-// which input (a sum over ranks): for them the output computed on rotated
-// inputs is the right answer, and the test asserts exactly that instead of
-// skipping the check. An entry is a task key (every output of the task) or
-// "key/output" (that output only, e.g. a global norm beside per-rank tensors).
-const std::set<std::string> kRankSymmetric = {
-    "001_allreduce",
-    "007_reducescatter",
-    "013_gemm_allreduce",
-    "016_gemm_reducescatter",
-    "021_clip_grad_norm_no_ep/total_norm",
-    "022_clip_grad_norm_ep/total_norm",
-    "023_grad_acc_loss/normalized_loss",
-    "023_grad_acc_loss/loss_sum",
-    "024_load_balancing_loss",
-    "025_importance_sampling_loss/loss",
-    "025_importance_sampling_loss/metrics",
-    "030_moe_epgroupgemm_lora_backward",
-    "009_layernorm_backward",
-    "044_quantized_grad_allreduce",
-    "045_reducescatter_fused_rmsnorm",
-    "052_fp8_reduce_scatter_grads/shard",  // its amax history is per rank
-};
-
-bool RankSymmetric(const std::string& key, const std::string& output) {
-  return kRankSymmetric.count(key) != 0 || kRankSymmetric.count(key + "/" + output) != 0;
-}
-
 std::vector<std::string> TaskKeys() {
   std::vector<std::string> keys;
   auto tasks = LoadTasks(KFORGE_TEST_TASKS_DIR);
@@ -181,11 +153,13 @@ TEST_P(NegativeChecks, ZerosCopiesWrongRanksAndStaleResultsFail) {
       EXPECT_TRUE(zeros) << "an all-zeros output passes the check";
       EXPECT_TRUE(copy) << "a copy of an input passes the check";
       EXPECT_TRUE(stale) << "the answer for other inputs passes the check";
-      if (!shifted) continue;  // ranks' inputs differ in size: no rotation exists
-      if (RankSymmetric(t.key, out.name)) {
-        EXPECT_FALSE(wrong_rank) << "listed as rank-symmetric, but rotating inputs changes it";
+      if (!shifted) continue;    // ranks' inputs differ in size: no rotation exists
+      if (out.rank_symmetric) {  // declared in task.toml: a sum over ranks
+        EXPECT_FALSE(wrong_rank) << "declared rank_symmetric, but rotating inputs changes it";
       } else {
-        EXPECT_TRUE(wrong_rank) << "the output for another rank's inputs passes the check";
+        EXPECT_TRUE(wrong_rank)
+            << "the output for another rank's inputs passes the check (if the output is a "
+               "sum over ranks, declare rank_symmetric = true)";
       }
     }
   }

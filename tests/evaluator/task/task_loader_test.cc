@@ -149,7 +149,7 @@ const BadCase kBadCases[] = {
      "tensor name 'x' is used twice"},
     {"unknown field on an output", "name = \"y\"", "name = \"y\"\ninit = { kind = \"normal\" }",
      "init = { kind = \"normal\" }", "outputs[0].init",
-     "unknown field (expected one of: name, dtype, shape, ranks, tolerance)"},
+     "unknown field (expected one of: name, dtype, shape, ranks, tolerance, rank_symmetric)"},
     {"missing tolerance for a dtype", "bf16 = { atol = 2e-2, rtol = 2e-2 }\n", "", "[[outputs]]",
      "outputs[0].tolerance", "output 'y' can be bf16 but there is no tolerance for it"},
     {"tolerance for an unknown dtype", "bf16 = { atol", "bf61 = { atol", "bf61", "tolerance.bf61",
@@ -204,6 +204,11 @@ const BadCase kBadCases[] = {
      "shard", "inputs[0].shard", "either replicated or sharded, not both"},
     {"tolerance on an input that is not inout", "init = {", "tolerance = { atol = 1.0 }\ninit = {",
      "tolerance = {", "inputs[0].tolerance", "only an inout input is checked"},
+    {"rank_symmetric on an input that is not inout", "init = {", "rank_symmetric = true\ninit = {",
+     "rank_symmetric", "inputs[0].rank_symmetric", "only an output or an inout input is checked"},
+    {"rank_symmetric that is not a boolean", "[[outputs]]\nname = \"y\"",
+     "[[outputs]]\nname = \"y\"\nrank_symmetric = \"yes\"", "rank_symmetric",
+     "outputs[0].rank_symmetric", "expected true or false, found string"},
     {"floor with an unknown field", "[policy]", "[floor]\nbytes = \"N\"\n\n[policy]",
      "bytes = \"N\"", "floor.bytes",
      "unknown field (expected one of: hbm_bytes, link_bytes, flops)"},
@@ -261,6 +266,15 @@ TEST(TaskLoader, AnInoutInputMayBeTheOnlyResult) {
   EXPECT_EQ(p->KernelOutputCount(), 0);
   ASSERT_EQ(p->outputs.size(), 1u);  // the in-place x, checked after every call
   EXPECT_EQ(p->outputs[0].inout_of, 0);
+  EXPECT_FALSE(p->outputs[0].rank_symmetric);
+  // Declared on the inout input, it reaches the output that checks it.
+  TempDir tmp3;
+  Task s = testing::LoadOrDie(
+      tmp3.path(), "001_sum",
+      Replace(toml, "init = {", "inout = true\nrank_symmetric = true\ninit = {"));
+  auto q = Instantiate(s, 2, Dtype::kF32, s.check_sizes[0], true);
+  ASSERT_TRUE(q.ok()) << q.status().ToString();
+  EXPECT_TRUE(q->outputs[0].rank_symmetric);
 }
 
 TEST(TaskLoader, TomlSyntaxErrorNamesFileAndLine) {

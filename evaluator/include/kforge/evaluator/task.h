@@ -74,6 +74,9 @@ struct TensorSpec {
   bool inout = false;              // inputs only: updated in place, checked like an output
   std::string ranks;               // outputs only: "" = all ranks, else an expression for one rank
   std::optional<ToleranceSpec> tolerance;  // outputs and inout inputs
+  // Outputs and inout inputs: the same whichever rank holds which input (a sum
+  // over ranks), so an answer for rank-rotated inputs is right, not a mix-up.
+  bool rank_symmetric = false;
 };
 
 struct SizeSpec {
@@ -140,7 +143,8 @@ struct ConcreteTensor {
   double init_a = 0, init_b = 1;
   Distribution distribution;
   bool inout = false;
-  int inout_of = -1;  // outputs: >= 0 for the checked state of in-place input inout_of
+  int inout_of = -1;            // outputs: >= 0 for the checked state of in-place input inout_of
+  bool rank_symmetric = false;  // outputs: see TensorSpec::rank_symmetric
 
   const std::vector<int64_t>& ShapeOf(int rank) const {
     return rank_shapes.empty() ? shape : rank_shapes[static_cast<size_t>(rank)];
