@@ -57,6 +57,7 @@ class RunEngine {
   Status OnSlotLost(SessionSlot& slot, const Job& job, const Status& lost);
   void OnSlotWorked(Pool pool, int slot);
   std::string SlotName(Pool pool, int slot) const;
+  std::string SlotGroup(Pool pool, int slot) const;
   Status FinishWithEval(SessionSlot& slot, int cand, const nlohmann::json& doc, Outcome outcome);
   Status Settle(SessionSlot& slot);
   Result<std::string> Feedback(const Session& s, int cand, Outcome outcome,
@@ -82,8 +83,8 @@ class RunEngine {
   std::set<uint64_t> dispatched_;
   uint64_t next_job_ = 1;
   std::set<std::string> stopped_models_;
-  std::set<std::string> unpriced_models_;  // models with a call the registry could not price
-  std::map<std::pair<Pool, int>, int> slot_losses_;  // losses in a row, per slot
+  std::set<std::string> unpriced_models_;   // models with a call the registry could not price
+  std::map<std::string, int> slot_losses_;  // losses in a row, per slot group
 };
 
 }  // namespace kforge::agent::internal

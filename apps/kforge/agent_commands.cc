@@ -321,6 +321,8 @@ int RunRun(const RunArgs& a) {
   deps.compilers = pools.compile;
   deps.gpu_set_names = pools.gpu_names;
   deps.compiler_names = pools.compile_names;
+  deps.gpu_set_groups = pools.gpu_groups;
+  deps.compiler_groups = pools.compile_groups;
   spec.pools.gpu_sets = static_cast<int>(deps.gpu_sets.size());
   spec.pools.compile_slots = static_cast<int>(deps.compilers.size());
   spec.pools.llm_per_model = cfg.llm_concurrency;

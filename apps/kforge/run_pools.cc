@@ -81,6 +81,7 @@ Status RemotePools(const agent::RunConfig& cfg, const std::vector<remote::Endpoi
       p->owned.push_back(std::move(port));
     }
     p->gpu_names = slots.gpu_names;
+    p->gpu_groups = slots.gpu_groups;
   }
   // --compile-jobs caps the compiles in flight over all servers.
   size_t compiles = slots.compile.size();
@@ -89,6 +90,7 @@ Status RemotePools(const agent::RunConfig& cfg, const std::vector<remote::Endpoi
     p->compile.push_back(slots.compile[i].get());
     p->owned.push_back(std::move(slots.compile[i]));
     p->compile_names.push_back(slots.compile_names[i]);
+    p->compile_groups.push_back(slots.compile_groups[i]);
   }
   return Status::Ok();
 }

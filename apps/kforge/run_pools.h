@@ -25,6 +25,7 @@ struct RunPools {
   std::vector<std::unique_ptr<agent::EvalPort>> owned;
   std::vector<agent::EvalPort*> gpu, compile;
   std::vector<std::string> gpu_names, compile_names;
+  std::vector<std::string> gpu_groups, compile_groups;  // slots of one server share a group
   bool compile_only = false;
   std::string no_gpu_reason;                       // why compile_only, when it was not asked for
   nlohmann::json card = nlohmann::json::object();  // the probed (or a server's) hardware card

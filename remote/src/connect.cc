@@ -61,6 +61,7 @@ Result<RemoteSlots> ConnectEvaluators(const std::vector<Endpoint>& endpoints,
       if (k < slots.servers[s].gpu_slots) {
         slots.gpu.push_back(port(s, "gpu", k));
         slots.gpu_names.push_back(fmt::format("{} (gpu slot {})", endpoints[s].url, k));
+        slots.gpu_groups.push_back(endpoints[s].url);
       }
     }
   }
@@ -69,6 +70,7 @@ Result<RemoteSlots> ConnectEvaluators(const std::vector<Endpoint>& endpoints,
       if (k < slots.servers[s].compile_slots) {
         slots.compile.push_back(port(s, "compile", k));
         slots.compile_names.push_back(fmt::format("{} (compile slot {})", endpoints[s].url, k));
+        slots.compile_groups.push_back(endpoints[s].url);
       }
     }
   }

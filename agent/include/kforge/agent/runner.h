@@ -68,8 +68,12 @@ struct RunDeps {
   LlmPort* llm = nullptr;
   std::vector<EvalPort*> gpu_sets;   // one per GPU set (PoolLimits::gpu_sets of them)
   std::vector<EvalPort*> compilers;  // one per compile slot
-  // Names each slot in events (e.g. a remote server's URL); optional, by index.
+  // Names each slot in events (e.g. "URL (gpu slot 0)"); optional, by index.
   std::vector<std::string> gpu_set_names, compiler_names;
+  // Slots with the same group (a remote server's URL), in either pool, are
+  // lost together: when one loses its job, all of them rest. Optional, by
+  // index; a slot without a group is on its own.
+  std::vector<std::string> gpu_set_groups, compiler_groups;
   StorePort* store = nullptr;
   Clock* clock = nullptr;
   Executor* executor = nullptr;

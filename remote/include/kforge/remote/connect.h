@@ -37,7 +37,8 @@ struct RemoteSlots {
   // server 1's first, ..., server 0's second, ...): the scheduler fills the
   // lowest free slot first, so work spreads over servers by their capacity.
   std::vector<std::unique_ptr<agent::EvalPort>> gpu, compile;
-  std::vector<std::string> gpu_names, compile_names;  // "URL (gpu slot 0)", by index
+  std::vector<std::string> gpu_names, compile_names;    // "URL (gpu slot 0)", by index
+  std::vector<std::string> gpu_groups, compile_groups;  // the server's URL, by index
   std::vector<ServerInfo> servers;
   nlohmann::json hardware;  // the first GPU server's card; null when none has GPUs
 };
