@@ -350,9 +350,8 @@ std::string EvalServer::url() const { return impl_->url; }
 
 Status EvalServer::Run() {
   Impl& s = *impl_;
-  // The socket listens from Bind on, so connections made now wait in its
-  // backlog until the accept loop starts: the server is ready for them.
-  std::thread listener([&s] { s.http.listen_after_bind(); });
+  // The socket listens from Bind on: a client that reads the file and
+  // connects at once waits in the backlog until the accept loop below starts.
   Status registered = Status::Ok();
   if (!s.options.register_file.empty()) {
     Registration r;
@@ -367,14 +366,19 @@ Status EvalServer::Run() {
     registered = WriteRegistration(s.options.register_file, r);
     if (!registered.ok()) RequestDrain();
   }
+  std::atomic<bool> listening_ended{false};
+  std::thread listener([&s, &listening_ended] {
+    s.http.listen_after_bind();
+    listening_ended = true;
+  });
   {
     std::unique_lock<std::mutex> lock(s.mu);
     s.cv.wait(lock, [&s] { return s.drain_requested; });
   }
-  LogInfo(kLog, "draining: no new jobs; finishing the {} admitted", [&s] {
-    QueueStats q = s.queue->Stats();
-    return q.gpu_running + q.compile_running + static_cast<int>(q.gpu_waiting + q.compile_waiting);
-  }());
+  const QueueStats at_drain = s.queue->Stats();
+  LogInfo(kLog, "draining: no new jobs; finishing the {} running and {} queued",
+          at_drain.gpu_running + at_drain.compile_running,
+          at_drain.gpu_waiting + at_drain.compile_waiting);
   if (!s.options.register_file.empty()) {
     std::error_code ec;
     std::filesystem::remove(s.options.register_file, ec);
@@ -386,6 +390,10 @@ Status EvalServer::Run() {
     std::unique_lock<std::mutex> lock(s.mu);
     s.cv.wait(lock, [&s] { return s.handlers == 0; });
   }
+  // httplib's stop() does nothing before the accept loop has started (and
+  // the loop would then run forever): wait for it to start, briefly.
+  while (!s.http.is_running() && !listening_ended)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   s.http.stop();
   listener.join();
   LogInfo(kLog, "drained: {} job(s) answered", s.queue->Stats().answered);

@@ -24,6 +24,8 @@ bool Hidden(const fs::path& relative) {
 
 Result<std::string> TaskSuiteHash(const fs::path& tasks_dir) {
   std::error_code ec;
+  if (!fs::is_directory(tasks_dir, ec))
+    return Error(ErrorKind::kNotFound, "no tasks folder " + tasks_dir.string());
   std::vector<std::string> files;  // relative to tasks_dir, '/'-separated
   for (fs::directory_iterator top(tasks_dir, ec), end; !ec && top != end; top.increment(ec)) {
     if (!top->is_directory() || !fs::exists(top->path() / "task.toml")) continue;
