@@ -41,7 +41,7 @@ class Child {
     std::map<std::string, std::string> merged;
     for (char** e = environ; *e; ++e) {
       const char* eq = std::strchr(*e, '=');
-      if (eq) merged[std::string(*e, eq)] = eq + 1;
+      if (eq) merged[std::string(*e, static_cast<size_t>(eq - *e))] = eq + 1;
     }
     for (const auto& [k, v] : env) merged[k] = v;
     std::vector<std::string> env_strings;
