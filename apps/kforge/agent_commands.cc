@@ -109,10 +109,22 @@ struct RunArgs {
   std::vector<std::string> registries;
   std::string json;  // --json FILE|-: the summary
   std::string evaluators, evaluators_dir, eval_token_file;
+  bool slurm = false;
+  int slurm_nodes = 0, slurm_gpus_per_node = -1;
+  std::string slurm_partition, slurm_time;
   double budget_usd = -1, model_budget_usd = -1, task_budget_usd = -1, budget_wall_s = -1;
   int64_t budget_tokens = -1, model_budget_tokens = -1;
   bool compile_only = false;
 };
+
+// --slurm and its options (a run file's [slurm] table says the same).
+void ApplySlurmFlags(const RunArgs& a, RunConfig* c) {
+  if (a.slurm || a.slurm_nodes > 0) c->slurm_nodes = std::max({1, c->slurm_nodes, a.slurm_nodes});
+  if (a.slurm_nodes > 0) c->slurm_nodes = a.slurm_nodes;
+  if (a.slurm_gpus_per_node >= 0) c->slurm_gpus_per_node = a.slurm_gpus_per_node;
+  if (!a.slurm_partition.empty()) c->slurm_partition = a.slurm_partition;
+  if (!a.slurm_time.empty()) c->slurm_time = a.slurm_time;
+}
 
 // The config: stored (resume), else the run file, then flags on top.
 Result<RunConfig> ConfigFromArgs(const RunArgs& a, bool* default_name) {
@@ -137,6 +149,7 @@ Result<RunConfig> ConfigFromArgs(const RunArgs& a, bool* default_name) {
         if (!a.evaluators.empty()) c.evaluators = Split(a.evaluators, ',');
         if (!a.evaluators_dir.empty()) c.evaluators_dir = a.evaluators_dir;
         if (!a.eval_token_file.empty()) c.eval_token_file = a.eval_token_file;
+        ApplySlurmFlags(a, &c);
         return c;
       }
     }
@@ -164,6 +177,7 @@ Result<RunConfig> ConfigFromArgs(const RunArgs& a, bool* default_name) {
   if (!a.evaluators.empty()) c.evaluators = Split(a.evaluators, ',');
   if (!a.evaluators_dir.empty()) c.evaluators_dir = a.evaluators_dir;
   if (!a.eval_token_file.empty()) c.eval_token_file = a.eval_token_file;
+  ApplySlurmFlags(a, &c);
   for (const auto& url : c.evaluators) {
     if (url.rfind("http://", 0) != 0 && url.rfind("https://", 0) != 0)
       return Error(ErrorKind::kInvalidInput,
@@ -412,6 +426,15 @@ void AddRun(CLI::App& app, int& exit_code) {
                   "evaluate on the eval-servers registered in this rendezvous directory");
   cmd->add_option("--eval-token-file", a->eval_token_file,
                   "the eval-servers' bearer token (mode 0600; default $KFORGE_EVAL_TOKEN)");
+  cmd->add_flag("--slurm", a->slurm,
+                "start eval-servers through Slurm for this run and stop them after it");
+  cmd->add_option("--slurm-nodes", a->slurm_nodes, "servers (nodes) for --slurm (default 1)")
+      ->check(CLI::Range(1, 100000));
+  cmd->add_option("--slurm-gpus-per-node", a->slurm_gpus_per_node,
+                  "GPUs per server for --slurm (default: W; 0 with --compile-only)")
+      ->check(CLI::Range(0, 64));
+  cmd->add_option("--slurm-partition", a->slurm_partition, "Slurm partition for --slurm");
+  cmd->add_option("--slurm-time", a->slurm_time, "Slurm time limit for --slurm, e.g. 12:00:00");
   cmd->add_option("--registry", a->registries,
                   "extra model registry file(s), after ~/.config/kforge/models.toml");
   AddJsonOption(cmd, a->json);

@@ -8,7 +8,9 @@
 
 #include "kforge/agent/adapters.h"
 #include "kforge/remote/connect.h"
+#include "kforge/remote/slurm.h"
 #include "kforge/remote/tokens.h"
+#include "slurm_setup.h"
 
 namespace kforge::cli {
 namespace {
@@ -55,9 +57,9 @@ Status LocalPools(const agent::RunConfig& cfg, const std::vector<eval::Task>* ta
 }
 
 Status RemotePools(const agent::RunConfig& cfg, const std::vector<remote::Endpoint>& endpoints,
-                   const std::string& suite_hash, RunPools* p) {
-  KF_ASSIGN_OR_RETURN(std::string token,
-                      remote::LoadClientToken(cfg.eval_token_file, "KFORGE_EVAL_TOKEN"));
+                   const std::string& suite_hash, const std::filesystem::path& token_file,
+                   RunPools* p) {
+  KF_ASSIGN_OR_RETURN(std::string token, remote::LoadClientToken(token_file, "KFORGE_EVAL_TOKEN"));
   remote::ConnectOptions o;
   o.token = token;
   o.task_suite_hash = suite_hash;
@@ -101,8 +103,8 @@ Result<std::unique_ptr<RunPools>> MakeRunPools(const agent::RunConfig& cfg,
                                                const std::vector<eval::Task>* tasks,
                                                const std::string& suite_hash,
                                                const std::filesystem::path& run_dir) {
-  (void)run_dir;
   auto p = std::make_unique<RunPools>();
+  std::filesystem::path token_file = cfg.eval_token_file;
   std::vector<remote::Endpoint> endpoints;
   for (const auto& url : cfg.evaluators) {
     std::string u = url;
@@ -117,10 +119,36 @@ Result<std::unique_ptr<RunPools>> MakeRunPools(const agent::RunConfig& cfg,
           fmt::format("--evaluators-dir {}: no eval-server registered there", cfg.evaluators_dir));
     endpoints.insert(endpoints.end(), found.begin(), found.end());
   }
+  if (cfg.slurm_nodes > 0) {
+    // Servers for this run only, registered under its directory; they are
+    // cancelled (and drain) when the pools go, however the run ends.
+    SlurmRequest r;
+    r.nodes = cfg.slurm_nodes;
+    r.gpus_per_node =
+        cfg.slurm_gpus_per_node > 0 || cfg.compile_only ? cfg.slurm_gpus_per_node : cfg.world;
+    r.partition = cfg.slurm_partition;
+    r.time = cfg.slurm_time;
+    r.tokens = cfg.eval_token_file;
+    r.tasks_dir = cfg.tasks_dir;
+    r.world = cfg.world;
+    r.run_dir = run_dir;
+    KF_ASSIGN_OR_RETURN(remote::SlurmOptions o, BuildSlurmOptions(r, &token_file));
+    remote::SlurmDeps deps = CliSlurmDeps("run");
+    KF_ASSIGN_OR_RETURN(remote::SlurmJob job, remote::SlurmUp(o, deps));
+    auto watch = std::make_shared<remote::SlurmWatch>(job, deps);
+    const std::filesystem::path dir = o.run_dir;
+    p->release = [watch, dir, deps]() mutable {
+      watch.reset();
+      Status st = remote::SlurmDown(dir, deps);
+      if (!st.ok()) deps.say("stopping the servers: " + st.ToString());
+    };
+    for (const remote::Registration& reg : remote::JobRegistrations(job))
+      endpoints.push_back({reg.url, reg.origin});
+  }
   if (endpoints.empty()) {
     KF_RETURN_IF_ERROR(LocalPools(cfg, tasks, p.get()));
   } else {
-    KF_RETURN_IF_ERROR(RemotePools(cfg, endpoints, suite_hash, p.get()));
+    KF_RETURN_IF_ERROR(RemotePools(cfg, endpoints, suite_hash, token_file, p.get()));
   }
   return p;
 }

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <openssl/crypto.h>
+#include <openssl/rand.h>
 #include <openssl/sha.h>
 #include <sys/stat.h>
 
@@ -129,6 +130,19 @@ Result<std::string> LoadClientToken(const fs::path& file, const char* env_name) 
                fmt::format("no token for the evaluation servers: pass --eval-token-file FILE "
                            "(mode 0600) or set ${}",
                            env_name));
+}
+
+Status EnsureTokenFile(const fs::path& path) {
+  if (fs::exists(path)) return TokenSet::Load(path).status();
+  unsigned char bytes[32];
+  if (RAND_bytes(bytes, sizeof bytes) != 1)
+    return Error(ErrorKind::kInternal, "no random bytes for a token (RAND_bytes)");
+  std::string hex;
+  for (unsigned char b : bytes) hex += fmt::format("{:02x}", b);
+  // mkstemp in WriteFileAtomic creates the file 0600.
+  KF_RETURN_IF_ERROR(WriteFileAtomic(
+      path, "# eval-server tokens (kforge); one a line, keep this file private\n" + hex + "\n"));
+  return CheckPrivateFile(path, "tokens file");
 }
 
 }  // namespace kforge::remote

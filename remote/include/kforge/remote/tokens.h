@@ -50,4 +50,9 @@ class TokenSet {
 // kInvalidInput when neither has one, naming both.
 Result<std::string> LoadClientToken(const std::filesystem::path& file, const char* env_name);
 
+// A tokens file for one user's servers and clients: `path` when it already
+// holds a usable token (CheckPrivateFile and the rules of Load), else a new
+// file (mode 0600) with one random 256-bit token in hex.
+Status EnsureTokenFile(const std::filesystem::path& path);
+
 }  // namespace kforge::remote
