@@ -137,6 +137,8 @@ struct EvalServer::Impl {
                  {"hardware", options.hardware},
                  {"draining", s.draining}};
     if (std::string job = SlurmJob(); !job.empty()) info["slurm_job"] = job;
+    // What the launcher gave this server (Slurm's gres binding, say).
+    if (const char* cvd = std::getenv("CUDA_VISIBLE_DEVICES")) info["cuda_visible_devices"] = cvd;
     return info;
   }
 

@@ -83,8 +83,10 @@ std::string LogTails(const SlurmJob& j) {
   std::error_code ec;
   std::vector<fs::path> logs;
   for (fs::directory_iterator it(LogDir(j.run_dir), ec), end; !ec && it != end; it.increment(ec)) {
-    if (it->path().filename().string().rfind(j.mode == "batch" ? j.job_id + "_" : j.prefix, 0) == 0)
-      logs.push_back(it->path());
+    // Batch: <job>_<task>.log; step: <tag>_<rank>.log and <tag>.srun.log.
+    const std::string stem =
+        j.mode == "batch" ? j.job_id + "_" : j.prefix.substr(0, j.prefix.size() - 1);
+    if (it->path().filename().string().rfind(stem, 0) == 0) logs.push_back(it->path());
   }
   std::sort(logs.begin(), logs.end());
   for (const auto& log : logs) {

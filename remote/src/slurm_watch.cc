@@ -13,6 +13,16 @@
 
 namespace kforge::remote {
 
+namespace {
+
+// Ended by a failure, not by a person (CANCELLED) or by finishing.
+bool Requeueable(const std::string& state) {
+  return state == "FAILED" || state == "NODE_FAIL" || state == "TIMEOUT" || state == "PREEMPTED" ||
+         state == "BOOT_FAIL" || state == "OUT_OF_MEMORY";
+}
+
+}  // namespace
+
 struct SlurmWatch::Impl {
   SlurmJob job;
   SlurmDeps deps;
@@ -39,7 +49,7 @@ struct SlurmWatch::Impl {
           Say(fmt::format("Slurm task {}: {} -> {} ({})", t.id, last, t.state, t.reason));
         last = t.state;
       }
-      if (job.mode != "batch" || !SlurmStateEnded(t.state)) continue;
+      if (job.mode != "batch" || !Requeueable(t.state)) continue;
       int& n = requeued[t.id];
       if (n >= max_requeues) continue;
       ++n;

@@ -97,8 +97,10 @@ bool SlurmStateEnded(const std::string& state);
 // Watches a job while a run uses its servers: every `period` it asks squeue,
 // reports each task's change of state through `say` (a preempted task that
 // Slurm requeued shows PENDING, then RUNNING), and requeues (scontrol
-// requeue) a task that ended, at most `max_requeues` times each. Its
-// evaluations meanwhile come back kSlotLost and go to the other servers.
+// requeue) a task that failed (FAILED, NODE_FAIL, TIMEOUT, PREEMPTED,
+// BOOT_FAIL, OUT_OF_MEMORY; not CANCELLED: that was someone's decision), at
+// most `max_requeues` times each. Its evaluations meanwhile come back
+// kSlotLost and go to the other servers.
 class SlurmWatch {
  public:
   SlurmWatch(SlurmJob job, SlurmDeps deps, std::chrono::seconds period = std::chrono::seconds(15),
