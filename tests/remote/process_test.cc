@@ -253,6 +253,12 @@ TEST_F(ProcessTest, SigkillMidJobRequeuesOnTheOtherServerAndLosesNothing) {
     EXPECT_EQ(e["kind"], "slot_lost");
   }
   EXPECT_TRUE(rec.abandoned.empty());
+  // The token went over the wire only: nothing under the run directory holds it.
+  for (const auto& f : fs::recursive_directory_iterator(dir_ / "runs" / "killed")) {
+    if (!f.is_regular_file()) continue;
+    auto text = ReadFile(f.path());
+    EXPECT_EQ(text->find(kToken), std::string::npos) << f.path();
+  }
   // b did the work: it answered every evaluation the run recorded.
   auto info = nlohmann::json::parse(Get(url_b, "/v1/info").body);
   EXPECT_EQ(info["queue"]["answered"], 4);
