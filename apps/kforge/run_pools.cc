@@ -122,17 +122,15 @@ Result<std::unique_ptr<RunPools>> MakeRunPools(const agent::RunConfig& cfg,
   if (cfg.slurm_nodes > 0) {
     // Servers for this run only, registered under its directory; they are
     // cancelled (and drain) when the pools go, however the run ends.
-    SlurmRequest r;
-    r.nodes = cfg.slurm_nodes;
-    r.gpus_per_node =
+    remote::SlurmOptions o;
+    o.nodes = cfg.slurm_nodes;
+    o.gpus_per_node =
         cfg.slurm_gpus_per_node > 0 || cfg.compile_only ? cfg.slurm_gpus_per_node : cfg.world;
-    r.partition = cfg.slurm_partition;
-    r.time = cfg.slurm_time;
-    r.tokens = cfg.eval_token_file;
-    r.tasks_dir = cfg.tasks_dir;
-    r.world = cfg.world;
-    r.run_dir = run_dir;
-    KF_ASSIGN_OR_RETURN(remote::SlurmOptions o, BuildSlurmOptions(r, &token_file));
+    o.partition = cfg.slurm_partition;
+    o.time = cfg.slurm_time;
+    o.world = cfg.world;
+    o.run_dir = run_dir;
+    KF_RETURN_IF_ERROR(CompleteSlurmOptions(&o, cfg.eval_token_file, cfg.tasks_dir, &token_file));
     remote::SlurmDeps deps = CliSlurmDeps("run");
     KF_ASSIGN_OR_RETURN(remote::SlurmJob job, remote::SlurmUp(o, deps));
     auto watch = std::make_shared<remote::SlurmWatch>(job, deps);

@@ -17,10 +17,17 @@ namespace fs = std::filesystem;
 
 constexpr const char* kDefaultRunDir = "runs/eval-servers";
 
-int RunUp(const SlurmRequest& r) {
+struct UpArgs {
+  remote::SlurmOptions slurm;
+  std::string run_dir = kDefaultRunDir, tokens, tasks_dir;
+};
+
+int RunUp(UpArgs a) {
   fs::path tokens;
-  auto o = BuildSlurmOptions(r, &tokens);
-  if (!o.ok()) return FailWith("slurm up", o.status());
+  remote::SlurmOptions* o = &a.slurm;
+  o->run_dir = a.run_dir;
+  if (Status st = CompleteSlurmOptions(o, a.tokens, a.tasks_dir, &tokens); !st.ok())
+    return FailWith("slurm up", st);
   auto job = remote::SlurmUp(*o, CliSlurmDeps("slurm up"));
   if (!job.ok()) return FailWith("slurm up", job.status());
   const auto regs = remote::JobRegistrations(*job);
@@ -40,8 +47,8 @@ void AddSlurm(CLI::App& app, int& exit_code) {
   CLI::App* slurm = app.add_subcommand("slurm", "eval-servers on Slurm nodes: up, down, status");
   slurm->require_subcommand(1);
 
-  auto r = std::make_shared<SlurmRequest>();
-  auto run_dir = std::make_shared<std::string>(kDefaultRunDir);
+  auto a = std::make_shared<UpArgs>();
+  remote::SlurmOptions* r = &a->slurm;
   CLI::App* up = slurm->add_subcommand(
       "up", "submit one eval-server per node and wait until they have registered");
   up->add_option("--nodes", r->nodes, "servers (nodes), one array task each")
@@ -54,12 +61,12 @@ void AddSlurm(CLI::App& app, int& exit_code) {
   up->add_flag("--exclusive", r->exclusive, "a whole node to each server");
   up->add_option("--partition", r->partition, "Slurm partition (default: the cluster's)");
   up->add_option("--time", r->time, "time limit, e.g. 12:00:00 (default: the partition's)");
-  up->add_option("--run-dir", *run_dir,
+  up->add_option("--run-dir", a->run_dir,
                  "where workers/ and slurm/ go (shared storage, same path on every node)")
       ->capture_default_str();
-  up->add_option("--tokens", r->tokens,
+  up->add_option("--tokens", a->tokens,
                  "the servers' tokens file (default: RUN_DIR/slurm/tokens, made if missing)");
-  up->add_option("--tasks-dir", r->tasks_dir, "the servers' tasks (default: as kforge run)");
+  up->add_option("--tasks-dir", a->tasks_dir, "the servers' tasks (default: as kforge run)");
   up->add_option("--world", r->world, "ranks per evaluation")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
@@ -68,10 +75,7 @@ void AddSlurm(CLI::App& app, int& exit_code) {
   up->add_option("--wait", r->wait_s, "seconds to wait for every server to register")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  up->callback([r, run_dir, &exit_code] {
-    r->run_dir = *run_dir;
-    exit_code = RunUp(*r);
-  });
+  up->callback([a, &exit_code] { exit_code = RunUp(*a); });
 
   auto down_dir = std::make_shared<std::string>(kDefaultRunDir);
   auto down_wait = std::make_shared<double>(120);

@@ -12,30 +12,21 @@ namespace kforge::cli {
 
 namespace fs = std::filesystem;
 
-Result<remote::SlurmOptions> BuildSlurmOptions(const SlurmRequest& r, fs::path* tokens_file) {
-  remote::SlurmOptions o;
-  o.nodes = r.nodes;
-  o.gpus_per_node = r.gpus_per_node;
-  o.cpus_per_node = r.cpus_per_node;
-  o.exclusive = r.exclusive;
-  o.partition = r.partition;
-  o.time = r.time;
-  o.run_dir = fs::absolute(r.run_dir).lexically_normal();
-  o.world = r.world;
-  o.compile_jobs = r.compile_jobs;
-  o.wait_s = r.wait_s;
-  o.tasks_dir = fs::absolute(agent::TasksDir(r.tasks_dir)).lexically_normal();
+Status CompleteSlurmOptions(remote::SlurmOptions* o, const std::string& tokens_flag,
+                            const std::string& tasks_dir_flag, fs::path* tokens_file) {
+  o->run_dir = fs::absolute(o->run_dir).lexically_normal();
+  o->tasks_dir = fs::absolute(agent::TasksDir(tasks_dir_flag)).lexically_normal();
   // The nodes run this very binary: it must sit on storage they share.
   std::error_code ec;
-  o.kforge = fs::read_symlink("/proc/self/exe", ec);
+  o->kforge = fs::read_symlink("/proc/self/exe", ec);
   if (ec) return Error(ErrorKind::kIo, "cannot find the running kforge (/proc/self/exe)");
-  *tokens_file = r.tokens.empty() ? o.run_dir / "slurm" / "tokens" : fs::path(r.tokens);
-  if (r.tokens.empty()) {
+  *tokens_file = tokens_flag.empty() ? o->run_dir / "slurm" / "tokens" : fs::path(tokens_flag);
+  if (tokens_flag.empty()) {
     KF_RETURN_IF_ERROR(MakeDirs(tokens_file->parent_path()));
     KF_RETURN_IF_ERROR(remote::EnsureTokenFile(*tokens_file));
   }
-  o.tokens_file = fs::absolute(*tokens_file).lexically_normal();
-  return o;
+  o->tokens_file = fs::absolute(*tokens_file).lexically_normal();
+  return Status::Ok();
 }
 
 remote::SlurmDeps CliSlurmDeps(const std::string& command) {

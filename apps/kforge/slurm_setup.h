@@ -1,5 +1,6 @@
-// What `kforge slurm up` and `kforge run --slurm` share: the Slurm options
-// from flags, the servers' tokens file, and the progress lines.
+// What `kforge slurm up` and `kforge run --slurm` share: completing the Slurm
+// options (this binary, absolute paths, the servers' tokens file) and the
+// progress lines.
 #pragma once
 
 #include <filesystem>
@@ -10,25 +11,13 @@
 
 namespace kforge::cli {
 
-struct SlurmRequest {
-  int nodes = 1;
-  int gpus_per_node = 0;
-  int cpus_per_node = 0;
-  bool exclusive = false;
-  std::string partition, time;
-  std::string tokens;  // empty: <run_dir>/slurm/tokens, made when missing
-  std::string tasks_dir;
-  int world = 2;
-  int compile_jobs = 0;
-  double wait_s = 600;
-  std::filesystem::path run_dir;
-};
-
-// The options for remote::SlurmUp; `*tokens_file` is the file the servers
-// and this machine's client read (created with a fresh token when the
-// default one is missing).
-Result<remote::SlurmOptions> BuildSlurmOptions(const SlurmRequest& request,
-                                               std::filesystem::path* tokens_file);
+// Fills in what flags do not give: the kforge the nodes run (this one),
+// absolute run and tasks directories (`tasks_dir_flag` as every command reads
+// it), and the tokens file: `tokens_flag`, or <run_dir>/slurm/tokens, made
+// with a fresh token when missing. `*tokens_file` is the file this machine's
+// client reads too.
+Status CompleteSlurmOptions(remote::SlurmOptions* options, const std::string& tokens_flag,
+                            const std::string& tasks_dir_flag, std::filesystem::path* tokens_file);
 
 // Real processes and the real clock; progress as "kforge COMMAND: ..." on stderr.
 remote::SlurmDeps CliSlurmDeps(const std::string& command);

@@ -92,8 +92,8 @@ struct EvalServer::Impl {
   // The token's index, or -1 with the 401 already written.
   int Authorize(const httplib::Request& req, httplib::Response& res) {
     const std::string presented = BearerToken(req);
-    res.set_header("WWW-Authenticate", "Bearer");
     if (presented.empty()) {
+      res.set_header("WWW-Authenticate", "Bearer");
       Refuse(res, 401, "unauthorized",
              "this server needs a token: send `Authorization: Bearer TOKEN` (the client's "
              "--eval-token-file or $KFORGE_EVAL_TOKEN)");
@@ -102,6 +102,7 @@ struct EvalServer::Impl {
     const int index = tokens.Match(presented);
     if (index < 0) {
       LogWarn(kLog, "refused a request from {} with an unknown token", req.remote_addr);
+      res.set_header("WWW-Authenticate", "Bearer error=\"invalid_token\"");
       Refuse(res, 401, "unauthorized", "the token is not one this server accepts");
       return -1;
     }
@@ -251,11 +252,8 @@ struct EvalServer::Impl {
     // A request without a token is refused before its body is read.
     http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
       if (req.path == "/v1/healthz") return httplib::Server::HandlerResponse::Unhandled;
-      if (BearerToken(req).empty() || tokens.Match(BearerToken(req)) < 0) {
-        Authorize(req, res);
-        return httplib::Server::HandlerResponse::Handled;
-      }
-      return httplib::Server::HandlerResponse::Unhandled;
+      return Authorize(req, res) < 0 ? httplib::Server::HandlerResponse::Handled
+                                     : httplib::Server::HandlerResponse::Unhandled;
     });
     http.set_error_handler(httplib::Server::HandlerWithResponse(
         [this](const httplib::Request&, httplib::Response& res) {
