@@ -2,7 +2,8 @@
 # Installs every Debian package kforge needs to build and test. Idempotent: quiet
 # when everything is already there. Pass --with-browser to also install Chromium
 # (used by the web UI test), --with-fuzz for clang and its libFuzzer runtime
-# (scripts/fuzz.sh; Debian's clang only recommends libclang-rt-dev).
+# (scripts/fuzz.sh; Debian's clang only recommends libclang-rt-dev), --with-slurm
+# for Slurm and munge (scripts/slurm-ci.sh: the `slurm` tests' cluster).
 set -euo pipefail
 
 packages=(
@@ -15,8 +16,9 @@ for arg in "$@"; do
   case "$arg" in
     --with-browser) packages+=(chromium) ;;
     --with-fuzz) packages+=(clang libclang-rt-dev) ;;
+    --with-slurm) packages+=(slurmctld slurmd slurm-client munge) ;;
     *)
-      echo "install-deps: unknown option $arg (--with-browser, --with-fuzz)" >&2
+      echo "install-deps: unknown option $arg (--with-browser, --with-fuzz, --with-slurm)" >&2
       exit 2
       ;;
   esac

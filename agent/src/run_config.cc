@@ -91,11 +91,18 @@ Result<RunConfig> ParseRunFile(std::string_view text, const fs::path& origin) {
                  fmt::format("{}:{}: {}", origin.string(), e.source().begin.line,
                              std::string(e.description())));
   }
-  static const std::set<std::string> kKnown = {
-      "name",     "models",       "tasks",     "strategy",        "turns",
-      "samples",  "repeats",      "world",     "dtype",           "gpus",
-      "hardware", "compile_only", "deadline",  "llm_concurrency", "compile_jobs",
-      "out",      "budget",       "tasks_dir", "registry"};
+  static const std::set<std::string> kKnown = {"name",           "models",
+                                               "tasks",          "strategy",
+                                               "turns",          "samples",
+                                               "repeats",        "world",
+                                               "dtype",          "gpus",
+                                               "hardware",       "compile_only",
+                                               "deadline",       "llm_concurrency",
+                                               "compile_jobs",   "out",
+                                               "budget",         "tasks_dir",
+                                               "registry",       "evaluators",
+                                               "evaluators_dir", "eval_token_file",
+                                               "slurm"};
   for (const auto& [k, v] : root) {
     if (!kKnown.count(std::string(k.str())))
       return FieldError(origin, &v, k.str(), "unknown field");
@@ -172,6 +179,41 @@ Result<RunConfig> ParseRunFile(std::string_view text, const fs::path& origin) {
       c.registries.push_back(path.lexically_normal().string());
     }
   }
+  KF_ASSIGN_OR_RETURN(c.evaluators, Strings(origin, root, "evaluators"));
+  for (const auto& url : c.evaluators) {
+    if (url.rfind("http://", 0) != 0 && url.rfind("https://", 0) != 0)
+      return FieldError(origin, root.get("evaluators"), "evaluators",
+                        fmt::format("'{}' is not an http:// or https:// URL", url));
+  }
+  KF_RETURN_IF_ERROR(str("evaluators_dir", &c.evaluators_dir));
+  KF_RETURN_IF_ERROR(str("eval_token_file", &c.eval_token_file));
+  for (std::string* rel : {&c.evaluators_dir, &c.eval_token_file}) {
+    // Relative to the run file, like registry files.
+    if (!rel->empty() && !fs::path(*rel).is_absolute())
+      *rel = (origin.parent_path() / *rel).lexically_normal().string();
+  }
+  if (const toml::node* n = root.get("slurm")) {
+    const toml::table* t = n->as_table();
+    if (!t) return FieldError(origin, n, "slurm", "expected a table");
+    for (const auto& [k, v] : *t) {
+      const std::string key(k.str());
+      const std::string field = "slurm." + key;
+      if (key == "nodes" || key == "gpus_per_node") {
+        auto i = v.value<int64_t>();
+        if (!i || *i < 1 || *i > 100000)
+          return FieldError(origin, &v, field, "expected an integer >= 1");
+        (key == "nodes" ? c.slurm_nodes : c.slurm_gpus_per_node) = static_cast<int>(*i);
+      } else if (key == "partition" || key == "time") {
+        auto str_value = v.value<std::string>();
+        if (!str_value) return FieldError(origin, &v, field, "expected a string");
+        (key == "partition" ? c.slurm_partition : c.slurm_time) = *str_value;
+      } else {
+        return FieldError(origin, &v, field,
+                          "unknown field (nodes, gpus_per_node, partition, time)");
+      }
+    }
+    if (c.slurm_nodes == 0) c.slurm_nodes = 1;
+  }
   if (const toml::node* n = root.get("deadline")) {
     auto v = n->value<std::string>();
     if (!v) return FieldError(origin, n, "deadline", "expected a string");
@@ -231,6 +273,16 @@ json RunConfigToJson(const RunConfig& c) {
   if (c.samples) j["samples"] = *c.samples;
   if (c.deadline_unix) j["deadline_unix"] = *c.deadline_unix;
   if (!c.registries.empty()) j["registries"] = c.registries;
+  // The token itself is never stored: only where it was read from.
+  if (!c.evaluators.empty()) j["evaluators"] = c.evaluators;
+  if (!c.evaluators_dir.empty()) j["evaluators_dir"] = c.evaluators_dir;
+  if (!c.eval_token_file.empty()) j["eval_token_file"] = c.eval_token_file;
+  if (c.slurm_nodes > 0) {
+    j["slurm"] = {{"nodes", c.slurm_nodes},
+                  {"gpus_per_node", c.slurm_gpus_per_node},
+                  {"partition", c.slurm_partition},
+                  {"time", c.slurm_time}};
+  }
   j["budget"] = {{"run", LimitsJson(c.budgets.run)},
                  {"per_model", LimitsJson(c.budgets.per_model)},
                  {"per_task", LimitsJson(c.budgets.per_task)}};
@@ -258,6 +310,16 @@ Result<RunConfig> RunConfigFromJson(const json& j) {
     if (j.contains("samples")) c.samples = j["samples"].get<int>();
     if (j.contains("deadline_unix")) c.deadline_unix = j["deadline_unix"].get<double>();
     c.registries = j.value("registries", std::vector<std::string>{});
+    c.evaluators = j.value("evaluators", std::vector<std::string>{});
+    c.evaluators_dir = j.value("evaluators_dir", "");
+    c.eval_token_file = j.value("eval_token_file", "");
+    if (j.contains("slurm")) {
+      const json& sl = j["slurm"];
+      c.slurm_nodes = sl.value("nodes", 0);
+      c.slurm_gpus_per_node = sl.value("gpus_per_node", 0);
+      c.slurm_partition = sl.value("partition", "");
+      c.slurm_time = sl.value("time", "");
+    }
     if (j.contains("budget")) {
       c.budgets.run = LimitsFrom(j["budget"].value("run", json::object()));
       c.budgets.per_model = LimitsFrom(j["budget"].value("per_model", json::object()));
@@ -276,7 +338,11 @@ std::vector<std::string> RunConfigDifferences(const RunConfig& stored, const Run
   for (const auto& [k, v] : b.items()) keys.insert(k);
   std::vector<std::string> out;
   for (const auto& k : keys) {
-    if (k == "name" || k == "out") continue;
+    // Where evaluations run is not what the run asks: servers come and go
+    // between a run and its resume.
+    if (k == "name" || k == "out" || k == "evaluators" || k == "evaluators_dir" ||
+        k == "eval_token_file" || k == "slurm")
+      continue;
     const json va = a.value(k, json()), vb = b.value(k, json());
     if (va != vb) out.push_back(fmt::format("{}: {} -> {}", k, va.dump(), vb.dump()));
   }

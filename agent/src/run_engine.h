@@ -35,6 +35,7 @@ struct SessionSlot {
   bool marked_running = false;
   std::map<int, int> attempts;               // candidate -> failed model calls
   std::map<int, Clock::TimePoint> retry_at;  // candidate -> not before
+  std::map<int, int> eval_attempts;          // candidate -> evaluations lost with their slot
 };
 
 class RunEngine {
@@ -51,6 +52,12 @@ class RunEngine {
   Status OnAnswer(SessionSlot& slot, int cand, Result<LlmAnswer>& answer);
   Status OnCompileDoc(SessionSlot& slot, int cand, Result<nlohmann::json>& doc);
   Status OnGpuDoc(SessionSlot& slot, int cand, Result<nlohmann::json>& doc);
+  // A compile or GPU job came back kSlotLost: suspend the slot, requeue the
+  // job or, out of attempts, stop the session (requeue.cc).
+  Status OnSlotLost(SessionSlot& slot, const Job& job, const Status& lost);
+  void OnSlotWorked(Pool pool, int slot);
+  std::string SlotName(Pool pool, int slot) const;
+  std::string SlotGroup(Pool pool, int slot) const;
   Status FinishWithEval(SessionSlot& slot, int cand, const nlohmann::json& doc, Outcome outcome);
   Status Settle(SessionSlot& slot);
   Result<std::string> Feedback(const Session& s, int cand, Outcome outcome,
@@ -76,7 +83,8 @@ class RunEngine {
   std::set<uint64_t> dispatched_;
   uint64_t next_job_ = 1;
   std::set<std::string> stopped_models_;
-  std::set<std::string> unpriced_models_;  // models with a call the registry could not price
+  std::set<std::string> unpriced_models_;   // models with a call the registry could not price
+  std::map<std::string, int> slot_losses_;  // losses in a row, per slot group
 };
 
 }  // namespace kforge::agent::internal

@@ -203,6 +203,14 @@ Status RunEngine::HandleDone(uint64_t id) {
   std::unique_ptr<Job> job = std::move(jobs_.at(id));
   jobs_.erase(id);
   SessionSlot& slot = sessions_[job->session];
+  if (job->pool != Pool::kLlm) {
+    if (!job->doc->ok() && job->doc->status().kind() == ErrorKind::kSlotLost) {
+      KF_RETURN_IF_ERROR(OnSlotLost(slot, *job, job->doc->status()));
+      return Settle(slot);
+    }
+    OnSlotWorked(job->pool, job->slot);
+    if (job->doc->ok()) slot.eval_attempts.erase(job->candidate);
+  }
   switch (job->pool) {
     case Pool::kLlm:
       KF_RETURN_IF_ERROR(OnAnswer(slot, job->candidate, *job->answer));
@@ -426,6 +434,9 @@ Result<RunSummary> RunEngine::Run() {
     for (auto& slot : sessions_) KF_RETURN_IF_ERROR(Settle(slot));
     if (deps_.progress) deps_.progress->Update(Stats());
     std::optional<Clock::TimePoint> retry = NextRetry();
+    if (std::optional<Clock::TimePoint> resume = scheduler_.NextResume();
+        resume && (!retry || *resume < *retry))
+      retry = resume;
     if (deps_.executor->in_flight() == 0 && !retry) {
       if (jobs_.empty()) break;
       // Queued jobs with no dispatch possible: cannot happen with non-zero pools.

@@ -11,7 +11,34 @@ Scheduler::Scheduler(PoolLimits limits, const Clock& clock)
       clock_(clock),
       compile_busy_(std::max(1, limits_.compile_slots), false),
       gpu_started_(std::max(0, limits_.gpu_sets)),
-      gpu_busy_s_(std::max(0, limits_.gpu_sets), 0.0) {}
+      gpu_busy_s_(std::max(0, limits_.gpu_sets), 0.0),
+      compile_until_(compile_busy_.size()),
+      gpu_until_(gpu_started_.size()) {}
+
+bool Scheduler::Suspended(Pool pool, size_t slot) const {
+  const auto& until = pool == Pool::kGpu ? gpu_until_ : compile_until_;
+  return slot < until.size() && until[slot] && *until[slot] > clock_.Now();
+}
+
+void Scheduler::Suspend(Pool pool, int slot, Clock::TimePoint until) {
+  auto& v = pool == Pool::kGpu ? gpu_until_ : compile_until_;
+  if (pool == Pool::kLlm || slot < 0 || static_cast<size_t>(slot) >= v.size()) return;
+  v[slot] = until;
+}
+
+std::optional<Clock::TimePoint> Scheduler::NextResume() const {
+  std::optional<Clock::TimePoint> next;
+  const auto now = clock_.Now();
+  auto scan = [&](const std::vector<std::optional<Clock::TimePoint>>& until, bool waiting) {
+    if (!waiting) return;
+    for (const auto& t : until) {
+      if (t && *t > now && (!next || *t < *next)) next = *t;
+    }
+  };
+  scan(compile_until_, !compile_q_.empty());
+  scan(gpu_until_, !gpu_q_.empty());
+  return next;
+}
 
 int Scheduler::ModelCap(const std::string& model) const {
   auto it = limits_.llm_model_override.find(model);
@@ -36,7 +63,7 @@ std::vector<Dispatch> Scheduler::DispatchReady() {
   std::vector<Dispatch> out;
   // GPU first: an idle GPU is the most expensive thing in the room.
   for (size_t set = 0; set < gpu_started_.size() && !gpu_q_.empty(); ++set) {
-    if (gpu_started_[set]) continue;
+    if (gpu_started_[set] || Suspended(Pool::kGpu, set)) continue;
     Dispatch d{gpu_q_.front().id, Pool::kGpu, static_cast<int>(set)};
     gpu_q_.pop_front();
     gpu_started_[set] = clock_.Now();
@@ -44,7 +71,7 @@ std::vector<Dispatch> Scheduler::DispatchReady() {
     out.push_back(d);
   }
   for (size_t slot = 0; slot < compile_busy_.size() && !compile_q_.empty(); ++slot) {
-    if (compile_busy_[slot]) continue;
+    if (compile_busy_[slot] || Suspended(Pool::kCompile, slot)) continue;
     Dispatch d{compile_q_.front().id, Pool::kCompile, static_cast<int>(slot)};
     compile_q_.pop_front();
     compile_busy_[slot] = true;
@@ -131,7 +158,11 @@ int Scheduler::busy(Pool pool) const {
 }
 
 bool Scheduler::GpuIdleWhileReady() const {
-  return !gpu_q_.empty() && busy(Pool::kGpu) < static_cast<int>(gpu_started_.size());
+  if (gpu_q_.empty()) return false;
+  for (size_t set = 0; set < gpu_started_.size(); ++set) {
+    if (!gpu_started_[set] && !Suspended(Pool::kGpu, set)) return true;
+  }
+  return false;
 }
 
 std::vector<double> Scheduler::GpuBusySeconds() const {

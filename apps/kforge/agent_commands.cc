@@ -22,7 +22,9 @@
 #include "kforge/core/strings.h"
 #include "kforge/evaluator/evaluate.h"
 #include "kforge/evaluator/task.h"
+#include "kforge/remote/suite_hash.h"
 #include "kforge/results/store.h"
+#include "run_pools.h"
 
 namespace kforge::cli {
 namespace {
@@ -106,10 +108,23 @@ struct RunArgs {
   std::vector<int> gpus;
   std::vector<std::string> registries;
   std::string json;  // --json FILE|-: the summary
+  std::string evaluators, evaluators_dir, eval_token_file;
+  bool slurm = false;
+  int slurm_nodes = 0, slurm_gpus_per_node = -1;
+  std::string slurm_partition, slurm_time;
   double budget_usd = -1, model_budget_usd = -1, task_budget_usd = -1, budget_wall_s = -1;
   int64_t budget_tokens = -1, model_budget_tokens = -1;
   bool compile_only = false;
 };
+
+// --slurm and its options (a run file's [slurm] table says the same).
+void ApplySlurmFlags(const RunArgs& a, RunConfig* c) {
+  if (a.slurm || a.slurm_nodes > 0) c->slurm_nodes = std::max({1, c->slurm_nodes, a.slurm_nodes});
+  if (a.slurm_nodes > 0) c->slurm_nodes = a.slurm_nodes;
+  if (a.slurm_gpus_per_node >= 0) c->slurm_gpus_per_node = a.slurm_gpus_per_node;
+  if (!a.slurm_partition.empty()) c->slurm_partition = a.slurm_partition;
+  if (!a.slurm_time.empty()) c->slurm_time = a.slurm_time;
+}
 
 // The config: stored (resume), else the run file, then flags on top.
 Result<RunConfig> ConfigFromArgs(const RunArgs& a, bool* default_name) {
@@ -130,6 +145,11 @@ Result<RunConfig> ConfigFromArgs(const RunArgs& a, bool* default_name) {
         if (a.compile_only) c.compile_only = true;
         if (!a.tasks_dir.empty()) c.tasks_dir = a.tasks_dir;
         if (!a.registries.empty()) c.registries = a.registries;
+        // Servers change between a run and its resume.
+        if (!a.evaluators.empty()) c.evaluators = Split(a.evaluators, ',');
+        if (!a.evaluators_dir.empty()) c.evaluators_dir = a.evaluators_dir;
+        if (!a.eval_token_file.empty()) c.eval_token_file = a.eval_token_file;
+        ApplySlurmFlags(a, &c);
         return c;
       }
     }
@@ -154,6 +174,15 @@ Result<RunConfig> ConfigFromArgs(const RunArgs& a, bool* default_name) {
   if (a.compile_only) c.compile_only = true;
   if (a.llm_concurrency > 0) c.llm_concurrency = a.llm_concurrency;
   if (a.compile_jobs > 0) c.compile_jobs = a.compile_jobs;
+  if (!a.evaluators.empty()) c.evaluators = Split(a.evaluators, ',');
+  if (!a.evaluators_dir.empty()) c.evaluators_dir = a.evaluators_dir;
+  if (!a.eval_token_file.empty()) c.eval_token_file = a.eval_token_file;
+  ApplySlurmFlags(a, &c);
+  for (const auto& url : c.evaluators) {
+    if (url.rfind("http://", 0) != 0 && url.rfind("https://", 0) != 0)
+      return Error(ErrorKind::kInvalidInput,
+                   fmt::format("--evaluators: '{}' is not an http:// or https:// URL", url));
+  }
   if (a.run_file.empty() || a.out != "runs") c.out = a.out;
   if (a.budget_usd >= 0) c.budgets.run.usd = a.budget_usd;
   if (a.budget_tokens >= 0) c.budgets.run.tokens = a.budget_tokens;
@@ -238,25 +267,22 @@ int RunRun(const RunArgs& a) {
   if (cfg.turns) strategy.turns = *cfg.turns;
   if (cfg.samples) strategy.samples = *cfg.samples;
 
-  // The GPUs: probed unless compile-only was asked for; none found means compile-only.
-  bool compile_only = cfg.compile_only;
-  nlohmann::json probed = nlohmann::json::object();
-  std::string no_gpu_reason = "--compile-only";
-  if (!compile_only) {
-    auto card = agent::ProbeHardwareCard(cfg.gpus);
-    if (card.ok()) {
-      probed = *card;
-    } else {
-      compile_only = true;
-      no_gpu_reason = card.status().message();
-    }
-  }
+  // The evaluators: this machine's GPUs (probed unless compile-only was
+  // asked for; none found means compile-only), or eval-servers' slots.
+  auto suite_hash = remote::TaskSuiteHash(tasks_dir);
+  if (!suite_hash.ok()) return FailWith("run", suite_hash.status());
+  fs::path run_dir = fs::path(cfg.out) / cfg.name;
+  auto pools_or = MakeRunPools(cfg, &*tasks, *suite_hash, run_dir);
+  if (!pools_or.ok()) return FailWith("run", pools_or.status());
+  RunPools& pools = **pools_or;
+  const bool compile_only = pools.compile_only;
+  const nlohmann::json& probed = pools.card;
   if (compile_only) {
     std::fprintf(
         stderr,
         "kforge run: no GPU evaluation (%s). Kernels will be compiled and policy-checked only; "
         "evaluation needs a GPU.\n",
-        no_gpu_reason.c_str());
+        pools.no_gpu_reason.c_str());
   }
   std::string why;
   nlohmann::json card = probed;
@@ -279,6 +305,7 @@ int RunRun(const RunArgs& a) {
   spec.budgets = cfg.budgets;
   spec.deadline_unix = cfg.deadline_unix;
   spec.config = agent::RunConfigToJson(cfg);
+  spec.config["task_suite_hash"] = *suite_hash;
   // What the run resolved the config to (defaults filled in), for readers of
   // the store; `compile_only` above stays what was asked, so a resume on a
   // GPU machine evaluates.
@@ -303,39 +330,18 @@ int RunRun(const RunArgs& a) {
   }
   spec.config["resolved"] = resolved;
 
-  // Pools: one evaluator per disjoint GPU set of `world` GPUs (all GPUs in one
-  // set when there are fewer than world: the evaluator then emulates).
-  std::vector<int> gpus = cfg.gpus;
-  if (gpus.empty() && probed.contains("gpus")) {
-    for (const auto& g : probed["gpus"]) gpus.push_back(g.value("index", 0));
-  }
-  std::vector<std::unique_ptr<agent::EvalPort>> owned;
   agent::RunDeps deps;
-  if (!compile_only) {
-    size_t sets = std::max<size_t>(1, gpus.size() / std::max(1, cfg.world));
-    for (size_t s = 0; s < sets; ++s) {
-      std::vector<int> set;
-      if (gpus.size() < static_cast<size_t>(cfg.world)) {
-        set = gpus;
-      } else {
-        set.assign(gpus.begin() + s * cfg.world, gpus.begin() + (s + 1) * cfg.world);
-      }
-      owned.push_back(agent::MakeEvaluatorPort(&*tasks, set));
-      deps.gpu_sets.push_back(owned.back().get());
-    }
-  }
-  int compile_jobs =
-      cfg.compile_jobs > 0 ? cfg.compile_jobs : std::max(1u, std::thread::hardware_concurrency());
-  for (int i = 0; i < compile_jobs; ++i) {
-    owned.push_back(agent::MakeEvaluatorPort(&*tasks, {}));
-    deps.compilers.push_back(owned.back().get());
-  }
+  deps.gpu_sets = pools.gpu;
+  deps.compilers = pools.compile;
+  deps.gpu_set_names = pools.gpu_names;
+  deps.compiler_names = pools.compile_names;
+  deps.gpu_set_groups = pools.gpu_groups;
+  deps.compiler_groups = pools.compile_groups;
   spec.pools.gpu_sets = static_cast<int>(deps.gpu_sets.size());
-  spec.pools.compile_slots = compile_jobs;
+  spec.pools.compile_slots = static_cast<int>(deps.compilers.size());
   spec.pools.llm_per_model = cfg.llm_concurrency;
   spec.pools.llm_total = cfg.llm_concurrency * static_cast<int>(cfg.models.size());
 
-  fs::path run_dir = fs::path(cfg.out) / cfg.name;
   auto store = agent::OpenRunStore(run_dir);
   if (!store.ok()) return FailWith("run", store.status());
   auto executor = agent::MakeThreadExecutor();
@@ -350,6 +356,7 @@ int RunRun(const RunArgs& a) {
                "kforge run %s: %zu model(s) x %zu task(s) x %d, strategy %s, W=%d, store %s\n",
                cfg.name.c_str(), cfg.models.size(), spec.tasks.size(), cfg.repeats,
                strategy.name.c_str(), cfg.world, run_dir.string().c_str());
+  if (pools.remote) std::fprintf(stderr, "kforge run: evaluating on %s\n", pools.where.c_str());
   auto summary = agent::ExecuteRun(spec, deps);
   if (!summary.ok()) {
     std::fprintf(stderr, "kforge run: %s (the run is resumable: kforge run --resume %s)\n",
@@ -413,6 +420,21 @@ void AddRun(CLI::App& app, int& exit_code) {
       ->check(CLI::Range(1, 1024));
   cmd->add_option("--out", a->out, "where run directories go (default runs)");
   cmd->add_option("--tasks-dir", a->tasks_dir, "where tasks live");
+  cmd->add_option("--evaluators", a->evaluators,
+                  "evaluate on these eval-servers, comma-separated base URLs (docs/scale.md)");
+  cmd->add_option("--evaluators-dir", a->evaluators_dir,
+                  "evaluate on the eval-servers registered in this rendezvous directory");
+  cmd->add_option("--eval-token-file", a->eval_token_file,
+                  "the eval-servers' bearer token (mode 0600; default $KFORGE_EVAL_TOKEN)");
+  cmd->add_flag("--slurm", a->slurm,
+                "start eval-servers through Slurm for this run and stop them after it");
+  cmd->add_option("--slurm-nodes", a->slurm_nodes, "servers (nodes) for --slurm (default 1)")
+      ->check(CLI::Range(1, 100000));
+  cmd->add_option("--slurm-gpus-per-node", a->slurm_gpus_per_node,
+                  "GPUs per server for --slurm (default: W; 0 with --compile-only)")
+      ->check(CLI::Range(0, 64));
+  cmd->add_option("--slurm-partition", a->slurm_partition, "Slurm partition for --slurm");
+  cmd->add_option("--slurm-time", a->slurm_time, "Slurm time limit for --slurm, e.g. 12:00:00");
   cmd->add_option("--registry", a->registries,
                   "extra model registry file(s), after ~/.config/kforge/models.toml");
   AddJsonOption(cmd, a->json);

@@ -52,6 +52,8 @@ std::string_view ErrorKindName(ErrorKind kind) {
       return "integrity_violation";
     case ErrorKind::kInternal:
       return "internal";
+    case ErrorKind::kSlotLost:
+      return "slot_lost";
   }
   return "unknown";
 }

@@ -30,6 +30,44 @@ TEST(RunConfig, ParsesARunFileAndRoundTripsThroughJson) {
   EXPECT_EQ(RunConfigToJson(*back), RunConfigToJson(*c));
 }
 
+TEST(RunConfig, RemoteEvaluationAndSlurmFromARunFile) {
+  auto c = ParseRunFile(
+      "models = [\"a:x\"]\ntasks = [\"1\"]\n"
+      "evaluators = [\"http://gpu1:8780\", \"https://gpu2:8443\"]\n"
+      "evaluators_dir = \"servers/workers\"\neval_token_file = \"/etc/kforge/token\"\n"
+      "[slurm]\nnodes = 4\ngpus_per_node = 8\npartition = \"gpu\"\ntime = \"12:00:00\"\n",
+      "/home/me/night.toml");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->evaluators, (std::vector<std::string>{"http://gpu1:8780", "https://gpu2:8443"}));
+  EXPECT_EQ(c->evaluators_dir, "/home/me/servers/workers");  // relative to the run file
+  EXPECT_EQ(c->eval_token_file, "/etc/kforge/token");
+  EXPECT_EQ(c->slurm_nodes, 4);
+  EXPECT_EQ(c->slurm_gpus_per_node, 8);
+  EXPECT_EQ(c->slurm_partition, "gpu");
+  EXPECT_EQ(c->slurm_time, "12:00:00");
+  auto back = RunConfigFromJson(RunConfigToJson(*c));
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(RunConfigToJson(*back), RunConfigToJson(*c));
+  // Where evaluations run is not part of what the run asks.
+  RunConfig local = *c;
+  local.evaluators.clear();
+  local.slurm_nodes = 0;
+  EXPECT_TRUE(RunConfigDifferences(*c, local).empty());
+
+  auto bad_url =
+      ParseRunFile("models = [\"a:x\"]\ntasks = [\"1\"]\nevaluators = [\"gpu1:8780\"]\n", "r.toml");
+  ASSERT_FALSE(bad_url.ok());
+  EXPECT_NE(bad_url.status().message().find("r.toml:3: evaluators: 'gpu1:8780'"), std::string::npos)
+      << bad_url.status().message();
+  auto bad_key = ParseRunFile("models = [\"a:x\"]\ntasks = [\"1\"]\n[slurm]\nnode = 2\n", "r.toml");
+  ASSERT_FALSE(bad_key.ok());
+  EXPECT_NE(bad_key.status().message().find("slurm.node: unknown field"), std::string::npos)
+      << bad_key.status().message();
+  auto just_table = ParseRunFile("models = [\"a:x\"]\ntasks = [\"1\"]\n[slurm]\n", "r.toml");
+  ASSERT_TRUE(just_table.ok());
+  EXPECT_EQ(just_table->slurm_nodes, 1);  // the table alone means one server
+}
+
 TEST(RunConfig, ErrorsNameFileLineAndField) {
   auto c = ParseRunFile("models = [\"a\"]\ntasks = [\"1\"]\nworld = 0\n", "r.toml");
   EXPECT_EQ(c.status().message(), "r.toml:3: world: expected an integer >= 1");

@@ -87,6 +87,38 @@ TEST(Scheduler, CompileSlotsBoundConcurrentCompiles) {
   EXPECT_EQ(d[0].slot, 1);
 }
 
+TEST(Scheduler, SuspendedSlotsTakeNoWorkUntilTheyResume) {
+  FakeClock clock;
+  PoolLimits limits;
+  limits.gpu_sets = 2;
+  limits.compile_slots = 1;
+  Scheduler s(limits, clock);
+  s.Suspend(Pool::kGpu, 0, clock.Now() + std::chrono::seconds(30));
+  EXPECT_FALSE(s.NextResume());  // nothing waits for it
+  s.Enqueue({1, Pool::kGpu, ""});
+  s.Enqueue({2, Pool::kGpu, ""});
+  auto d = s.DispatchReady();
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].slot, 1);  // not the suspended set
+  EXPECT_FALSE(s.GpuIdleWhileReady());
+  ASSERT_TRUE(s.NextResume());
+  EXPECT_EQ(*s.NextResume(), clock.Now() + std::chrono::seconds(30));
+  clock.Advance(std::chrono::seconds(29));
+  EXPECT_TRUE(s.DispatchReady().empty());
+  clock.Advance(std::chrono::seconds(1));
+  auto later = s.DispatchReady();
+  ASSERT_EQ(later.size(), 1u);
+  EXPECT_EQ(later[0].id, 2u);
+  EXPECT_EQ(later[0].slot, 0);
+  EXPECT_FALSE(s.NextResume());
+
+  s.Suspend(Pool::kCompile, 0, clock.Now() + std::chrono::seconds(5));
+  s.Enqueue({3, Pool::kCompile, ""});
+  EXPECT_TRUE(s.DispatchReady().empty());
+  clock.Advance(std::chrono::seconds(5));
+  ASSERT_EQ(s.DispatchReady().size(), 1u);
+}
+
 TEST(SimExecutor, CompletesInOrderOfSimulatedTime) {
   FakeClock clock;
   auto ex = MakeSimExecutor(clock);

@@ -35,6 +35,17 @@ struct RunConfig {
   // Model registry files read after the built-in registry and the user's
   // $XDG_CONFIG_HOME/kforge/models.toml (--registry; a run file's `registry`).
   std::vector<std::string> registries;
+  // Remote evaluation (docs/scale.md): eval-server base URLs, and/or a
+  // rendezvous directory whose registrations name servers. The token comes
+  // from eval_token_file or $KFORGE_EVAL_TOKEN and is never stored.
+  std::vector<std::string> evaluators;
+  std::string evaluators_dir;
+  std::string eval_token_file;
+  // `kforge run --slurm` / a run file's [slurm] table: start eval-servers
+  // through Slurm around the run (slurm_nodes > 0 means on).
+  int slurm_nodes = 0;
+  int slurm_gpus_per_node = 0;
+  std::string slurm_partition, slurm_time;
 };
 
 // Reads a run file. Errors name the file, the line and the field.

@@ -51,12 +51,29 @@ struct RunSpec {
   // the backoff, but never more than this (a provider asking for hours is
   // capped, and the event says so).
   double max_retry_wait_s = 1800;
+  // An evaluation whose slot was lost (ErrorKind::kSlotLost: a remote server
+  // died mid-job, drained, was unreachable or full) is requeued on another
+  // slot, each time recorded as an `eval_requeued` event; after this many
+  // attempts in all it is abandoned (`eval_abandoned`) and its session stops
+  // as a harness failure: never counted against the kernel, and left
+  // unevaluated so that a resume evaluates it.
+  int max_eval_attempts = 4;
+  // A lost slot takes no work for this long, doubled for each loss in a row
+  // (a Retry-After the server sent is a minimum), up to max_slot_cooldown_s.
+  double slot_cooldown_s = 15;
+  double max_slot_cooldown_s = 600;
 };
 
 struct RunDeps {
   LlmPort* llm = nullptr;
   std::vector<EvalPort*> gpu_sets;   // one per GPU set (PoolLimits::gpu_sets of them)
   std::vector<EvalPort*> compilers;  // one per compile slot
+  // Names each slot in events (e.g. "URL (gpu slot 0)"); optional, by index.
+  std::vector<std::string> gpu_set_names, compiler_names;
+  // Slots with the same group (a remote server's URL), in either pool, are
+  // lost together: when one loses its job, all of them rest. Optional, by
+  // index; a slot without a group is on its own.
+  std::vector<std::string> gpu_set_groups, compiler_groups;
   StorePort* store = nullptr;
   Clock* clock = nullptr;
   Executor* executor = nullptr;

@@ -5,7 +5,9 @@
 // calls are capped per model and overall and served round-robin across
 // models; compiles and GPU evaluations are first come, first served. A GPU
 // set runs one evaluation at a time (timing is exclusive), and a GPU set is
-// never left idle while an evaluation is ready.
+// never left idle while an evaluation is ready. A slot whose evaluator was
+// lost (a remote server that died or turned the job away) can be suspended
+// for a while; its jobs go to the other slots.
 #pragma once
 
 #include <cstdint>
@@ -51,17 +53,24 @@ class Scheduler {
   // Assigns free slots to ready jobs; call after every Enqueue/Release batch.
   std::vector<Dispatch> DispatchReady();
   void Release(uint64_t id);
+  // Takes a compile or GPU slot out of dispatch until `until` (its evaluator
+  // was lost); a job already running there is unaffected.
+  void Suspend(Pool pool, int slot, Clock::TimePoint until);
+  // The earliest time a suspended slot comes back while jobs of its pool
+  // wait: when the runner must look again even if nothing finishes.
+  std::optional<Clock::TimePoint> NextResume() const;
 
   size_t queued(Pool pool) const;
   int busy(Pool pool) const;
   // True when some GPU set is free while an evaluation waits (never after DispatchReady).
-  bool GpuIdleWhileReady() const;
+  bool GpuIdleWhileReady() const;  // suspended sets are not idle
   // Seconds each GPU set has spent evaluating so far.
   std::vector<double> GpuBusySeconds() const;
   const PoolLimits& limits() const { return limits_; }
 
  private:
   int ModelCap(const std::string& model) const;
+  bool Suspended(Pool pool, size_t slot) const;
 
   PoolLimits limits_;
   const Clock& clock_;
@@ -73,6 +82,7 @@ class Scheduler {
   std::vector<bool> compile_busy_;
   std::vector<std::optional<Clock::TimePoint>> gpu_started_;
   std::vector<double> gpu_busy_s_;
+  std::vector<std::optional<Clock::TimePoint>> compile_until_, gpu_until_;  // suspended until
   std::map<uint64_t, Dispatch> running_;
   std::map<uint64_t, std::string> running_model_;
 };

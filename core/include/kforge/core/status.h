@@ -39,6 +39,11 @@ enum class ErrorKind {
   kCancelled,           // the user or a deadline stopped the work
   kInternal,            // a bug in kforge
   kIntegrityViolation,  // a kernel's process broke the sandbox or the timing protocol
+  // An evaluation slot could not take or finish the job for reasons that are
+  // neither the kernel's nor the job's: a remote server died, was unreachable,
+  // drained, or had a full queue. The same job may run elsewhere (the run
+  // requeues it; retry_after_s() says when this slot may be asked again).
+  kSlotLost,
 };
 
 // Stable lower_snake name ("rate_limited") used in JSON and logs.
