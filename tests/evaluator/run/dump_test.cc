@@ -71,7 +71,9 @@ TEST(DumpTest, WritesEveryRanksTensorsAndAManifest) {
   for (const auto& f : m["files"]) {
     EXPECT_TRUE(fs::exists(dir / f["path"].get<std::string>())) << f.dump();
     if (f["role"] == "expected" && !f["checked"].get<bool>()) ++unchecked;
-    if (f["role"] == "input") EXPECT_EQ(f["npy_dtype"], "<u2");
+    if (f["role"] == "input") {
+      EXPECT_EQ(f["npy_dtype"], "<u2");
+    }
   }
   EXPECT_EQ(unchecked, 2);  // y is checked on rank 0 only
 
