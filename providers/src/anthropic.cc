@@ -26,14 +26,14 @@ FinishReason MapStop(const std::string& r) {
 // message_delta repeats only some counts (cumulatively).
 void MergeUsage(const Json& u, Usage& usage, int64_t& uncached) {
   if (!u.is_object()) return;
-  uncached = GetInt(u, "input_tokens", uncached);
-  usage.cached_input_tokens = GetInt(u, "cache_read_input_tokens", usage.cached_input_tokens);
+  uncached = GetCount(u, "input_tokens", uncached);
+  usage.cached_input_tokens = GetCount(u, "cache_read_input_tokens", usage.cached_input_tokens);
   usage.cache_write_input_tokens =
-      GetInt(u, "cache_creation_input_tokens", usage.cache_write_input_tokens);
+      GetCount(u, "cache_creation_input_tokens", usage.cache_write_input_tokens);
   usage.input_tokens = uncached + usage.cached_input_tokens + usage.cache_write_input_tokens;
-  usage.output_tokens = GetInt(u, "output_tokens", usage.output_tokens);
+  usage.output_tokens = GetCount(u, "output_tokens", usage.output_tokens);
   usage.reasoning_tokens =
-      GetInt(Field(u, "output_tokens_details"), "thinking_tokens", usage.reasoning_tokens);
+      GetCount(Field(u, "output_tokens_details"), "thinking_tokens", usage.reasoning_tokens);
 }
 
 HttpRequest Build(const ChatRequest& request, const Endpoint& endpoint, bool stream) {

@@ -23,10 +23,10 @@ FinishReason MapFinish(const std::string& r) {
 // thoughts, checked against gemini_ok.json), so output = candidates + thoughts.
 Usage ParseUsage(const Json& u) {
   Usage usage;
-  usage.input_tokens = GetInt(u, "promptTokenCount");
-  usage.cached_input_tokens = GetInt(u, "cachedContentTokenCount");
-  usage.reasoning_tokens = GetInt(u, "thoughtsTokenCount");
-  usage.output_tokens = GetInt(u, "candidatesTokenCount") + usage.reasoning_tokens;
+  usage.input_tokens = GetCount(u, "promptTokenCount");
+  usage.cached_input_tokens = GetCount(u, "cachedContentTokenCount");
+  usage.reasoning_tokens = GetCount(u, "thoughtsTokenCount");
+  usage.output_tokens = GetCount(u, "candidatesTokenCount") + usage.reasoning_tokens;
   return usage;
 }
 

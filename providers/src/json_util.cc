@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+#include <limits>
+
 namespace kforge::providers {
 
 Result<Json> ParseJson(std::string_view text, std::string_view what) {
@@ -27,13 +30,27 @@ std::string GetString(const Json& j, std::string_view key, std::string fallback)
 
 std::optional<int64_t> GetOptInt(const Json& j, std::string_view key) {
   const Json& v = Field(j, key);
-  if (v.is_number_integer() || v.is_number_unsigned()) return v.get<int64_t>();
-  if (v.is_number_float()) return static_cast<int64_t>(v.get<double>());
+  if (v.is_number_unsigned()) {
+    uint64_t u = v.get<uint64_t>();
+    if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return std::nullopt;
+    return static_cast<int64_t>(u);
+  }
+  if (v.is_number_integer()) return v.get<int64_t>();
+  if (v.is_number_float()) {
+    // A provider body is untrusted: 1e300 or NaN in a count is no count at all
+    // (and converting it would be undefined behaviour). 2^63 is exactly
+    // representable as a double; anything at or past it does not fit.
+    double d = v.get<double>();
+    constexpr double kLimit = 9223372036854775808.0;
+    if (!std::isfinite(d) || d >= kLimit || d < -kLimit) return std::nullopt;
+    return static_cast<int64_t>(d);
+  }
   return std::nullopt;
 }
 
-int64_t GetInt(const Json& j, std::string_view key, int64_t fallback) {
-  return GetOptInt(j, key).value_or(fallback);
+int64_t GetCount(const Json& j, std::string_view key, int64_t fallback) {
+  std::optional<int64_t> v = GetOptInt(j, key);
+  return v && *v >= 0 && *v <= kMaxTokenCount ? *v : fallback;
 }
 
 bool Has(const Json& j, std::string_view key) { return !Field(j, key).is_null(); }

@@ -21,8 +21,13 @@ Result<Json> ParseJson(std::string_view text, std::string_view what);
 // j[key] if j is an object holding key, else a null reference.
 const Json& Field(const Json& j, std::string_view key);
 std::string GetString(const Json& j, std::string_view key, std::string fallback = {});
-int64_t GetInt(const Json& j, std::string_view key, int64_t fallback = 0);
+// An integer field; a float is truncated. Nothing that does not fit in an
+// int64_t (1e300, a NaN, 2^64 - 1) reads as an integer.
 std::optional<int64_t> GetOptInt(const Json& j, std::string_view key);
+// A token count: an integer in [0, kMaxTokenCount], else the fallback. The
+// bound keeps sums of counts from overflowing; no response has 2^40 tokens.
+inline constexpr int64_t kMaxTokenCount = int64_t{1} << 40;
+int64_t GetCount(const Json& j, std::string_view key, int64_t fallback = 0);
 bool Has(const Json& j, std::string_view key);
 
 // At most `max_bytes` of `text`, cut at a character boundary, with each byte

@@ -21,10 +21,10 @@ FinishReason MapFinish(const std::string& r) {
 // may be missing (Ollama, 2024 responses).
 Usage ParseUsage(const Json& u) {
   Usage usage;
-  usage.input_tokens = GetInt(u, "prompt_tokens");
-  usage.cached_input_tokens = GetInt(Field(u, "prompt_tokens_details"), "cached_tokens");
-  usage.output_tokens = GetInt(u, "completion_tokens");
-  usage.reasoning_tokens = GetInt(Field(u, "completion_tokens_details"), "reasoning_tokens");
+  usage.input_tokens = GetCount(u, "prompt_tokens");
+  usage.cached_input_tokens = GetCount(Field(u, "prompt_tokens_details"), "cached_tokens");
+  usage.output_tokens = GetCount(u, "completion_tokens");
+  usage.reasoning_tokens = GetCount(Field(u, "completion_tokens_details"), "reasoning_tokens");
   return usage;
 }
 

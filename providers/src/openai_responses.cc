@@ -11,10 +11,10 @@ namespace {
 
 Usage ParseUsage(const Json& u) {
   Usage usage;
-  usage.input_tokens = GetInt(u, "input_tokens");  // includes cached
-  usage.cached_input_tokens = GetInt(Field(u, "input_tokens_details"), "cached_tokens");
-  usage.output_tokens = GetInt(u, "output_tokens");  // includes reasoning
-  usage.reasoning_tokens = GetInt(Field(u, "output_tokens_details"), "reasoning_tokens");
+  usage.input_tokens = GetCount(u, "input_tokens");  // includes cached
+  usage.cached_input_tokens = GetCount(Field(u, "input_tokens_details"), "cached_tokens");
+  usage.output_tokens = GetCount(u, "output_tokens");  // includes reasoning
+  usage.reasoning_tokens = GetCount(Field(u, "output_tokens_details"), "reasoning_tokens");
   return usage;
 }
 

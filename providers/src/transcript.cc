@@ -76,11 +76,11 @@ Result<ChatResponse> ResponseFromJson(const Json& j, const std::string& where) {
   r.reasoning = GetString(j, "reasoning");
   r.finish = ParseFinish(GetString(j, "finish", "stop"));
   const Json& u = Field(j, "usage");
-  r.usage.input_tokens = GetInt(u, "input_tokens");
-  r.usage.cached_input_tokens = GetInt(u, "cached_input_tokens");
-  r.usage.cache_write_input_tokens = GetInt(u, "cache_write_input_tokens");
-  r.usage.output_tokens = GetInt(u, "output_tokens");
-  r.usage.reasoning_tokens = GetInt(u, "reasoning_tokens");
+  r.usage.input_tokens = GetCount(u, "input_tokens");
+  r.usage.cached_input_tokens = GetCount(u, "cached_input_tokens");
+  r.usage.cache_write_input_tokens = GetCount(u, "cache_write_input_tokens");
+  r.usage.output_tokens = GetCount(u, "output_tokens");
+  r.usage.reasoning_tokens = GetCount(u, "reasoning_tokens");
   r.cost_usd = Field(j, "cost_usd").is_number() ? Field(j, "cost_usd").get<double>() : 0.0;
   r.request_id = GetString(j, "request_id");
   r.model = GetString(j, "model");

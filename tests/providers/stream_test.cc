@@ -216,5 +216,36 @@ TEST(StreamTest, ReasoningFieldsOfCompatServers) {
   EXPECT_TRUE(d.done);
 }
 
+// Counts from the network are bounded: a value that is no count (1e120, a
+// negative, 2^64 - 1, two near-2^63 counts whose sum overflows) reads as 0,
+// and the counts that are counts still read.
+TEST(StreamTest, UsageCountsOutOfRangeReadAsZero) {
+  auto anthropic = AdapterFor(WireFormat::kAnthropic)
+                       .parse(R"({"type":"message","model":"m","stop_reason":"end_turn",
+      "content":[{"type":"text","text":"hi"}],
+      "usage":{"input_tokens":9.33333e120,"cache_read_input_tokens":18446744073709551615,
+               "cache_creation_input_tokens":-5,"output_tokens":7}})");
+  ASSERT_TRUE(anthropic.ok()) << anthropic.status().ToString();
+  EXPECT_EQ(anthropic->text, "hi");
+  EXPECT_EQ(anthropic->usage.input_tokens, 0);
+  EXPECT_EQ(anthropic->usage.output_tokens, 7);
+
+  auto chat = AdapterFor(WireFormat::kOpenAiChat)
+                  .parse(R"({"model":"m","choices":[{"message":{"content":"hi"},
+      "finish_reason":"stop"}],"usage":{"prompt_tokens":1e300,"completion_tokens":12.0}})");
+  ASSERT_TRUE(chat.ok()) << chat.status().ToString();
+  EXPECT_EQ(chat->usage.input_tokens, 0);
+  EXPECT_EQ(chat->usage.output_tokens, 12);
+
+  auto gemini = AdapterFor(WireFormat::kGemini)
+                    .parse(R"({"candidates":[{"content":{"parts":[{"text":"hi"}]},
+      "finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":3,
+      "candidatesTokenCount":9223372036854775807,"thoughtsTokenCount":9.2e18}})");
+  ASSERT_TRUE(gemini.ok()) << gemini.status().ToString();
+  EXPECT_EQ(gemini->usage.input_tokens, 3);
+  EXPECT_EQ(gemini->usage.output_tokens, 0);
+  EXPECT_EQ(gemini->usage.reasoning_tokens, 0);
+}
+
 }  // namespace
 }  // namespace kforge::providers
