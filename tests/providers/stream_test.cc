@@ -237,8 +237,8 @@ TEST(StreamTest, UsageCountsOutOfRangeReadAsZero) {
   EXPECT_EQ(chat->usage.input_tokens, 0);
   EXPECT_EQ(chat->usage.output_tokens, 12);
 
-  auto gemini = AdapterFor(WireFormat::kGemini)
-                    .parse(R"({"candidates":[{"content":{"parts":[{"text":"hi"}]},
+  auto gemini =
+      AdapterFor(WireFormat::kGemini).parse(R"({"candidates":[{"content":{"parts":[{"text":"hi"}]},
       "finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":3,
       "candidatesTokenCount":9223372036854775807,"thoughtsTokenCount":9.2e18}})");
   ASSERT_TRUE(gemini.ok()) << gemini.status().ToString();
