@@ -28,10 +28,10 @@
 #include "kforge/agent/runner.h"
 #include "kforge/agent/strategy.h"
 #include "kforge/core/fs.h"
+#include "kforge/evaluator/suite_hash.h"
 #include "kforge/evaluator/task.h"
 #include "kforge/remote/client.h"
 #include "kforge/remote/server.h"
-#include "kforge/remote/suite_hash.h"
 #include "kforge/results/store.h"
 
 namespace {
@@ -197,7 +197,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", tasks.status().ToString().c_str());
     return 1;
   }
-  const std::string suite = *kforge::remote::TaskSuiteHash(root / "tasks");
+  const std::string suite = *kforge::eval::TaskSuiteHash(root / "tasks");
   std::set<std::string> keys;
   for (const auto& t : *tasks) keys.insert(t.key);
   const std::string source = *kforge::ReadFile(kernel);

@@ -10,6 +10,7 @@
 
 #include "kforge/agent/task_select.h"
 #include "kforge/core/fs.h"
+#include "kforge/core/version.h"
 #include "kforge/evaluator/compile.h"
 #include "kforge/evaluator/evaluate.h"
 #include "kforge/evaluator/hardware.h"
@@ -103,7 +104,7 @@ class RunStoreAdapter final : public StorePort {
                                 const nlohmann::json& hardware) override {
     KF_ASSIGN_OR_RETURN(
         results::RunInfo info,
-        store_->CreateOrGetRun(name, config, "0.1.0", TaskSuiteHash(config), hardware));
+        store_->CreateOrGetRun(name, config, VersionString(), TaskSuiteHash(config), hardware));
     return RunRow{info.id, info.started_at, info.config};
   }
   Status FinishRun(int64_t run_id, const std::string& state) override {

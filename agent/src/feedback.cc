@@ -4,11 +4,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <limits>
 #include <set>
 #include <sstream>
 #include <vector>
 
 #include "kforge/agent/template.h"
+#include "kforge/core/json.h"
 
 namespace kforge::agent {
 namespace {
@@ -18,21 +21,12 @@ using nlohmann::json;
 constexpr size_t kMaxDiagnostics = 6;
 constexpr size_t kMaxMismatches = 6;
 constexpr size_t kMaxLogLines = 30;
+constexpr int64_t kMaxInt = std::numeric_limits<int>::max();
 
 std::string Num(double v) {
   if (std::isnan(v)) return "nan";
   if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
   return fmt::format("{:.4g}", v);
-}
-
-double GetNum(const json& j, const char* key, double fallback = 0) {
-  auto it = j.find(key);
-  return (it != j.end() && it->is_number()) ? it->get<double>() : fallback;
-}
-
-std::string GetStr(const json& j, const char* key) {
-  auto it = j.find(key);
-  return (it != j.end() && it->is_string()) ? it->get<std::string>() : std::string();
 }
 
 std::vector<std::string> Lines(const std::string& text) {
@@ -60,18 +54,19 @@ json CompileView(const FeedbackInput& in) {
   std::set<std::pair<int, std::string>> seen;
   size_t total = 0;
   for (const auto& d : compile.value("diagnostics", json::array())) {
-    if (!d.is_object() || GetStr(d, "severity") == "warning" || GetStr(d, "severity") == "note")
+    if (!d.is_object() || JsonString(d, "severity") == "warning" ||
+        JsonString(d, "severity") == "note")
       continue;
-    int line = static_cast<int>(GetNum(d, "line", 0));
-    std::string message = GetStr(d, "message");
+    int line = static_cast<int>(JsonIntIn(d, "line", 0, kMaxInt, 0));
+    std::string message = JsonString(d, "message");
     if (!seen.insert({line, message}).second) continue;
     ++total;
     if (errors.size() >= kMaxDiagnostics) continue;
     json e = {{"line", line},
-              {"column", static_cast<int>(GetNum(d, "column", 0))},
+              {"column", static_cast<int>(JsonIntIn(d, "column", 0, kMaxInt, 0))},
               {"message", message},
-              {"file", GetStr(d, "file")}};
-    std::string file = GetStr(d, "file");
+              {"file", JsonString(d, "file")}};
+    std::string file = JsonString(d, "file");
     bool ours =
         file.empty() || file == in.kernel_name ||
         std::filesystem::path(file).filename() == std::filesystem::path(in.kernel_name).filename();
@@ -82,7 +77,7 @@ json CompileView(const FeedbackInput& in) {
   view["errors"] = errors;
   if (total > errors.size()) view["more_errors"] = static_cast<int>(total - errors.size());
   if (errors.empty()) {
-    std::vector<std::string> log = Lines(GetStr(compile, "log"));
+    std::vector<std::string> log = Lines(JsonString(compile, "log"));
     if (log.size() > kMaxLogLines) log.resize(kMaxLogLines);
     std::string excerpt;
     for (const auto& l : log) excerpt += l + "\n";
@@ -101,30 +96,31 @@ json MismatchView(const json& eval) {
     if (!check.is_object() || check.value("passed", true)) continue;
     ++failed_checks;
     for (const auto& m : check.value("mismatches", json::array())) {
-      int rank = static_cast<int>(GetNum(m, "rank", -1));
+      int rank = static_cast<int>(JsonIntIn(m, "rank", -1, kMaxInt, -1));
       failing_ranks.insert(std::to_string(rank));
-      std::string key = fmt::format("{}/{}/{}", GetStr(check, "size"), rank, GetStr(m, "output"));
+      std::string key =
+          fmt::format("{}/{}/{}", JsonString(check, "size"), rank, JsonString(m, "output"));
       if (!seen.insert(key).second || out.size() >= kMaxMismatches) continue;
       json first_bad = json::array();
       for (const auto& fb : m.value("first_bad", json::array())) {
         if (first_bad.size() >= 4) break;
         first_bad.push_back({{"index", "[" + JoinInts(fb.value("index", json::array())) + "]"},
-                             {"got", Num(GetNum(fb, "got", NAN))},
-                             {"expected", Num(GetNum(fb, "expected", NAN))}});
+                             {"got", Num(JsonNumber(fb, "got", NAN))},
+                             {"expected", Num(JsonNumber(fb, "expected", NAN))}});
       }
       json hints = json::array();
       for (const auto& h : m.value("hints", json::array())) {
         if (h.is_string()) hints.push_back(h);
       }
-      out.push_back({{"size", GetStr(check, "size")},
-                     {"trial", static_cast<int>(GetNum(check, "trial", 0))},
+      out.push_back({{"size", JsonString(check, "size")},
+                     {"trial", static_cast<int>(JsonIntIn(check, "trial", 0, kMaxInt, 0))},
                      {"rank", rank},
-                     {"output", GetStr(m, "output")},
-                     {"bad_count", static_cast<int64_t>(GetNum(m, "bad_count", 0))},
-                     {"nan_count", static_cast<int64_t>(GetNum(m, "nan_count", 0))},
-                     {"has_nan", GetNum(m, "nan_count", 0) > 0},
-                     {"max_abs_err", Num(GetNum(m, "max_abs_err", NAN))},
-                     {"max_rel_err", Num(GetNum(m, "max_rel_err", NAN))},
+                     {"output", JsonString(m, "output")},
+                     {"bad_count", JsonIntIn(m, "bad_count", 0, INT64_MAX, 0)},
+                     {"nan_count", JsonIntIn(m, "nan_count", 0, INT64_MAX, 0)},
+                     {"has_nan", JsonNumber(m, "nan_count", 0) > 0},
+                     {"max_abs_err", Num(JsonNumber(m, "max_abs_err", NAN))},
+                     {"max_rel_err", Num(JsonNumber(m, "max_rel_err", NAN))},
                      {"first_bad", first_bad},
                      {"hints", hints},
                      {"has_hints", !hints.empty()}});
@@ -132,11 +128,12 @@ json MismatchView(const json& eval) {
   }
   std::string ranks;
   for (const auto& r : failing_ranks) ranks += (ranks.empty() ? "" : ", ") + r;
-  return {{"items", out},
-          {"failing_ranks", ranks},
-          {"failed_checks", failed_checks},
-          {"trials", static_cast<int>(GetNum(correctness, "trials", 0))},
-          {"passed_trials", static_cast<int>(GetNum(correctness, "passed_trials", 0))}};
+  return {
+      {"items", out},
+      {"failing_ranks", ranks},
+      {"failed_checks", failed_checks},
+      {"trials", static_cast<int>(JsonIntIn(correctness, "trials", 0, kMaxInt, 0))},
+      {"passed_trials", static_cast<int>(JsonIntIn(correctness, "passed_trials", 0, kMaxInt, 0))}};
 }
 
 json TimingView(const json& eval, double link_peak_gbps) {
@@ -145,15 +142,15 @@ json TimingView(const json& eval, double link_peak_gbps) {
     if (!t.is_object()) continue;
     const json base = t.value("baseline", json::object());
     const json cand = t.value("candidate", json::object());
-    json row = {{"size", GetStr(t, "size")},
-                {"baseline_us", Num(GetNum(base, "median_us", NAN))},
-                {"candidate_us", Num(GetNum(cand, "median_us", NAN))},
-                {"speedup", Num(GetNum(t, "speedup", NAN))},
-                {"busbw_gbps", Num(GetNum(t, "busbw_gbps", NAN))},
-                {"baseline_busbw_gbps", Num(GetNum(t, "baseline_busbw_gbps", NAN))},
-                {"candidate_cv", Num(GetNum(cand, "cv", NAN))}};
+    json row = {{"size", JsonString(t, "size")},
+                {"baseline_us", Num(JsonNumber(base, "median_us", NAN))},
+                {"candidate_us", Num(JsonNumber(cand, "median_us", NAN))},
+                {"speedup", Num(JsonNumber(t, "speedup", NAN))},
+                {"busbw_gbps", Num(JsonNumber(t, "busbw_gbps", NAN))},
+                {"baseline_busbw_gbps", Num(JsonNumber(t, "baseline_busbw_gbps", NAN))},
+                {"candidate_cv", Num(JsonNumber(cand, "cv", NAN))}};
     if (link_peak_gbps > 0 && t.contains("busbw_gbps")) {
-      row["busbw_pct_of_peak"] = Num(100.0 * GetNum(t, "busbw_gbps") / link_peak_gbps);
+      row["busbw_pct_of_peak"] = Num(100.0 * JsonNumber(t, "busbw_gbps") / link_peak_gbps);
     }
     // Optional per-rank medians: skew = (slowest - fastest) / fastest.
     const json per_rank = cand.value("rank_median_us", json::array());
@@ -185,11 +182,11 @@ json FeedbackView(const FeedbackInput& in) {
                {"turns", in.turns},
                {"turns_left", std::max(0, in.turns - in.turn)},
                {"last_turn", in.turn >= in.turns},
-               {"status", GetStr(e, "status")},
-               {"message", GetStr(e, "message")},
+               {"status", JsonString(e, "status")},
+               {"message", JsonString(e, "message")},
                {"emulated", e.value("emulated", false)},
-               {"world", static_cast<int>(GetNum(e, "world", 0))},
-               {"dtype", GetStr(e, "dtype")},
+               {"world", static_cast<int>(JsonIntIn(e, "world", 0, kMaxInt, 0))},
+               {"dtype", JsonString(e, "dtype")},
                {"extract_problem", in.extract_problem}};
   if (in.outcome == Outcome::kCompileError) view["compile"] = CompileView(in);
   json violations = json::array();
@@ -201,14 +198,14 @@ json FeedbackView(const FeedbackInput& in) {
   view["violations"] = violations;
   if (e.contains("error") && e["error"].is_object()) {
     const json& err = e["error"];
-    view["error"] = {{"phase", GetStr(err, "phase")},
-                     {"rank", static_cast<int>(GetNum(err, "rank", -1))},
-                     {"message", GetStr(err, "message")}};
+    view["error"] = {{"phase", JsonString(err, "phase")},
+                     {"rank", static_cast<int>(JsonIntIn(err, "rank", -1, kMaxInt, -1))},
+                     {"message", JsonString(err, "message")}};
   }
   if (e.contains("timeout") && e["timeout"].is_object()) {
     const json& t = e["timeout"];
-    view["hang"] = {{"phase", GetStr(t, "phase")},
-                    {"deadline_s", Num(GetNum(t, "deadline_s", NAN))},
+    view["hang"] = {{"phase", JsonString(t, "phase")},
+                    {"deadline_s", Num(JsonNumber(t, "deadline_s", NAN))},
                     {"hung_ranks", JoinInts(t.value("hung_ranks", json::array()))}};
   }
   view["mismatch"] = MismatchView(e);

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "kforge/core/fs.h"
+#include "kforge/core/json.h"
 
 namespace kforge::agent {
 
@@ -47,11 +48,6 @@ std::string Bytes(double b) {
   if (b >= 1024.0 * 1024 * 1024) return fmt::format("{:.0f} GiB", b / (1024.0 * 1024 * 1024));
   if (b >= 1024.0 * 1024) return fmt::format("{:.0f} MiB", b / (1024.0 * 1024));
   return fmt::format("{:.0f} KiB", b / 1024.0);
-}
-
-double Num(const json& j, const char* key) {
-  auto it = j.find(key);
-  return (it != j.end() && it->is_number()) ? it->get<double>() : 0.0;
 }
 
 }  // namespace
@@ -205,7 +201,7 @@ json TrimHardware(const json& card, int world) {
 double LinkPeakGbps(const json& card) {
   double peak = 0;
   for (const auto& l : card.value("nvlink", json::array())) {
-    if (l.value("from", -1) == 0) peak = std::max(peak, Num(l, "gbps"));
+    if (l.value("from", -1) == 0) peak = std::max(peak, JsonNumber(l, "gbps"));
   }
   return peak;
 }
@@ -223,19 +219,20 @@ std::string RenderHardwareCard(const json& card) {
         break;
       }
     }
-    int ccM = static_cast<int>(Num(*g, "cc_major")), ccm = static_cast<int>(Num(*g, "cc_minor"));
+    int ccM = static_cast<int>(JsonIntIn(*g, "cc_major", 0, 1 << 30, 0)),
+        ccm = static_cast<int>(JsonIntIn(*g, "cc_minor", 0, 1 << 30, 0));
     out += fmt::format("- {} x {} (compute capability {}.{}, nvcc arch sm_{}{}{}), {} SMs\n", count,
                        name, ccM, ccm, ccM, ccm, ccM >= 9 ? "a" : "",
-                       static_cast<int>(Num(*g, "sm_count")));
+                       static_cast<int>(JsonIntIn(*g, "sm_count", 0, 1 << 30, 0)));
     out += fmt::format(
         "- per SM: {} shared memory ({} per block with the opt-in attribute), {} 32-bit "
         "registers\n",
-        Bytes(Num(*g, "smem_per_sm")), Bytes(Num(*g, "smem_per_block_optin")),
-        static_cast<int64_t>(Num(*g, "regs_per_sm")));
-    out += fmt::format("- L2 cache {}; HBM {} at {:.0f} GB/s\n", Bytes(Num(*g, "l2_bytes")),
-                       Bytes(Num(*g, "hbm_bytes")), Num(*g, "hbm_bandwidth_gbps"));
-    out += fmt::format("- clocks: SM {:.0f} MHz, memory {:.0f} MHz\n", Num(*g, "sm_clock_mhz"),
-                       Num(*g, "mem_clock_mhz"));
+        Bytes(JsonNumber(*g, "smem_per_sm")), Bytes(JsonNumber(*g, "smem_per_block_optin")),
+        JsonIntIn(*g, "regs_per_sm", 0, INT64_MAX, 0));
+    out += fmt::format("- L2 cache {}; HBM {} at {:.0f} GB/s\n", Bytes(JsonNumber(*g, "l2_bytes")),
+                       Bytes(JsonNumber(*g, "hbm_bytes")), JsonNumber(*g, "hbm_bandwidth_gbps"));
+    out += fmt::format("- clocks: SM {:.0f} MHz, memory {:.0f} MHz\n",
+                       JsonNumber(*g, "sm_clock_mhz"), JsonNumber(*g, "mem_clock_mhz"));
   }
   const json p2p = card.value("p2p", json::array());
   size_t n = gpus.size();
@@ -259,7 +256,7 @@ std::string RenderHardwareCard(const json& card) {
   }
   const json nvlink = card.value("nvlink", json::array());
   std::set<std::pair<int64_t, double>> kinds;
-  for (const auto& l : nvlink) kinds.insert({l.value("links", int64_t{0}), Num(l, "gbps")});
+  for (const auto& l : nvlink) kinds.insert({l.value("links", int64_t{0}), JsonNumber(l, "gbps")});
   int64_t probed_links = 0;  // the probe reports active links per GPU, not per peer
   for (const auto& g : gpus)
     probed_links = std::max<int64_t>(probed_links, g.value("nvlink_active_links", int64_t{0}));
@@ -273,7 +270,7 @@ std::string RenderHardwareCard(const json& card) {
   } else {
     for (const auto& l : nvlink) {
       out += fmt::format("  - NVLink GPU {} -> GPU {}: {} links, {:.0f} GB/s\n", l.value("from", 0),
-                         l.value("to", 0), l.value("links", int64_t{0}), Num(l, "gbps"));
+                         l.value("to", 0), l.value("links", int64_t{0}), JsonNumber(l, "gbps"));
     }
   }
   out += fmt::format("- NCCL {}, CUDA driver {}, CUDA runtime {}\n",

@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include "kforge/results/eval_doc.h"
+
 namespace kforge::agent {
 
 std::string_view OutcomeName(Outcome outcome) {
@@ -40,7 +42,10 @@ std::optional<Outcome> ParseOutcome(std::string_view name) {
 bool IsCorrect(Outcome outcome) { return outcome == Outcome::kSlow || outcome == Outcome::kFast; }
 
 Outcome ClassifyEvaluation(const nlohmann::json& doc, bool compile_only) {
-  std::string status = doc.is_object() ? doc.value("status", std::string()) : std::string();
+  // A document that is not one (no status, another schema) is the harness's.
+  Result<results::EvalSummary> e = results::ReadEvalDoc(doc);
+  if (!e.ok()) return Outcome::kHarnessError;
+  const std::string& status = e->status;
   if (status == "compile_error") return Outcome::kCompileError;
   // A process that broke the sandbox or the timing protocol is told so as a
   // policy violation (the message says which).
@@ -50,12 +55,14 @@ Outcome ClassifyEvaluation(const nlohmann::json& doc, bool compile_only) {
   if (status == "runtime_error") return Outcome::kRuntimeError;
   if (status == "timeout") return Outcome::kHang;
   if (status == "mismatch") return Outcome::kMismatch;
-  if (status == "passed") {
-    const auto it = doc.find("speedup");
-    double speedup = (it != doc.end() && it->is_number()) ? it->get<double>() : 0.0;
-    return speedup > 1.0 ? Outcome::kFast : Outcome::kSlow;
-  }
+  if (status == "passed") return e->speedup.value_or(0) > 1.0 ? Outcome::kFast : Outcome::kSlow;
   return Outcome::kHarnessError;
+}
+
+// The geometric-mean speedup of a passed evaluation's document, else 0.
+double EvalSpeedup(const nlohmann::json& doc) {
+  Result<results::EvalSummary> e = results::ReadEvalDoc(doc);
+  return e.ok() ? e->speedup.value_or(0.0) : 0.0;
 }
 
 double ProgressScore(Outcome outcome, double speedup) {

@@ -55,10 +55,7 @@ Status RunEngine::Restore(SessionSlot& slot) {
           KF_ASSIGN_OR_RETURN(fb, Feedback(s, c, o, doc));
           KF_RETURN_IF_ERROR(deps_.store->SetTurnFeedback(t.id, fb));
         }
-        double speedup = doc.contains("speedup") && doc["speedup"].is_number()
-                             ? doc["speedup"].get<double>()
-                             : 0.0;
-        s.OnFinished(c, o, speedup, fb, ev->second->id);
+        s.OnFinished(c, o, EvalSpeedup(doc), fb, ev->second->id);
       }
       // Otherwise the kernel still needs compiling and evaluating: it stays
       // in kWantCompile and the loop picks it up.

@@ -15,6 +15,7 @@
 #include "kforge/agent/hardware_card.h"
 #include "kforge/agent/prompt.h"
 #include "kforge/agent/run_config.h"
+#include "kforge/agent/run_plan.h"
 #include "kforge/agent/runner.h"
 #include "kforge/agent/strategy.h"
 #include "kforge/agent/task_select.h"
@@ -22,8 +23,6 @@
 #include "kforge/core/strings.h"
 #include "kforge/evaluator/evaluate.h"
 #include "kforge/evaluator/task.h"
-#include "kforge/remote/suite_hash.h"
-#include "kforge/results/store.h"
 #include "run_pools.h"
 
 namespace kforge::cli {
@@ -131,29 +130,17 @@ Result<RunConfig> ConfigFromArgs(const RunArgs& a, bool* default_name) {
   RunConfig c;
   *default_name = false;
   if (!a.resume.empty()) {
-    fs::path dir = fs::path(a.out) / a.resume;
-    if (!fs::exists(results::StorePath(dir))) {
-      return Error(ErrorKind::kNotFound, fmt::format("no run '{}' under {}", a.resume, a.out));
-    }
-    // Writable: resuming writes anyway, and an older schema is migrated here.
-    KF_ASSIGN_OR_RETURN(auto store, results::RunStore::Open(dir, false));
-    KF_ASSIGN_OR_RETURN(auto runs, store->ListRuns());
-    for (const auto& r : runs) {
-      if (r.name == a.resume) {
-        KF_ASSIGN_OR_RETURN(c, agent::RunConfigFromJson(r.config));
-        c.out = a.out;
-        if (a.compile_only) c.compile_only = true;
-        if (!a.tasks_dir.empty()) c.tasks_dir = a.tasks_dir;
-        if (!a.registries.empty()) c.registries = a.registries;
-        // Servers change between a run and its resume.
-        if (!a.evaluators.empty()) c.evaluators = Split(a.evaluators, ',');
-        if (!a.evaluators_dir.empty()) c.evaluators_dir = a.evaluators_dir;
-        if (!a.eval_token_file.empty()) c.eval_token_file = a.eval_token_file;
-        ApplySlurmFlags(a, &c);
-        return c;
-      }
-    }
-    return Error(ErrorKind::kNotFound, fmt::format("no run '{}' in {}", a.resume, dir.string()));
+    KF_ASSIGN_OR_RETURN(c, agent::StoredRunConfig(a.out, a.resume));
+    c.out = a.out;
+    if (a.compile_only) c.compile_only = true;
+    if (!a.tasks_dir.empty()) c.tasks_dir = a.tasks_dir;
+    if (!a.registries.empty()) c.registries = a.registries;
+    // Servers change between a run and its resume.
+    if (!a.evaluators.empty()) c.evaluators = Split(a.evaluators, ',');
+    if (!a.evaluators_dir.empty()) c.evaluators_dir = a.evaluators_dir;
+    if (!a.eval_token_file.empty()) c.eval_token_file = a.eval_token_file;
+    ApplySlurmFlags(a, &c);
+    return c;
   }
   if (!a.run_file.empty()) {
     KF_ASSIGN_OR_RETURN(c, agent::LoadRunFile(a.run_file));
@@ -208,170 +195,46 @@ Result<RunConfig> ConfigFromArgs(const RunArgs& a, bool* default_name) {
   return c;
 }
 
-// A run name already in use is refused unless --resume (a silent merge would
-// mix two configs under one stored config); a default name gets a suffix.
-Status CheckRunName(RunConfig& cfg, bool default_name) {
-  for (int attempt = 2;; ++attempt) {
-    const fs::path dir = fs::path(cfg.out) / cfg.name;
-    if (!fs::exists(results::StorePath(dir))) return Status::Ok();
-    KF_ASSIGN_OR_RETURN(auto store, results::RunStore::Open(dir, true));
-    KF_ASSIGN_OR_RETURN(auto runs, store->ListRuns());
-    const results::RunInfo* same = nullptr;
-    for (const auto& r : runs) {
-      if (r.name == cfg.name) same = &r;
-    }
-    if (!same) return Status::Ok();
-    if (default_name) {
-      cfg.name =
-          fmt::format("{}-{}", fs::path(cfg.name).filename().string().substr(0, 19), attempt);
-      continue;
-    }
-    auto stored = agent::RunConfigFromJson(same->config);
-    std::vector<std::string> diff;
-    if (stored.ok()) diff = agent::RunConfigDifferences(*stored, cfg);
-    return Error(ErrorKind::kInvalidInput,
-                 fmt::format("run '{}' already exists in {}{}{}; continue it with `kforge run "
-                             "--resume {} --out {}`, or pick another --name",
-                             cfg.name, dir.string(), diff.empty() ? "" : ", and this asks: ",
-                             fmt::join(diff, "; "), cfg.name, cfg.out));
-  }
-}
-
 int RunRun(const RunArgs& a) {
   bool default_name = false;
-  auto cfg_or = ConfigFromArgs(a, &default_name);
-  if (!cfg_or.ok()) return FailWith("run", cfg_or.status());
-  RunConfig cfg = *cfg_or;
-  if (a.resume.empty()) {
-    if (Status st = CheckRunName(cfg, default_name); !st.ok()) return FailWith("run", st);
-  }
-  fs::path tasks_dir = agent::TasksDir(cfg.tasks_dir);
-  auto tasks = agent::LoadCheckedTasks(tasks_dir);
-  if (!tasks.ok()) return FailWith("run", tasks.status());
-  std::vector<agent::TaskRef> suite;
-  for (const auto& t : *tasks) suite.push_back(agent::RefFor(t));
-  auto keys = agent::SelectTasks(cfg.tasks, suite);
-  if (!keys.ok()) return FailWith("run", keys.status());
-  for (const auto& key : *keys) {
-    Status st = agent::CheckTaskProblem(*eval::FindTask(*tasks, key), cfg.world, cfg.dtype);
-    if (!st.ok()) return FailWith("run", st);
-  }
-  fs::path prompts = agent::DefaultPromptsDir();
-  auto strategy_or = agent::FindStrategy(cfg.strategy, prompts);
-  if (!strategy_or.ok()) return FailWith("run", strategy_or.status());
-  // Every model must be callable before anything is stored or spent.
-  auto llm_or = agent::MakeProviderLlmFor(cfg.models, cfg.registries);
-  if (!llm_or.ok()) return FailWith("run", llm_or.status());
-  std::unique_ptr<agent::LlmPort> llm = std::move(*llm_or);
-  agent::Strategy strategy = *strategy_or;
-  if (cfg.turns) strategy.turns = *cfg.turns;
-  if (cfg.samples) strategy.samples = *cfg.samples;
-
-  // The evaluators: this machine's GPUs (probed unless compile-only was
-  // asked for; none found means compile-only), or eval-servers' slots.
-  auto suite_hash = remote::TaskSuiteHash(tasks_dir);
-  if (!suite_hash.ok()) return FailWith("run", suite_hash.status());
-  fs::path run_dir = fs::path(cfg.out) / cfg.name;
-  auto pools_or = MakeRunPools(cfg, &*tasks, *suite_hash, run_dir);
-  if (!pools_or.ok()) return FailWith("run", pools_or.status());
-  RunPools& pools = **pools_or;
-  const bool compile_only = pools.compile_only;
-  const nlohmann::json& probed = pools.card;
-  if (compile_only) {
-    std::fprintf(
-        stderr,
-        "kforge run: no GPU evaluation (%s). Kernels will be compiled and policy-checked only; "
-        "evaluation needs a GPU.\n",
-        pools.no_gpu_reason.c_str());
-  }
-  std::string why;
-  nlohmann::json card = probed;
-  std::string hw_md;
-  if (!cfg.hardware.empty()) {
-    hw_md = HardwareMarkdown(cfg.hardware, {}, cfg.world, prompts, &why, &card);
-    if (hw_md.empty()) return Fail("run", why);
-  } else if (!probed.empty()) {
-    hw_md = agent::RenderHardwareCard(probed);
-  }
-
-  agent::RunSpec spec;
-  spec.name = cfg.name;
-  spec.models = cfg.models;
-  spec.strategy = &strategy;
-  spec.repeats = cfg.repeats;
-  spec.world = cfg.world;
-  spec.dtype = cfg.dtype;
-  spec.compile_only = compile_only;
-  spec.budgets = cfg.budgets;
-  spec.deadline_unix = cfg.deadline_unix;
-  spec.config = agent::RunConfigToJson(cfg);
-  spec.config["task_suite_hash"] = *suite_hash;
-  // What the run resolved the config to (defaults filled in), for readers of
-  // the store; `compile_only` above stays what was asked, so a resume on a
-  // GPU machine evaluates.
-  nlohmann::json resolved = {{"compile_only", compile_only},
-                             {"world", cfg.world},
-                             {"strategy", strategy.name},
-                             {"turns", strategy.turns},
-                             {"samples", strategy.samples},
-                             {"tasks_dir", tasks_dir.string()},
-                             {"tasks", *keys},
-                             {"dtypes", nlohmann::json::object()}};
-  spec.hardware = card;
-  spec.link_peak_gbps = agent::LinkPeakGbps(card);
-  for (const auto& key : *keys) {
-    const eval::Task* t = eval::FindTask(*tasks, key);
-    auto in = agent::TaskPromptInputs(*t, cfg.world, cfg.dtype, strategy, hw_md);
-    if (!in.ok()) return FailWith("run", in.status());
-    auto p = agent::BuildPrompt(strategy, *in);
-    if (!p.ok()) return FailWith("run", p.status());
-    spec.tasks.push_back({t->key, t->category, *p, in->dtype});
-    resolved["dtypes"][t->key] = in->dtype;
-  }
-  spec.config["resolved"] = resolved;
-
-  agent::RunDeps deps;
-  deps.gpu_sets = pools.gpu;
-  deps.compilers = pools.compile;
-  deps.gpu_set_names = pools.gpu_names;
-  deps.compiler_names = pools.compile_names;
-  deps.gpu_set_groups = pools.gpu_groups;
-  deps.compiler_groups = pools.compile_groups;
-  spec.pools.gpu_sets = static_cast<int>(deps.gpu_sets.size());
-  spec.pools.compile_slots = static_cast<int>(deps.compilers.size());
-  spec.pools.llm_per_model = cfg.llm_concurrency;
-  spec.pools.llm_total = cfg.llm_concurrency * static_cast<int>(cfg.models.size());
-
-  auto store = agent::OpenRunStore(run_dir);
-  if (!store.ok()) return FailWith("run", store.status());
+  auto cfg = ConfigFromArgs(a, &default_name);
+  if (!cfg.ok()) return FailWith("run", cfg.status());
+  agent::PlanEnv env;
+  env.resume = !a.resume.empty();
+  env.default_name = default_name;
+  env.remote_pools = MakeRemotePools;
+  auto plan_or = agent::PlanRun(*cfg, env);
+  if (!plan_or.ok()) return FailWith("run", plan_or.status());
+  agent::RunPlan& plan = **plan_or;
+  for (const auto& notice : plan.notices) std::fprintf(stderr, "kforge run: %s\n", notice.c_str());
   auto executor = agent::MakeThreadExecutor();
   agent::ProgressView progress(
       stderr, agent::WantsLiveView(isatty(fileno(stderr)) != 0, std::getenv("TERM")), RealClock());
-  deps.llm = llm.get();
-  deps.store = store->get();
+  agent::RunDeps deps = plan.Deps();
   deps.clock = &RealClock();
   deps.executor = executor.get();
   deps.progress = &progress;
+  const RunConfig& c = plan.config;
+  const std::string store = plan.run_dir.string();
   std::fprintf(stderr,
                "kforge run %s: %zu model(s) x %zu task(s) x %d, strategy %s, W=%d, store %s\n",
-               cfg.name.c_str(), cfg.models.size(), spec.tasks.size(), cfg.repeats,
-               strategy.name.c_str(), cfg.world, run_dir.string().c_str());
-  if (pools.remote) std::fprintf(stderr, "kforge run: evaluating on %s\n", pools.where.c_str());
-  auto summary = agent::ExecuteRun(spec, deps);
+               c.name.c_str(), c.models.size(), plan.spec.tasks.size(), c.repeats,
+               plan.strategy.name.c_str(), c.world, store.c_str());
+  if (plan.pools->remote)
+    std::fprintf(stderr, "kforge run: evaluating on %s\n", plan.pools->where.c_str());
+  auto summary = agent::ExecuteRun(plan.spec, deps);
   if (!summary.ok()) {
     std::fprintf(stderr, "kforge run: %s (the run is resumable: kforge run --resume %s)\n",
-                 summary.status().ToString().c_str(), cfg.name.c_str());
+                 summary.status().ToString().c_str(), c.name.c_str());
     return kExitFailed;
   }
   if (!a.json.empty()) {
     nlohmann::json doc = agent::RunSummaryJson(*summary);
-    doc["store"] = run_dir.string();
+    doc["store"] = store;
     if (Status st = WriteJson(a.json, doc); !st.ok()) return FailWith("run", st);
   }
-  if (a.json != "-") {
-    std::printf("%s", agent::RenderRunSummary(*summary).c_str());
-    std::printf("store: %s\n", run_dir.string().c_str());
-  }
+  if (a.json != "-")
+    std::printf("%sstore: %s\n", agent::RenderRunSummary(*summary).c_str(), store.c_str());
   return summary->AllFailed() ? kExitFailed : kExitOk;
 }
 

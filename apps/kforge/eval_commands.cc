@@ -33,19 +33,9 @@ struct EvalArgs {
   std::vector<std::string> bench_sizes;
 };
 
-int RunEval(const EvalArgs& a) {
-  std::filesystem::path dir = agent::TasksDir(a.tasks_dir);
-  auto tasks = agent::LoadCheckedTasks(dir);
-  if (!tasks.ok()) return FailWith("eval", tasks.status());
-  auto selected = agent::SelectOneTask(*tasks, a.task, dir.string());
-  if (!selected.ok()) return FailWith("eval", selected.status());
-  const eval::Task* task = *selected;
-  // A world size or dtype the task does not declare is a usage error, not an
-  // evaluation (world 0: the evaluator picks from the visible GPUs).
-  if (Status st = agent::CheckTaskProblem(*task, a.world, a.dtype); !st.ok())
-    return FailWith("eval", st);
-  auto source = ReadFile(a.kernel);
-  if (!source.ok()) return FailWith("eval", source.status());
+// The evaluation options the flags ask for; --dump's directory is made (and
+// must be empty: a dump never mixes with, or overwrites, an earlier one).
+Result<eval::EvalOptions> OptionsFromArgs(const EvalArgs& a) {
   eval::EvalOptions o;
   o.world = a.world;
   o.gpus = a.gpus;
@@ -60,22 +50,37 @@ int RunEval(const EvalArgs& a) {
   o.bench_sizes = a.bench_sizes;
   o.dump_dir = a.dump_dir;
   if (!a.dump_dir.empty()) {
-    // A dump never mixes with (or overwrites) an earlier one.
     std::error_code ec;
-    if (std::filesystem::exists(a.dump_dir, ec) && !std::filesystem::is_empty(a.dump_dir, ec)) {
-      return FailWith("eval", Error(ErrorKind::kInvalidInput,
-                                    "--dump " + a.dump_dir + ": the directory is not empty"));
-    }
+    if (std::filesystem::exists(a.dump_dir, ec) && !std::filesystem::is_empty(a.dump_dir, ec))
+      return Error(ErrorKind::kInvalidInput,
+                   "--dump " + a.dump_dir + ": the directory is not empty");
     std::filesystem::create_directories(a.dump_dir, ec);
-    if (ec) {
-      return FailWith("eval", Error(ErrorKind::kIo, "--dump " + a.dump_dir + ": " + ec.message()));
-    }
+    if (ec) return Error(ErrorKind::kIo, "--dump " + a.dump_dir + ": " + ec.message());
   }
   if (!a.dtype.empty()) {
     auto dt = eval::ParseDtype(a.dtype);
-    if (!dt.ok()) return FailWith("eval", dt.status().WithContext("--dtype"));
+    if (!dt.ok()) return dt.status().WithContext("--dtype");
     o.dtype = *dt;
   }
+  return o;
+}
+
+int RunEval(const EvalArgs& a) {
+  std::filesystem::path dir = agent::TasksDir(a.tasks_dir);
+  auto tasks = agent::LoadCheckedTasks(dir);
+  if (!tasks.ok()) return FailWith("eval", tasks.status());
+  auto selected = agent::SelectOneTask(*tasks, a.task, dir.string());
+  if (!selected.ok()) return FailWith("eval", selected.status());
+  const eval::Task* task = *selected;
+  // A world size or dtype the task does not declare is a usage error, not an
+  // evaluation (world 0: the evaluator picks from the visible GPUs).
+  if (Status st = agent::CheckTaskProblem(*task, a.world, a.dtype); !st.ok())
+    return FailWith("eval", st);
+  auto source = ReadFile(a.kernel);
+  if (!source.ok()) return FailWith("eval", source.status());
+  auto options = OptionsFromArgs(a);
+  if (!options.ok()) return FailWith("eval", options.status());
+  eval::EvalOptions& o = *options;
   bool no_gpu = false;  // compile-only because there is no GPU, not because it was asked
   if (!o.compile_only) {
     auto card = eval::ProbeHardware(o.gpus);

@@ -8,6 +8,7 @@
 
 #include "command.h"
 #include "exit_codes.h"
+#include "kforge/core/version.h"
 
 namespace kforge::cli {
 
@@ -110,7 +111,7 @@ int main(int argc, char** argv) {
   CLI::App app{"kforge: LLM-written multi-GPU CUDA kernels, judged honestly"};
   app.require_subcommand(1);
   app.footer(std::string(kforge::cli::kExamples) + "\n" + kforge::cli::ExitCodeHelp());
-  app.set_version_flag("--version", "kforge 0.1.0");
+  app.set_version_flag("--version", "kforge " + kforge::VersionString());
   // Every option's help shows its default (subcommands inherit this).
   app.option_defaults()->always_capture_default();
   int exit_code = 0;

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <thread>
 
 #include "kforge/agent/adapters.h"
 #include "kforge/remote/connect.h"
@@ -15,50 +14,9 @@
 namespace kforge::cli {
 namespace {
 
-Status LocalPools(const agent::RunConfig& cfg, const std::vector<eval::Task>* tasks, RunPools* p) {
-  p->compile_only = cfg.compile_only;
-  p->no_gpu_reason = "--compile-only";
-  p->where = "this machine";
-  if (!p->compile_only) {
-    auto card = agent::ProbeHardwareCard(cfg.gpus);
-    if (card.ok()) {
-      p->card = *card;
-    } else {
-      p->compile_only = true;
-      p->no_gpu_reason = card.status().message();
-    }
-  }
-  // One evaluator per disjoint GPU set of `world` GPUs (all GPUs in one set
-  // when there are fewer than world: the evaluator then emulates).
-  std::vector<int> gpus = cfg.gpus;
-  if (gpus.empty() && p->card.contains("gpus")) {
-    for (const auto& g : p->card["gpus"]) gpus.push_back(g.value("index", 0));
-  }
-  if (!p->compile_only) {
-    size_t sets = std::max<size_t>(1, gpus.size() / std::max(1, cfg.world));
-    for (size_t s = 0; s < sets; ++s) {
-      std::vector<int> set;
-      if (gpus.size() < static_cast<size_t>(cfg.world)) {
-        set = gpus;
-      } else {
-        set.assign(gpus.begin() + s * cfg.world, gpus.begin() + (s + 1) * cfg.world);
-      }
-      p->owned.push_back(agent::MakeEvaluatorPort(tasks, set));
-      p->gpu.push_back(p->owned.back().get());
-    }
-  }
-  int compile_jobs =
-      cfg.compile_jobs > 0 ? cfg.compile_jobs : std::max(1u, std::thread::hardware_concurrency());
-  for (int i = 0; i < compile_jobs; ++i) {
-    p->owned.push_back(agent::MakeEvaluatorPort(tasks, {}));
-    p->compile.push_back(p->owned.back().get());
-  }
-  return Status::Ok();
-}
-
 Status RemotePools(const agent::RunConfig& cfg, const std::vector<remote::Endpoint>& endpoints,
                    const std::string& suite_hash, const std::filesystem::path& token_file,
-                   RunPools* p) {
+                   agent::EvalPools* p) {
   KF_ASSIGN_OR_RETURN(std::string token, remote::LoadClientToken(token_file, "KFORGE_EVAL_TOKEN"));
   remote::ConnectOptions o;
   o.token = token;
@@ -99,11 +57,10 @@ Status RemotePools(const agent::RunConfig& cfg, const std::vector<remote::Endpoi
 
 }  // namespace
 
-Result<std::unique_ptr<RunPools>> MakeRunPools(const agent::RunConfig& cfg,
-                                               const std::vector<eval::Task>* tasks,
-                                               const std::string& suite_hash,
-                                               const std::filesystem::path& run_dir) {
-  auto p = std::make_unique<RunPools>();
+Result<std::unique_ptr<agent::EvalPools>> MakeRemotePools(const agent::RunConfig& cfg,
+                                                          const std::string& suite_hash,
+                                                          const std::filesystem::path& run_dir) {
+  auto p = std::make_unique<agent::EvalPools>();
   std::filesystem::path token_file = cfg.eval_token_file;
   std::vector<remote::Endpoint> endpoints;
   for (const auto& url : cfg.evaluators) {
@@ -143,11 +100,8 @@ Result<std::unique_ptr<RunPools>> MakeRunPools(const agent::RunConfig& cfg,
     for (const remote::Registration& reg : remote::JobRegistrations(job))
       endpoints.push_back({reg.url, reg.origin});
   }
-  if (endpoints.empty()) {
-    KF_RETURN_IF_ERROR(LocalPools(cfg, tasks, p.get()));
-  } else {
-    KF_RETURN_IF_ERROR(RemotePools(cfg, endpoints, suite_hash, token_file, p.get()));
-  }
+  if (endpoints.empty()) return std::unique_ptr<agent::EvalPools>();
+  KF_RETURN_IF_ERROR(RemotePools(cfg, endpoints, suite_hash, token_file, p.get()));
   return p;
 }
 

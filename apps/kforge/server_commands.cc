@@ -13,9 +13,9 @@
 #include "kforge/agent/task_select.h"
 #include "kforge/core/log.h"
 #include "kforge/core/strings.h"
+#include "kforge/evaluator/suite_hash.h"
 #include "kforge/evaluator/task.h"
 #include "kforge/remote/server.h"
-#include "kforge/remote/suite_hash.h"
 #include "kforge/remote/tokens.h"
 
 namespace kforge::cli {
@@ -113,7 +113,7 @@ int RunServer(const ServerArgs& a) {
   const fs::path tasks_dir = agent::TasksDir(a.tasks_dir);
   auto tasks = agent::LoadCheckedTasks(tasks_dir);
   if (!tasks.ok()) return FailWith("eval-server", tasks.status());
-  auto hash = remote::TaskSuiteHash(tasks_dir);
+  auto hash = eval::TaskSuiteHash(tasks_dir);
   if (!hash.ok()) return FailWith("eval-server", hash.status());
   nlohmann::json card;
   auto sets = GpuSets(a, &card);

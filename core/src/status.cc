@@ -76,4 +76,17 @@ Status Status::WithRetryAfter(double seconds) const {
   return s;
 }
 
+bool IsTransient(ErrorKind kind) {
+  switch (kind) {
+    case ErrorKind::kRateLimited:
+    case ErrorKind::kOverloaded:
+    case ErrorKind::kServerError:
+    case ErrorKind::kTimeout:
+    case ErrorKind::kTransport:
+      return true;
+    default:
+      return false;
+  }
+}
+
 }  // namespace kforge

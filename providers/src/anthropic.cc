@@ -33,7 +33,7 @@ void MergeUsage(const Json& u, Usage& usage, int64_t& uncached) {
   usage.input_tokens = uncached + usage.cached_input_tokens + usage.cache_write_input_tokens;
   usage.output_tokens = GetCount(u, "output_tokens", usage.output_tokens);
   usage.reasoning_tokens =
-      GetCount(Field(u, "output_tokens_details"), "thinking_tokens", usage.reasoning_tokens);
+      GetCount(JsonField(u, "output_tokens_details"), "thinking_tokens", usage.reasoning_tokens);
 }
 
 HttpRequest Build(const ChatRequest& request, const Endpoint& endpoint, bool stream) {
@@ -70,20 +70,20 @@ HttpRequest Build(const ChatRequest& request, const Endpoint& endpoint, bool str
 }
 
 Result<ChatResponse> Parse(std::string_view text) {
-  KF_ASSIGN_OR_RETURN(Json j, ParseJson(text, "messages body"));
-  if (GetString(j, "type") == "error") return ClassifyStreamError(text).status;
+  KF_ASSIGN_OR_RETURN(Json j, ParseBody(text, "messages body"));
+  if (JsonString(j, "type") == "error") return ClassifyStreamError(text).status;
   ChatResponse r;
-  r.request_id = GetString(j, "id");
-  r.model = GetString(j, "model");
+  r.request_id = JsonString(j, "id");
+  r.model = JsonString(j, "model");
   int64_t uncached = 0;
-  MergeUsage(Field(j, "usage"), r.usage, uncached);
-  r.finish = MapStop(GetString(j, "stop_reason"));
-  const Json& content = Field(j, "content");
+  MergeUsage(JsonField(j, "usage"), r.usage, uncached);
+  r.finish = MapStop(JsonString(j, "stop_reason"));
+  const Json& content = JsonField(j, "content");
   if (content.is_array()) {
     for (const Json& block : content) {
-      std::string type = GetString(block, "type");
-      if (type == "text") r.text += GetString(block, "text");
-      if (type == "thinking") r.reasoning += GetString(block, "thinking");
+      std::string type = JsonString(block, "type");
+      if (type == "text") r.text += JsonString(block, "text");
+      if (type == "thinking") r.reasoning += JsonString(block, "thinking");
     }
   }
   return r;
@@ -100,21 +100,21 @@ class Decoder final : public StreamDecoder {
       return ProviderError{
           Error(ErrorKind::kServerError,
                 fmt::format("malformed JSON in messages stream: '{}'", Utf8Prefix(data, 200)))};
-    std::string type = GetString(j, "type", std::string(event));
+    std::string type = JsonString(j, "type", std::string(event));
     if (type == "message_start") {
-      const Json& m = Field(j, "message");
-      response_.request_id = GetString(m, "id");
-      response_.model = GetString(m, "model");
-      MergeUsage(Field(m, "usage"), response_.usage, uncached_);
+      const Json& m = JsonField(j, "message");
+      response_.request_id = JsonString(m, "id");
+      response_.model = JsonString(m, "model");
+      MergeUsage(JsonField(m, "usage"), response_.usage, uncached_);
     } else if (type == "content_block_delta") {
-      const Json& d = Field(j, "delta");
-      std::string dt = GetString(d, "type");
-      if (dt == "text_delta") EmitText(GetString(d, "text"));
-      if (dt == "thinking_delta") response_.reasoning += GetString(d, "thinking");
+      const Json& d = JsonField(j, "delta");
+      std::string dt = JsonString(d, "type");
+      if (dt == "text_delta") EmitText(JsonString(d, "text"));
+      if (dt == "thinking_delta") response_.reasoning += JsonString(d, "thinking");
     } else if (type == "message_delta") {
-      if (std::string s = GetString(Field(j, "delta"), "stop_reason"); !s.empty())
+      if (std::string s = JsonString(JsonField(j, "delta"), "stop_reason"); !s.empty())
         response_.finish = MapStop(s);
-      MergeUsage(Field(j, "usage"), response_.usage, uncached_);
+      MergeUsage(JsonField(j, "usage"), response_.usage, uncached_);
     } else if (type == "message_stop") {
       done_ = true;
     } else if (type == "error") {

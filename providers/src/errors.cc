@@ -59,31 +59,31 @@ ErrorInfo ExtractInfo(std::string_view body) {
   Json j = Json::parse(body, nullptr, false);
   if (j.is_discarded() || !j.is_object()) return info;
   info.parsed = true;
-  info.request_id = GetString(j, "request_id");
+  info.request_id = JsonString(j, "request_id");
   // Anthropic: {"type":"error","error":{…}}; OpenAI/Gemini/llama.cpp: {"error":{…}};
   // the Responses stream `error` event and old vLLM bodies put the fields at the top.
-  const Json& e = Field(j, "error").is_object() ? Field(j, "error")
-                  : Field(Field(j, "response"), "error").is_object()
-                      ? Field(Field(j, "response"), "error")
+  const Json& e = JsonField(j, "error").is_object() ? JsonField(j, "error")
+                  : JsonField(JsonField(j, "response"), "error").is_object()
+                      ? JsonField(JsonField(j, "response"), "error")
                       : j;
-  info.type = GetString(e, "type");
+  info.type = JsonString(e, "type");
   if (info.type == "error") info.type.clear();
-  info.code = ScalarText(Field(e, "code"));
-  info.status = GetString(e, "status");
-  info.message = GetString(e, "message");
-  if (info.message.empty() && Field(j, "error").is_string())
-    info.message = Field(j, "error").get<std::string>();
-  info.detail_code = GetString(Field(e, "details"), "error_code");
-  const Json& details = Field(e, "details");
+  info.code = ScalarText(JsonField(e, "code"));
+  info.status = JsonString(e, "status");
+  info.message = JsonString(e, "message");
+  if (info.message.empty() && JsonField(j, "error").is_string())
+    info.message = JsonField(j, "error").get<std::string>();
+  info.detail_code = JsonString(JsonField(e, "details"), "error_code");
+  const Json& details = JsonField(e, "details");
   if (details.is_array()) {
     for (const Json& d : details) {
-      std::string at = GetString(d, "@type");
+      std::string at = JsonString(d, "@type");
       if (Contains(at, "RetryInfo"))
-        info.retry_delay = ParseDurationText(GetString(d, "retryDelay"));
-      if (Contains(at, "ErrorInfo")) info.reason = GetString(d, "reason");
-      if (Contains(at, "QuotaFailure") && Field(d, "violations").is_array()) {
-        for (const Json& v : Field(d, "violations")) {
-          if (info.quota_id.empty()) info.quota_id = GetString(v, "quotaId");
+        info.retry_delay = ParseDurationText(JsonString(d, "retryDelay"));
+      if (Contains(at, "ErrorInfo")) info.reason = JsonString(d, "reason");
+      if (Contains(at, "QuotaFailure") && JsonField(d, "violations").is_array()) {
+        for (const Json& v : JsonField(d, "violations")) {
+          if (info.quota_id.empty()) info.quota_id = JsonString(v, "quotaId");
         }
       }
     }
@@ -228,19 +228,6 @@ ProviderError ClassifyStreamError(std::string_view payload) {
   err.status = Status(Classify(0, info), Describe("error inside the stream", info, payload));
   err.retry_after = info.retry_delay ? info.retry_delay : DelayFromMessage(info.message);
   return err;
-}
-
-bool IsRetryableKind(ErrorKind kind) {
-  switch (kind) {
-    case ErrorKind::kRateLimited:
-    case ErrorKind::kOverloaded:
-    case ErrorKind::kServerError:
-    case ErrorKind::kTimeout:
-    case ErrorKind::kTransport:
-      return true;
-    default:
-      return false;
-  }
 }
 
 std::optional<milliseconds> ParseDurationText(std::string_view text) {

@@ -29,9 +29,6 @@ ProviderError ClassifyHttpError(std::string_view provider, const HttpResponseHea
 // Gemini `data: {"error":…}`). `payload` is the whole event JSON text.
 ProviderError ClassifyStreamError(std::string_view payload);
 
-// Whether a kind of failure can succeed when tried again later.
-bool IsRetryableKind(ErrorKind kind);
-
 // Parses "34.4s" (google.protobuf.Duration JSON), "250ms", "2.5s".
 std::optional<std::chrono::milliseconds> ParseDurationText(std::string_view text);
 

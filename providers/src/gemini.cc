@@ -34,31 +34,32 @@ Usage ParseUsage(const Json& u) {
 // Stream chunks repeat usageMetadata cumulatively: keep the last, never sum.
 // Returns true when the chunk carried a finishReason or a prompt block.
 bool Apply(const Json& j, ChatResponse& r, const std::function<void(std::string_view)>& emit) {
-  if (std::string id = GetString(j, "responseId"); !id.empty()) r.request_id = id;
-  if (std::string mv = GetString(j, "modelVersion"); !mv.empty()) r.model = mv;
-  if (Field(j, "usageMetadata").is_object()) r.usage = ParseUsage(Field(j, "usageMetadata"));
-  const Json& candidates = Field(j, "candidates");
+  if (std::string id = JsonString(j, "responseId"); !id.empty()) r.request_id = id;
+  if (std::string mv = JsonString(j, "modelVersion"); !mv.empty()) r.model = mv;
+  if (JsonField(j, "usageMetadata").is_object())
+    r.usage = ParseUsage(JsonField(j, "usageMetadata"));
+  const Json& candidates = JsonField(j, "candidates");
   if (!candidates.is_array() || candidates.empty()) {
     // A blocked prompt has no candidate, only promptFeedback.blockReason.
-    if (!GetString(Field(j, "promptFeedback"), "blockReason").empty()) {
+    if (!JsonString(JsonField(j, "promptFeedback"), "blockReason").empty()) {
       r.finish = FinishReason::kContentFilter;
       return true;
     }
     return false;
   }
   const Json& c = candidates[0];
-  const Json& parts = Field(Field(c, "content"), "parts");
+  const Json& parts = JsonField(JsonField(c, "content"), "parts");
   if (parts.is_array()) {
     for (const Json& p : parts) {
-      std::string text = GetString(p, "text");
-      if (Field(p, "thought").is_boolean() && Field(p, "thought").get<bool>()) {
+      std::string text = JsonString(p, "text");
+      if (JsonField(p, "thought").is_boolean() && JsonField(p, "thought").get<bool>()) {
         r.reasoning += text;
       } else {
         emit(text);
       }
     }
   }
-  if (std::string f = GetString(c, "finishReason"); !f.empty()) {
+  if (std::string f = JsonString(c, "finishReason"); !f.empty()) {
     r.finish = MapFinish(f);
     return true;
   }
@@ -105,8 +106,8 @@ HttpRequest Build(const ChatRequest& request, const Endpoint& endpoint, bool str
 }
 
 Result<ChatResponse> Parse(std::string_view text) {
-  KF_ASSIGN_OR_RETURN(Json j, ParseJson(text, "generateContent body"));
-  if (Has(j, "error")) return ClassifyStreamError(text).status;
+  KF_ASSIGN_OR_RETURN(Json j, ParseBody(text, "generateContent body"));
+  if (JsonHas(j, "error")) return ClassifyStreamError(text).status;
   ChatResponse r;
   // Without alt=sse, streamGenerateContent answers with one array of responses.
   Json items = j.is_array() ? j : Json::array({j});
@@ -125,7 +126,7 @@ class Decoder final : public StreamDecoder {
       return ProviderError{
           Error(ErrorKind::kServerError,
                 fmt::format("malformed JSON in Gemini stream: '{}'", Utf8Prefix(data, 200)))};
-    if (Has(j, "error")) return ClassifyStreamError(data);
+    if (JsonHas(j, "error")) return ClassifyStreamError(data);
     if (Apply(j, response_, [this](std::string_view t) { EmitText(t); })) done_ = true;
     return std::nullopt;
   }

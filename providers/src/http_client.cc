@@ -153,7 +153,7 @@ std::variant<ChatResponse, ProviderError> HttpClient::Attempt(const ChatRequest&
   ChatResponse response;
   if (mode == Mode::kWhole) {
     Json probe = Json::parse(body, nullptr, false);
-    if (probe.is_object() && (Has(probe, "error") || GetString(probe, "type") == "error")) {
+    if (probe.is_object() && (JsonHas(probe, "error") || JsonString(probe, "type") == "error")) {
       ProviderError e = ClassifyStreamError(body);
       e.status = e.status.WithContext(fmt::format("{} HTTP {}", who, head.status));
       return e;

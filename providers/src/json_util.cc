@@ -2,12 +2,9 @@
 
 #include <fmt/format.h>
 
-#include <cmath>
-#include <limits>
-
 namespace kforge::providers {
 
-Result<Json> ParseJson(std::string_view text, std::string_view what) {
+Result<Json> ParseBody(std::string_view text, std::string_view what) {
   Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) {
     return Error(ErrorKind::kServerError,
@@ -16,44 +13,9 @@ Result<Json> ParseJson(std::string_view text, std::string_view what) {
   return j;
 }
 
-const Json& Field(const Json& j, std::string_view key) {
-  static const Json kNull;
-  if (!j.is_object()) return kNull;
-  auto it = j.find(key);
-  return it == j.end() ? kNull : *it;
-}
-
-std::string GetString(const Json& j, std::string_view key, std::string fallback) {
-  const Json& v = Field(j, key);
-  return v.is_string() ? v.get<std::string>() : fallback;
-}
-
-std::optional<int64_t> GetOptInt(const Json& j, std::string_view key) {
-  const Json& v = Field(j, key);
-  if (v.is_number_unsigned()) {
-    uint64_t u = v.get<uint64_t>();
-    if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return std::nullopt;
-    return static_cast<int64_t>(u);
-  }
-  if (v.is_number_integer()) return v.get<int64_t>();
-  if (v.is_number_float()) {
-    // A provider body is untrusted: 1e300 or NaN in a count is no count at all
-    // (and converting it would be undefined behaviour). 2^63 is exactly
-    // representable as a double; anything at or past it does not fit.
-    double d = v.get<double>();
-    constexpr double kLimit = 9223372036854775808.0;
-    if (!std::isfinite(d) || d >= kLimit || d < -kLimit) return std::nullopt;
-    return static_cast<int64_t>(d);
-  }
-  return std::nullopt;
-}
-
 int64_t GetCount(const Json& j, std::string_view key, int64_t fallback) {
-  std::optional<int64_t> v = GetOptInt(j, key);
-  return v && *v >= 0 && *v <= kMaxTokenCount ? *v : fallback;
+  return JsonIntIn(j, key, 0, kMaxTokenCount, fallback);
 }
-
-bool Has(const Json& j, std::string_view key) { return !Field(j, key).is_null(); }
 
 namespace {
 

@@ -1,6 +1,6 @@
-// Tolerant readers for untrusted JSON: a missing or mistyped field reads as
-// the fallback instead of throwing, because provider payloads drop optional
-// objects freely (every *_details object may be absent or partial).
+// Provider payloads drop optional objects freely (every *_details object may
+// be absent or partial): adapters read them with kforge/core/json.h's
+// tolerant getters, and these helpers on top.
 #pragma once
 
 #include <cstdint>
@@ -9,26 +9,21 @@
 #include <string>
 #include <string_view>
 
+#include "kforge/core/json.h"
 #include "kforge/core/status.h"
 
 namespace kforge::providers {
 
 using Json = nlohmann::json;
 
-// Parses JSON text; the error names `what` and the parser's byte offset.
-Result<Json> ParseJson(std::string_view text, std::string_view what);
+// Parses a provider body; the error (kServerError) names `what` and quotes
+// the start of the body.
+Result<Json> ParseBody(std::string_view text, std::string_view what);
 
-// j[key] if j is an object holding key, else a null reference.
-const Json& Field(const Json& j, std::string_view key);
-std::string GetString(const Json& j, std::string_view key, std::string fallback = {});
-// An integer field; a float is truncated. Nothing that does not fit in an
-// int64_t (1e300, a NaN, 2^64 - 1) reads as an integer.
-std::optional<int64_t> GetOptInt(const Json& j, std::string_view key);
 // A token count: an integer in [0, kMaxTokenCount], else the fallback. The
 // bound keeps sums of counts from overflowing; no response has 2^40 tokens.
 inline constexpr int64_t kMaxTokenCount = int64_t{1} << 40;
 int64_t GetCount(const Json& j, std::string_view key, int64_t fallback = 0);
-bool Has(const Json& j, std::string_view key);
 
 // At most `max_bytes` of `text`, cut at a character boundary, with each byte
 // that is not part of well-formed UTF-8 replaced by U+FFFD. Raw bytes from the

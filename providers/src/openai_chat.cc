@@ -22,17 +22,17 @@ FinishReason MapFinish(const std::string& r) {
 Usage ParseUsage(const Json& u) {
   Usage usage;
   usage.input_tokens = GetCount(u, "prompt_tokens");
-  usage.cached_input_tokens = GetCount(Field(u, "prompt_tokens_details"), "cached_tokens");
+  usage.cached_input_tokens = GetCount(JsonField(u, "prompt_tokens_details"), "cached_tokens");
   usage.output_tokens = GetCount(u, "completion_tokens");
-  usage.reasoning_tokens = GetCount(Field(u, "completion_tokens_details"), "reasoning_tokens");
+  usage.reasoning_tokens = GetCount(JsonField(u, "completion_tokens_details"), "reasoning_tokens");
   return usage;
 }
 
 // vLLM renamed reasoning_content to reasoning (PR #27752); llama.cpp kept the
 // DeepSeek name. Read both.
 std::string ReasoningOf(const Json& m) {
-  std::string r = GetString(m, "reasoning");
-  return r.empty() ? GetString(m, "reasoning_content") : r;
+  std::string r = JsonString(m, "reasoning");
+  return r.empty() ? JsonString(m, "reasoning_content") : r;
 }
 
 HttpRequest Build(const ChatRequest& request, const Endpoint& endpoint, bool stream) {
@@ -70,22 +70,22 @@ HttpRequest Build(const ChatRequest& request, const Endpoint& endpoint, bool str
 }
 
 Result<ChatResponse> Parse(std::string_view text) {
-  KF_ASSIGN_OR_RETURN(Json j, ParseJson(text, "chat completion"));
+  KF_ASSIGN_OR_RETURN(Json j, ParseBody(text, "chat completion"));
   ChatResponse r;
-  r.request_id = GetString(j, "id");
-  r.model = GetString(j, "model");
-  r.usage = ParseUsage(Field(j, "usage"));
-  const Json& choices = Field(j, "choices");
+  r.request_id = JsonString(j, "id");
+  r.model = JsonString(j, "model");
+  r.usage = ParseUsage(JsonField(j, "usage"));
+  const Json& choices = JsonField(j, "choices");
   if (!choices.is_array() || choices.empty()) {
     return Error(ErrorKind::kServerError,
                  fmt::format("chat completion without choices: '{}'", Utf8Prefix(text, 200)));
   }
-  const Json& message = Field(choices[0], "message");
-  r.text = GetString(message, "content");
+  const Json& message = JsonField(choices[0], "message");
+  r.text = JsonString(message, "content");
   r.reasoning = ReasoningOf(message);
-  r.finish = MapFinish(GetString(choices[0], "finish_reason"));
-  if (r.text.empty() && !GetString(message, "refusal").empty()) {
-    r.text = GetString(message, "refusal");
+  r.finish = MapFinish(JsonString(choices[0], "finish_reason"));
+  if (r.text.empty() && !JsonString(message, "refusal").empty()) {
+    r.text = JsonString(message, "refusal");
     r.finish = FinishReason::kContentFilter;
   }
   return r;
@@ -106,16 +106,16 @@ class Decoder final : public StreamDecoder {
       return ProviderError{
           Error(ErrorKind::kServerError,
                 fmt::format("malformed JSON in chat stream: '{}'", Utf8Prefix(data, 200)))};
-    if (Has(j, "error") || GetString(j, "object") == "error") return ClassifyStreamError(data);
-    if (response_.request_id.empty()) response_.request_id = GetString(j, "id");
-    if (response_.model.empty()) response_.model = GetString(j, "model");
-    if (Field(j, "usage").is_object()) response_.usage = ParseUsage(Field(j, "usage"));
-    const Json& choices = Field(j, "choices");
+    if (JsonHas(j, "error") || JsonString(j, "object") == "error") return ClassifyStreamError(data);
+    if (response_.request_id.empty()) response_.request_id = JsonString(j, "id");
+    if (response_.model.empty()) response_.model = JsonString(j, "model");
+    if (JsonField(j, "usage").is_object()) response_.usage = ParseUsage(JsonField(j, "usage"));
+    const Json& choices = JsonField(j, "choices");
     if (choices.is_array() && !choices.empty()) {
-      const Json& delta = Field(choices[0], "delta");
+      const Json& delta = JsonField(choices[0], "delta");
       response_.reasoning += ReasoningOf(delta);
-      EmitText(GetString(delta, "content"));
-      if (std::string f = GetString(choices[0], "finish_reason"); !f.empty())
+      EmitText(JsonString(delta, "content"));
+      if (std::string f = JsonString(choices[0], "finish_reason"); !f.empty())
         response_.finish = MapFinish(f);
     }
     return std::nullopt;

@@ -12,17 +12,17 @@ namespace {
 Usage ParseUsage(const Json& u) {
   Usage usage;
   usage.input_tokens = GetCount(u, "input_tokens");  // includes cached
-  usage.cached_input_tokens = GetCount(Field(u, "input_tokens_details"), "cached_tokens");
+  usage.cached_input_tokens = GetCount(JsonField(u, "input_tokens_details"), "cached_tokens");
   usage.output_tokens = GetCount(u, "output_tokens");  // includes reasoning
-  usage.reasoning_tokens = GetCount(Field(u, "output_tokens_details"), "reasoning_tokens");
+  usage.reasoning_tokens = GetCount(JsonField(u, "output_tokens_details"), "reasoning_tokens");
   return usage;
 }
 
 FinishReason FinishOf(const Json& response) {
-  std::string status = GetString(response, "status");
+  std::string status = JsonString(response, "status");
   if (status == "completed") return FinishReason::kStop;
   if (status == "incomplete") {
-    std::string reason = GetString(Field(response, "incomplete_details"), "reason");
+    std::string reason = JsonString(JsonField(response, "incomplete_details"), "reason");
     if (reason == "max_output_tokens") return FinishReason::kLength;
     if (reason == "content_filter") return FinishReason::kContentFilter;
   }
@@ -32,9 +32,9 @@ FinishReason FinishOf(const Json& response) {
 
 // Fills everything but the text from a full response object.
 void FillFromResponse(const Json& response, ChatResponse& r) {
-  r.request_id = GetString(response, "id", r.request_id);
-  r.model = GetString(response, "model", r.model);
-  if (Field(response, "usage").is_object()) r.usage = ParseUsage(Field(response, "usage"));
+  r.request_id = JsonString(response, "id", r.request_id);
+  r.model = JsonString(response, "model", r.model);
+  if (JsonField(response, "usage").is_object()) r.usage = ParseUsage(JsonField(response, "usage"));
   r.finish = FinishOf(response);
 }
 
@@ -63,27 +63,27 @@ HttpRequest Build(const ChatRequest& request, const Endpoint& endpoint, bool str
 }
 
 Result<ChatResponse> Parse(std::string_view text) {
-  KF_ASSIGN_OR_RETURN(Json j, ParseJson(text, "responses body"));
-  if (GetString(j, "status") == "failed") return ClassifyStreamError(text).status;
+  KF_ASSIGN_OR_RETURN(Json j, ParseBody(text, "responses body"));
+  if (JsonString(j, "status") == "failed") return ClassifyStreamError(text).status;
   ChatResponse r;
   FillFromResponse(j, r);
   // output_text is computed by the SDKs, not sent: join every output_text part.
-  const Json& output = Field(j, "output");
+  const Json& output = JsonField(j, "output");
   if (output.is_array()) {
     for (const Json& item : output) {
-      const Json& content = Field(item, "content");
-      std::string type = GetString(item, "type");
+      const Json& content = JsonField(item, "content");
+      std::string type = JsonString(item, "type");
       if (type == "reasoning") {
         for (const Json& s :
-             Field(item, "summary").is_array() ? Field(item, "summary") : Json::array()) {
-          r.reasoning += GetString(s, "text");
+             JsonField(item, "summary").is_array() ? JsonField(item, "summary") : Json::array()) {
+          r.reasoning += JsonString(s, "text");
         }
       }
       if (type != "message" || !content.is_array()) continue;
       for (const Json& part : content) {
-        if (GetString(part, "type") == "output_text") r.text += GetString(part, "text");
-        if (GetString(part, "type") == "refusal") {
-          r.text += GetString(part, "refusal");
+        if (JsonString(part, "type") == "output_text") r.text += JsonString(part, "text");
+        if (JsonString(part, "type") == "refusal") {
+          r.text += JsonString(part, "refusal");
           r.finish = FinishReason::kContentFilter;
         }
       }
@@ -100,17 +100,17 @@ class Decoder final : public StreamDecoder {
       return ProviderError{
           Error(ErrorKind::kServerError,
                 fmt::format("malformed JSON in responses stream: '{}'", Utf8Prefix(data, 200)))};
-    std::string type = GetString(j, "type", std::string(event));
+    std::string type = JsonString(j, "type", std::string(event));
     if (type == "response.output_text.delta") {
-      EmitText(GetString(j, "delta"));
+      EmitText(JsonString(j, "delta"));
     } else if (type == "response.reasoning_summary_text.delta" ||
                type == "response.reasoning_text.delta") {
-      response_.reasoning += GetString(j, "delta");
+      response_.reasoning += JsonString(j, "delta");
     } else if (type == "response.created" || type == "response.in_progress") {
-      FillFromResponse(Field(j, "response"), response_);
+      FillFromResponse(JsonField(j, "response"), response_);
       response_.finish = FinishReason::kStop;
     } else if (type == "response.completed" || type == "response.incomplete") {
-      FillFromResponse(Field(j, "response"), response_);
+      FillFromResponse(JsonField(j, "response"), response_);
       done_ = true;
     } else if (type == "error" || type == "response.failed") {
       done_ = true;

@@ -13,7 +13,7 @@ RetryDecision DecideRetry(const ProviderError& error, int attempt, const RetryOp
                           double uniform) {
   RetryDecision d;
   const ErrorKind kind = error.status.kind();
-  bool retryable = IsRetryableKind(kind);
+  bool retryable = IsTransient(kind);
   if (error.should_retry.has_value()) {
     retryable = *error.should_retry && kind != ErrorKind::kQuota && kind != ErrorKind::kAuth;
   }

@@ -67,24 +67,25 @@ Json ResponseToJson(const ChatResponse& r) {
 Result<ChatResponse> ResponseFromJson(const Json& j, const std::string& where) {
   if (!j.is_object())
     return Error(ErrorKind::kInvalidInput, fmt::format("{}: 'response' must be an object", where));
-  if (!Field(j, "text").is_string()) {
+  if (!JsonField(j, "text").is_string()) {
     return Error(ErrorKind::kInvalidInput,
                  fmt::format("{}: field 'response.text' must be a string", where));
   }
   ChatResponse r;
-  r.text = GetString(j, "text");
-  r.reasoning = GetString(j, "reasoning");
-  r.finish = ParseFinish(GetString(j, "finish", "stop"));
-  const Json& u = Field(j, "usage");
+  r.text = JsonString(j, "text");
+  r.reasoning = JsonString(j, "reasoning");
+  r.finish = ParseFinish(JsonString(j, "finish", "stop"));
+  const Json& u = JsonField(j, "usage");
   r.usage.input_tokens = GetCount(u, "input_tokens");
   r.usage.cached_input_tokens = GetCount(u, "cached_input_tokens");
   r.usage.cache_write_input_tokens = GetCount(u, "cache_write_input_tokens");
   r.usage.output_tokens = GetCount(u, "output_tokens");
   r.usage.reasoning_tokens = GetCount(u, "reasoning_tokens");
-  r.cost_usd = Field(j, "cost_usd").is_number() ? Field(j, "cost_usd").get<double>() : 0.0;
-  r.request_id = GetString(j, "request_id");
-  r.model = GetString(j, "model");
-  r.latency_s = Field(j, "latency_s").is_number() ? Field(j, "latency_s").get<double>() : 0.0;
+  r.cost_usd = JsonField(j, "cost_usd").is_number() ? JsonField(j, "cost_usd").get<double>() : 0.0;
+  r.request_id = JsonString(j, "request_id");
+  r.model = JsonString(j, "model");
+  r.latency_s =
+      JsonField(j, "latency_s").is_number() ? JsonField(j, "latency_s").get<double>() : 0.0;
   return r;
 }
 
@@ -97,7 +98,7 @@ std::optional<ChatResponse> ResponseCache::Get(const std::string& hash) const {
   if (!text.ok()) return std::nullopt;
   Json j = Json::parse(*text, nullptr, false);
   if (j.is_discarded()) return std::nullopt;  // a damaged entry is a miss, then overwritten
-  auto r = ResponseFromJson(Field(j, "response"), PathFor(hash).string());
+  auto r = ResponseFromJson(JsonField(j, "response"), PathFor(hash).string());
   if (!r.ok()) return std::nullopt;
   return std::move(r).value();
 }
@@ -149,17 +150,17 @@ Result<Cassette> Cassette::Load(const std::filesystem::path& path) {
     }
     CassetteEntry e;
     e.line = line_no;
-    e.hash = GetString(j, "hash");
-    e.model = GetString(j, "model");
-    e.marker = GetString(j, "marker");
-    if (Has(j, "turn")) {
-      auto t = GetOptInt(j, "turn");
+    e.hash = JsonString(j, "hash");
+    e.model = JsonString(j, "model");
+    e.marker = JsonString(j, "marker");
+    if (JsonHas(j, "turn")) {
+      auto t = JsonOptInt(j, "turn");
       if (!t)
         return Error(ErrorKind::kInvalidInput,
                      fmt::format("{}: field 'turn' must be an integer", where));
       e.turn = static_cast<int>(*t);
     }
-    KF_ASSIGN_OR_RETURN(e.response, ResponseFromJson(Field(j, "response"), where));
+    KF_ASSIGN_OR_RETURN(e.response, ResponseFromJson(JsonField(j, "response"), where));
     c.entries_.push_back(std::move(e));
   }
   return c;

@@ -9,13 +9,15 @@
 
 #include "kforge/agent/ports.h"
 #include "kforge/core/status.h"
+#include "kforge/core/version.h"
 
 namespace kforge::remote::wire {
 
 inline constexpr const char* kJobSchema = "kforge.eval_job/1";
 inline constexpr const char* kInfoSchema = "kforge.eval_server/1";
 inline constexpr const char* kErrorSchema = "kforge.error/1";
-inline constexpr const char* kVersion = "0.1.0";
+// Client and server must be the same kforge version (kforge/core/version.h).
+inline std::string_view KforgeVersion() { return kforge::Version(); }
 
 struct JobRequest {
   agent::EvalJob job;

@@ -1,12 +1,10 @@
-// Tokens files (mode, format, messages that never quote a token) and the
-// task-suite hash (stable, sensitive to every file that matters).
+// Tokens files (mode, format, messages that never quote a token).
 #include "kforge/remote/tokens.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
 #include "kforge/core/fs.h"
-#include "kforge/remote/suite_hash.h"
 
 namespace kforge::remote {
 namespace {
@@ -34,7 +32,6 @@ class TempDir : public ::testing::Test {
 };
 
 using Tokens = TempDir;
-using SuiteHash = TempDir;
 
 const std::string kA = "aaaaaaaaaaaaaaaaaaaaaaaa-token-a";
 const std::string kB = "bbbbbbbbbbbbbbbbbbbbbbbb-token-b";
@@ -96,44 +93,6 @@ TEST_F(Tokens, TheClientReadsAFileOrTheEnvironment) {
   EXPECT_EQ(*file, kA);  // the file wins over the environment
   EXPECT_FALSE(LoadClientToken(Write("open", kA + "\n", 0644), "KFORGE_TEST_TOKEN").ok());
   ::unsetenv("KFORGE_TEST_TOKEN");
-}
-
-TEST_F(SuiteHash, StableAndSensitiveToEveryTaskFile) {
-  Write("001_a/task.toml", "id = 1\n", 0644);
-  Write("001_a/reference.cu", "ref a", 0644);
-  Write("002_b/task.toml", "id = 2\n", 0644);
-  Write("002_b/solutions/s.cu", "sol", 0644);
-  Write("CMakeLists.txt", "not a task", 0644);
-  auto h1 = TaskSuiteHash(dir_);
-  ASSERT_TRUE(h1.ok()) << h1.status().ToString();
-  EXPECT_EQ(h1->size(), 64u);
-  EXPECT_EQ(*TaskSuiteHash(dir_), *h1);
-  // Hidden files and files outside task folders do not count.
-  Write("001_a/.reference.cu.swp", "editor", 0644);
-  Write("CMakeLists.txt", "changed, still not a task", 0644);
-  EXPECT_EQ(*TaskSuiteHash(dir_), *h1);
-  // A changed solution, a renamed file, an added task each do.
-  Write("002_b/solutions/s.cu", "sol2", 0644);
-  auto h2 = TaskSuiteHash(dir_);
-  EXPECT_NE(*h2, *h1);
-  fs::rename(dir_ / "002_b/solutions/s.cu", dir_ / "002_b/solutions/t.cu");
-  auto h3 = TaskSuiteHash(dir_);
-  EXPECT_NE(*h3, *h2);
-  Write("003_c/task.toml", "id = 3\n", 0644);
-  EXPECT_NE(*TaskSuiteHash(dir_), *h3);
-  // Where the folder is does not matter.
-  fs::copy(dir_, dir_.string() + "-copy", fs::copy_options::recursive);
-  EXPECT_EQ(*TaskSuiteHash(dir_.string() + "-copy"), *TaskSuiteHash(dir_));
-  std::error_code ec;
-  fs::remove_all(dir_.string() + "-copy", ec);
-  EXPECT_EQ(TaskSuiteHash(dir_ / "nothing").status().kind(), ErrorKind::kNotFound);
-}
-
-TEST(SuiteHashOfTheRepository, EveryTaskFolderIsCovered) {
-  const fs::path tasks = fs::path(KFORGE_SOURCE_ROOT) / "tasks";
-  auto h = TaskSuiteHash(tasks);
-  ASSERT_TRUE(h.ok()) << h.status().ToString();
-  EXPECT_EQ(*TaskSuiteHash(tasks), *h);
 }
 
 }  // namespace

@@ -9,8 +9,8 @@
 #include "kforge/core/hash.h"
 #include "kforge/results/fixture.h"
 #include "kforge/results/samples.h"
-#include "schema.h"
-#include "sqlite_db.h"
+#include "store/schema.h"
+#include "store/sqlite_db.h"
 #include "test_util.h"
 
 namespace kforge::results {

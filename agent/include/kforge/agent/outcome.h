@@ -36,6 +36,8 @@ bool IsCorrect(Outcome outcome);
 // Maps a kforge.eval/1 document to an outcome. `compile_only`: a document
 // that got past compile and policy counts as kCompiled.
 Outcome ClassifyEvaluation(const nlohmann::json& doc, bool compile_only);
+// The geometric-mean speedup of a passed evaluation's document, else 0.
+double EvalSpeedup(const nlohmann::json& doc);
 
 // How far a candidate got, for ranking: higher is better. Correct kernels
 // rank above every failure and among themselves by speedup.

@@ -49,6 +49,11 @@ enum class ErrorKind {
 // Stable lower_snake name ("rate_limited") used in JSON and logs.
 std::string_view ErrorKindName(ErrorKind kind);
 
+// A failure that may pass if the same call is made again later (rate limits,
+// overload, 5xx, timeouts, transport): the one rule the providers' retry
+// loop and the agent's scheduler share.
+bool IsTransient(ErrorKind kind);
+
 class [[nodiscard]] Status {
  public:
   Status() = default;

@@ -1,4 +1,4 @@
-#include "kforge/remote/suite_hash.h"
+#include "kforge/evaluator/suite_hash.h"
 
 #include <algorithm>
 #include <system_error>
@@ -7,7 +7,7 @@
 #include "kforge/core/fs.h"
 #include "kforge/core/hash.h"
 
-namespace kforge::remote {
+namespace kforge::eval {
 namespace {
 
 namespace fs = std::filesystem;
@@ -57,4 +57,4 @@ Result<std::string> TaskSuiteHash(const fs::path& tasks_dir) {
   return h.HexDigest();
 }
 
-}  // namespace kforge::remote
+}  // namespace kforge::eval

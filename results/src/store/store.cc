@@ -2,10 +2,11 @@
 
 #include <system_error>
 
-#include "eval_doc.h"
 #include "kforge/core/clock.h"
 #include "kforge/core/fs.h"
 #include "kforge/core/hash.h"
+#include "kforge/core/json.h"
+#include "kforge/results/eval_doc.h"
 #include "schema.h"
 #include "sqlite_db.h"
 
@@ -370,7 +371,7 @@ Status RunStore::SetTurnFeedback(int64_t turn_id, std::string_view feedback) {
 
 Result<int64_t> RunStore::RecordEvaluation(int64_t session_id, int64_t turn_id,
                                            const nlohmann::json& eval_doc) {
-  KF_ASSIGN_OR_RETURN(internal::EvalColumns c, internal::ExtractEvalColumns(eval_doc));
+  KF_ASSIGN_OR_RETURN(EvalSummary c, ReadEvalDoc(eval_doc));
   std::lock_guard lock(mu_);
   KF_ASSIGN_OR_RETURN(std::string doc_sha, PutBlobLocked(eval_doc.dump(2)));
   KF_ASSIGN_OR_RETURN(Stmt q,
@@ -524,7 +525,7 @@ Result<std::vector<SessionUsage>> RunStore::ListSessionUsage(int64_t run_id) con
 
 Result<nlohmann::json> RunStore::GetEvaluationDoc(const EvaluationRecord& evaluation) const {
   KF_ASSIGN_OR_RETURN(std::string text, ReadBlob(dir_, evaluation.doc_sha));
-  return internal::ParseJson(text, "evaluation document " + evaluation.doc_sha);
+  return ParseJson(text, "evaluation document " + evaluation.doc_sha);
 }
 
 Result<std::vector<EventRecord>> RunStore::ListEvents(int64_t run_id, int64_t after_id) const {

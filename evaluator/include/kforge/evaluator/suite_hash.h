@@ -9,7 +9,7 @@
 
 #include "kforge/core/status.h"
 
-namespace kforge::remote {
+namespace kforge::eval {
 
 // SHA-256 (lower-case hex) over every task folder under `tasks_dir` (a folder
 // holding task.toml): the sorted paths of its regular files relative to
@@ -20,4 +20,4 @@ namespace kforge::remote {
 // order the filesystem lists entries in. kNotFound when there is no task folder.
 Result<std::string> TaskSuiteHash(const std::filesystem::path& tasks_dir);
 
-}  // namespace kforge::remote
+}  // namespace kforge::eval

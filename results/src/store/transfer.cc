@@ -4,15 +4,12 @@
 #include <set>
 #include <tuple>
 
-#include "eval_doc.h"
 #include "kforge/core/hash.h"
+#include "kforge/core/json.h"
 
 namespace kforge::results {
 
 namespace {
-
-using internal::JsonNumber;
-using internal::JsonString;
 
 nlohmann::json RunJson(const RunInfo& r) {
   return {{"name", r.name},
@@ -242,7 +239,7 @@ Result<TransferStats> ImportJsonl(RunStore& dest, std::istream& in, const std::s
   while (std::getline(in, line)) {
     ++line_no;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    auto rec = internal::ParseJson(line, source + ":" + std::to_string(line_no));
+    auto rec = ParseJson(line, source + ":" + std::to_string(line_no));
     if (!rec.ok()) return rec.status();
     Status s = importer.Apply(*rec);
     if (!s.ok()) return s.WithContext(source + ":" + std::to_string(line_no));

@@ -3,7 +3,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "eval_doc.h"
+#include "kforge/core/json.h"
+#include "kforge/results/eval_doc.h"
 
 namespace kforge::results::internal {
 namespace {

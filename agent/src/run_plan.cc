@@ -1,0 +1,179 @@
+#include "kforge/agent/run_plan.h"
+
+#include <fmt/format.h>
+
+#include "kforge/agent/adapters.h"
+#include "kforge/agent/hardware_card.h"
+#include "kforge/agent/prompt.h"
+#include "kforge/agent/task_select.h"
+#include "kforge/evaluator/suite_hash.h"
+#include "kforge/results/store.h"
+
+namespace kforge::agent {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A run name already in use is refused unless resuming (a silent merge would
+// mix two configs under one stored config); a made-up name gets a suffix.
+Status CheckRunName(RunConfig& cfg, bool default_name) {
+  for (int attempt = 2;; ++attempt) {
+    const fs::path dir = fs::path(cfg.out) / cfg.name;
+    if (!fs::exists(results::StorePath(dir))) return Status::Ok();
+    KF_ASSIGN_OR_RETURN(auto store, results::RunStore::Open(dir, true));
+    KF_ASSIGN_OR_RETURN(auto runs, store->ListRuns());
+    const results::RunInfo* same = nullptr;
+    for (const auto& r : runs) {
+      if (r.name == cfg.name) same = &r;
+    }
+    if (!same) return Status::Ok();
+    if (default_name) {
+      cfg.name =
+          fmt::format("{}-{}", fs::path(cfg.name).filename().string().substr(0, 19), attempt);
+      continue;
+    }
+    auto stored = RunConfigFromJson(same->config);
+    std::vector<std::string> diff;
+    if (stored.ok()) diff = RunConfigDifferences(*stored, cfg);
+    return Error(ErrorKind::kInvalidInput,
+                 fmt::format("run '{}' already exists in {}{}{}; continue it with `kforge run "
+                             "--resume {} --out {}`, or pick another --name",
+                             cfg.name, dir.string(), diff.empty() ? "" : ", and this asks: ",
+                             fmt::join(diff, "; "), cfg.name, cfg.out));
+  }
+}
+
+// The selected tasks' keys; each must instantiate at the run's world and dtype.
+Result<std::vector<std::string>> SelectedTasks(const RunPlan& plan) {
+  std::vector<TaskRef> suite;
+  for (const auto& t : plan.tasks) suite.push_back(RefFor(t));
+  KF_ASSIGN_OR_RETURN(auto keys, SelectTasks(plan.config.tasks, suite));
+  for (const auto& key : keys) {
+    KF_RETURN_IF_ERROR(CheckTaskProblem(*eval::FindTask(plan.tasks, key), plan.config.world,
+                                        plan.config.dtype));
+  }
+  return keys;
+}
+
+// The card the prompts show and the run stores: a named profile (trimmed to
+// the run's world), else the evaluators' probed card, else none.
+Result<nlohmann::json> PromptCard(const RunPlan& plan, const fs::path& prompts) {
+  if (plan.config.hardware.empty()) return plan.pools->card;
+  KF_ASSIGN_OR_RETURN(nlohmann::json card, FindHardwareProfile(plan.config.hardware, prompts));
+  return TrimHardware(card, plan.config.world);
+}
+
+// The spec's fields that come straight from the config and the pools.
+void FillSpec(RunPlan& plan, const nlohmann::json& card, const std::string& suite_hash) {
+  const RunConfig& cfg = plan.config;
+  RunSpec& spec = plan.spec;
+  spec.name = cfg.name;
+  spec.models = cfg.models;
+  spec.strategy = &plan.strategy;
+  spec.repeats = cfg.repeats;
+  spec.world = cfg.world;
+  spec.dtype = cfg.dtype;
+  spec.compile_only = plan.pools->compile_only;
+  spec.budgets = cfg.budgets;
+  spec.deadline_unix = cfg.deadline_unix;
+  spec.config = RunConfigToJson(cfg);
+  spec.config["task_suite_hash"] = suite_hash;
+  spec.hardware = card;
+  spec.link_peak_gbps = LinkPeakGbps(card);
+  spec.pools.gpu_sets = static_cast<int>(plan.pools->gpu.size());
+  spec.pools.compile_slots = static_cast<int>(plan.pools->compile.size());
+  spec.pools.llm_per_model = cfg.llm_concurrency;
+  spec.pools.llm_total = cfg.llm_concurrency * static_cast<int>(cfg.models.size());
+}
+
+// Each task's first prompt, and what the run resolved the config to
+// (defaults filled in) for readers of the store. `compile_only` in the config
+// stays what was asked, so that a resume on a GPU machine evaluates.
+Status AddTasks(RunPlan& plan, const std::vector<std::string>& keys, const std::string& hw_md) {
+  const RunConfig& cfg = plan.config;
+  nlohmann::json resolved = {{"compile_only", plan.pools->compile_only},
+                             {"world", cfg.world},
+                             {"strategy", plan.strategy.name},
+                             {"turns", plan.strategy.turns},
+                             {"samples", plan.strategy.samples},
+                             {"tasks_dir", plan.tasks_dir.string()},
+                             {"tasks", keys},
+                             {"dtypes", nlohmann::json::object()}};
+  for (const auto& key : keys) {
+    const eval::Task* t = eval::FindTask(plan.tasks, key);
+    KF_ASSIGN_OR_RETURN(PromptInputs in,
+                        TaskPromptInputs(*t, cfg.world, cfg.dtype, plan.strategy, hw_md));
+    KF_ASSIGN_OR_RETURN(Prompt prompt, BuildPrompt(plan.strategy, in));
+    plan.spec.tasks.push_back({t->key, t->category, prompt, in.dtype});
+    resolved["dtypes"][t->key] = in.dtype;
+  }
+  plan.spec.config["resolved"] = resolved;
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<RunConfig> StoredRunConfig(const fs::path& out, const std::string& name) {
+  fs::path dir = out / name;
+  if (!fs::exists(results::StorePath(dir))) {
+    return Error(ErrorKind::kNotFound, fmt::format("no run '{}' under {}", name, out.string()));
+  }
+  // Writable: resuming writes anyway, and an older schema is migrated here.
+  KF_ASSIGN_OR_RETURN(auto store, results::RunStore::Open(dir, false));
+  KF_ASSIGN_OR_RETURN(auto runs, store->ListRuns());
+  for (const auto& r : runs) {
+    if (r.name == name) return RunConfigFromJson(r.config);
+  }
+  return Error(ErrorKind::kNotFound, fmt::format("no run '{}' in {}", name, dir.string()));
+}
+
+Result<std::unique_ptr<RunPlan>> PlanRun(RunConfig cfg, const PlanEnv& env) {
+  if (!env.resume) KF_RETURN_IF_ERROR(CheckRunName(cfg, env.default_name));
+  auto plan = std::make_unique<RunPlan>();
+  plan->config = std::move(cfg);
+  const RunConfig& c = plan->config;
+  plan->run_dir = fs::path(c.out) / c.name;
+  plan->tasks_dir = TasksDir(c.tasks_dir);
+  KF_ASSIGN_OR_RETURN(plan->tasks, LoadCheckedTasks(plan->tasks_dir));
+  KF_ASSIGN_OR_RETURN(std::vector<std::string> keys, SelectedTasks(*plan));
+  const fs::path prompts = env.prompts_dir.empty() ? DefaultPromptsDir() : env.prompts_dir;
+  KF_ASSIGN_OR_RETURN(plan->strategy, FindStrategy(c.strategy, prompts));
+  if (c.turns) plan->strategy.turns = *c.turns;
+  if (c.samples) plan->strategy.samples = *c.samples;
+  // Every model must be callable before anything is stored or spent.
+  KF_ASSIGN_OR_RETURN(plan->llm, MakeProviderLlmFor(c.models, c.registries));
+  KF_ASSIGN_OR_RETURN(std::string suite_hash, eval::TaskSuiteHash(plan->tasks_dir));
+  if (env.remote_pools) {
+    KF_ASSIGN_OR_RETURN(plan->pools, env.remote_pools(c, suite_hash, plan->run_dir));
+  }
+  if (!plan->pools) {
+    KF_ASSIGN_OR_RETURN(plan->pools, LocalEvalPools(c, &plan->tasks));
+  }
+  if (plan->pools->compile_only) {
+    plan->notices.push_back(fmt::format(
+        "no GPU evaluation ({}). Kernels will be compiled and policy-checked only; evaluation "
+        "needs a GPU.",
+        plan->pools->no_gpu_reason));
+  }
+  KF_ASSIGN_OR_RETURN(nlohmann::json card, PromptCard(*plan, prompts));
+  const std::string hw_md = card.empty() ? "" : RenderHardwareCard(card);
+  FillSpec(*plan, card, suite_hash);
+  KF_RETURN_IF_ERROR(AddTasks(*plan, keys, hw_md));
+  KF_ASSIGN_OR_RETURN(plan->store, OpenRunStore(plan->run_dir));
+  return plan;
+}
+
+RunDeps RunPlan::Deps() const {
+  RunDeps deps;
+  deps.llm = llm.get();
+  deps.store = store.get();
+  deps.gpu_sets = pools->gpu;
+  deps.compilers = pools->compile;
+  deps.gpu_set_names = pools->gpu_names;
+  deps.compiler_names = pools->compile_names;
+  deps.gpu_set_groups = pools->gpu_groups;
+  deps.compiler_groups = pools->compile_groups;
+  return deps;
+}
+
+}  // namespace kforge::agent

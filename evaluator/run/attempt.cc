@@ -1,0 +1,103 @@
+#include "run/attempt.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "kforge/core/hash.h"
+#include "kforge/core/log.h"
+#include "kforge/core/version.h"
+#include "run/session.h"
+
+namespace kforge::eval {
+
+using nlohmann::json;
+
+std::string StatusName(ErrorKind kind) {
+  switch (kind) {
+    case ErrorKind::kOk:
+      return "passed";
+    case ErrorKind::kCompileError:
+      return "compile_error";
+    case ErrorKind::kPolicyViolation:
+      return "policy_violation";
+    case ErrorKind::kRuntimeError:
+      return "runtime_error";
+    case ErrorKind::kMismatch:
+      return "mismatch";
+    case ErrorKind::kIntegrityViolation:
+      return "integrity_violation";
+    case ErrorKind::kDeadlock:
+    case ErrorKind::kTimeout:
+      return "timeout";
+    default:
+      return "harness_error";
+  }
+}
+
+Result<Dtype> ChosenDtype(const Task& task, const EvalOptions& options) {
+  Dtype dtype = options.dtype.value_or(task.dtypes.front());
+  if (std::find(task.dtypes.begin(), task.dtypes.end(), dtype) == task.dtypes.end()) {
+    return Error(ErrorKind::kInvalidInput,
+                 "task " + task.key + " has no dtype " + std::string(DtypeName(dtype)));
+  }
+  return dtype;
+}
+
+Attempt::Attempt(const Task& task, const std::string& source, const std::string& name,
+                 Dtype dtype, bool compile_only)
+    : doc_({{"schema", "kforge.eval/1"},
+            {"task", task.key},
+            {"kernel", {{"path", name}, {"sha256", Sha256Hex(source)}}},
+            {"dtype", std::string(DtypeName(dtype))},
+            {"kforge", {{"version", Version()}, {"commit", GitCommit()}}}}),
+      compile_only_(compile_only) {}
+
+void Attempt::Mark(const std::string& phase) {
+  auto now = std::chrono::steady_clock::now();
+  phases_[phase] = std::chrono::duration<double>(now - last_).count();
+  last_ = now;
+}
+
+void Attempt::Finish(ErrorKind kind, const std::string& message) {
+  doc_["status"] = compile_only_ && kind == ErrorKind::kOk ? "compiled" : StatusName(kind);
+  doc_["message"] = message;
+  doc_["seconds"] =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  doc_["phases_s"] = phases_;
+  finished_ = true;
+}
+
+void Attempt::FinishFrom(const EvalSession& s, const Status& st) {
+  doc_["correctness"] = {
+      {"trials", s.options->trials}, {"passed_trials", s.trials_passed}, {"checks", s.checks}};
+  doc_["timing"] = s.timing;
+  doc_["sandbox"] = s.sandbox_report;
+  doc_["integrity"] = {{"harness_overhead_us", s.overhead_us}, {"findings", s.integrity}};
+  if (!s.failure.is_null()) doc_[st.kind() == ErrorKind::kDeadlock ? "timeout" : "error"] = s.failure;
+  // Whatever else happened, a kernel whose process broke the sandbox or the
+  // timing protocol is rejected for that.
+  if (!s.integrity.empty()) {
+    const json& m = s.integrity[0].value("message", json());
+    Finish(ErrorKind::kIntegrityViolation,
+           "integrity_violation: " + (m.is_string() ? m.get<std::string>() : m.dump()));
+    return;
+  }
+  if (!st.ok()) {
+    if (st.kind() == ErrorKind::kHarness) LogWarn("evaluator", "{}", st.message());
+    Finish(st.kind(), StatusName(st.kind()) + ": " + st.message());
+    return;
+  }
+  std::string msg = "passed: " + std::to_string(s.trials_passed) + " trials over " +
+                    std::to_string(s.task->check_sizes.size()) + " check sizes";
+  if (!s.timing.empty()) {
+    double logsum = 0;
+    for (const auto& t : s.timing) logsum += std::log(std::max(t["speedup"].get<double>(), 1e-9));
+    double geo = std::exp(logsum / static_cast<double>(s.timing.size()));
+    doc_["speedup"] = geo;
+    msg += "; speedup " + std::to_string(geo).substr(0, 5) + "x (geomean over " +
+           std::to_string(s.timing.size()) + " bench sizes)" + (s.emulated ? ", emulated" : "");
+  }
+  Finish(ErrorKind::kOk, msg);
+}
+
+}  // namespace kforge::eval

@@ -1,0 +1,73 @@
+// Where an evaluation's ranks run, and the arch its kernels compile for.
+#include "run/placement.h"
+
+#include <gtest/gtest.h>
+
+namespace kforge::eval {
+namespace {
+
+using nlohmann::json;
+
+Task TaskWithWorlds(std::vector<int> worlds) {
+  Task t;
+  t.key = "001_test";
+  t.world_sizes = std::move(worlds);
+  return t;
+}
+
+json CardWithGpus(int n) {
+  json gpus = json::array();
+  for (int i = 0; i < n; ++i) gpus.push_back({{"index", i}, {"cc_major", 9}, {"cc_minor", 0}});
+  return {{"gpus", gpus}};
+}
+
+TEST(PlacementTest, RanksGoRoundRobinAndSharingIsEmulation) {
+  EvalOptions o;
+  o.world = 4;
+  auto p = Place(TaskWithWorlds({2, 4, 8}), CardWithGpus(2), o);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->world, 4);
+  EXPECT_EQ(p->devices, (std::vector<int>{0, 1, 0, 1}));
+  EXPECT_TRUE(p->emulated);
+  o.world = 2;
+  p = Place(TaskWithWorlds({2, 4, 8}), CardWithGpus(8), o);
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->devices, (std::vector<int>{0, 1}));
+  EXPECT_FALSE(p->emulated);
+}
+
+TEST(PlacementTest, WorldZeroPicksTheSmallestWorldCoveringTheGpus) {
+  EvalOptions o;
+  auto p = Place(TaskWithWorlds({2, 4, 8}), CardWithGpus(3), o);
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->world, 4);
+  p = Place(TaskWithWorlds({2, 4}), CardWithGpus(8), o);
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->world, 4);  // more GPUs than any world: the largest
+  o.gpus = {5};
+  p = Place(TaskWithWorlds({2, 4}), CardWithGpus(8), o);
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->devices, (std::vector<int>{5, 5}));
+}
+
+TEST(PlacementTest, AnUndeclaredWorldOrNoGpuIsAnError) {
+  EvalOptions o;
+  o.world = 3;
+  auto p = Place(TaskWithWorlds({2, 4}), CardWithGpus(4), o);
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("world size 3"), std::string::npos);
+  o.world = 2;
+  EXPECT_EQ(Place(TaskWithWorlds({2}), json::object(), o).status().kind(),
+            ErrorKind::kInvalidInput);
+}
+
+TEST(PlacementTest, ArchFollowsTheCardUnlessAsked) {
+  EXPECT_EQ(TargetArch(CardWithGpus(1), ""), "sm_90a");
+  json ampere = {{"gpus", {{{"index", 0}, {"cc_major", 8}, {"cc_minor", 0}}}}};
+  EXPECT_EQ(TargetArch(ampere, ""), "sm_80");
+  EXPECT_EQ(TargetArch(json(), ""), "sm_90a");
+  EXPECT_EQ(TargetArch(ampere, "sm_86"), "sm_86");
+}
+
+}  // namespace
+}  // namespace kforge::eval
