@@ -31,7 +31,8 @@ Result<std::unique_ptr<EvalPools>> LocalEvalPools(const RunConfig& cfg,
     const size_t sets = std::max<size_t>(1, gpus.size() / world);
     for (size_t s = 0; s < sets; ++s) {
       std::vector<int> set = gpus;
-      if (gpus.size() >= world) set.assign(gpus.begin() + s * world, gpus.begin() + (s + 1) * world);
+      if (gpus.size() >= world)
+        set.assign(gpus.begin() + s * world, gpus.begin() + (s + 1) * world);
       p->owned.push_back(MakeEvaluatorPort(tasks, set));
       p->gpu.push_back(p->owned.back().get());
     }

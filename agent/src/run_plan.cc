@@ -49,8 +49,8 @@ Result<std::vector<std::string>> SelectedTasks(const RunPlan& plan) {
   for (const auto& t : plan.tasks) suite.push_back(RefFor(t));
   KF_ASSIGN_OR_RETURN(auto keys, SelectTasks(plan.config.tasks, suite));
   for (const auto& key : keys) {
-    KF_RETURN_IF_ERROR(CheckTaskProblem(*eval::FindTask(plan.tasks, key), plan.config.world,
-                                        plan.config.dtype));
+    KF_RETURN_IF_ERROR(
+        CheckTaskProblem(*eval::FindTask(plan.tasks, key), plan.config.world, plan.config.dtype));
   }
   return keys;
 }

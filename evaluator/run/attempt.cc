@@ -43,8 +43,8 @@ Result<Dtype> ChosenDtype(const Task& task, const EvalOptions& options) {
   return dtype;
 }
 
-Attempt::Attempt(const Task& task, const std::string& source, const std::string& name,
-                 Dtype dtype, bool compile_only)
+Attempt::Attempt(const Task& task, const std::string& source, const std::string& name, Dtype dtype,
+                 bool compile_only)
     : doc_({{"schema", "kforge.eval/1"},
             {"task", task.key},
             {"kernel", {{"path", name}, {"sha256", Sha256Hex(source)}}},
@@ -73,7 +73,8 @@ void Attempt::FinishFrom(const EvalSession& s, const Status& st) {
   doc_["timing"] = s.timing;
   doc_["sandbox"] = s.sandbox_report;
   doc_["integrity"] = {{"harness_overhead_us", s.overhead_us}, {"findings", s.integrity}};
-  if (!s.failure.is_null()) doc_[st.kind() == ErrorKind::kDeadlock ? "timeout" : "error"] = s.failure;
+  if (!s.failure.is_null())
+    doc_[st.kind() == ErrorKind::kDeadlock ? "timeout" : "error"] = s.failure;
   // Whatever else happened, a kernel whose process broke the sandbox or the
   // timing protocol is rejected for that.
   if (!s.integrity.empty()) {

@@ -12,6 +12,7 @@
 #include "kforge/core/subprocess.h"
 #include "kforge/results/fixture.h"
 #include "kforge/results/store.h"
+#include "kforge/testing/test_util.h"
 
 namespace kforge {
 namespace {
@@ -24,16 +25,6 @@ std::string Cassette() { return "replay:" + (kRoot / "examples/demo/cassette.jso
 
 class CliTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    auto dir = MakeTempDir("kforge-cli-test");
-    ASSERT_TRUE(dir.ok());
-    tmp_ = *dir;
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(tmp_, ec);
-  }
-
   ProcessResult Kforge(std::vector<std::string> args, std::map<std::string, std::string> env = {}) {
     args.insert(args.begin(), KFORGE_BIN);
     ProcessOptions o;
@@ -46,7 +37,8 @@ class CliTest : public ::testing::Test {
     return r.ok() ? *r : ProcessResult{};
   }
 
-  fs::path tmp_;
+  testing::TempDir dir_{"kforge-cli-test"};
+  const fs::path tmp_ = dir_.path();
 };
 
 TEST_F(CliTest, UsageErrorsExit64NotCli11Codes) {

@@ -3,6 +3,7 @@
 
 #include "kforge/core/fs.h"
 #include "kforge/providers/client.h"
+#include "kforge/testing/test_util.h"
 #include "transcript.h"
 
 namespace kforge::providers {
@@ -10,14 +11,13 @@ namespace {
 
 class ReplayTest : public ::testing::Test {
  protected:
-  void SetUp() override { dir_ = *MakeTempDir("kforge-replay-test"); }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
   std::string Write(const std::string& text) {
     auto p = dir_ / "c.jsonl";
     EXPECT_TRUE(WriteFileAtomic(p, text).ok());
     return p.string();
   }
-  std::filesystem::path dir_;
+  testing::TempDir tmp_{"kforge-replay-test"};
+  const std::filesystem::path dir_ = tmp_.path();
 };
 
 ChatRequest Req(std::string model, std::vector<Message> messages, std::string system = "") {

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 
 #include "kforge/core/fs.h"
+#include "kforge/testing/test_util.h"
 
 namespace kforge::remote {
 namespace {
@@ -13,22 +14,14 @@ namespace fs = std::filesystem;
 
 class TempDir : public ::testing::Test {
  protected:
-  void SetUp() override {
-    auto d = MakeTempDir("kforge-tokens");
-    ASSERT_TRUE(d.ok());
-    dir_ = *d;
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
   fs::path Write(const std::string& name, const std::string& text, mode_t mode) {
     const fs::path p = dir_ / name;
     EXPECT_TRUE(WriteFileAtomic(p, text).ok());
     ::chmod(p.c_str(), mode);
     return p;
   }
-  fs::path dir_;
+  testing::TempDir tmp_{"kforge-tokens"};
+  const fs::path dir_ = tmp_.path();
 };
 
 using Tokens = TempDir;

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "kforge/core/fs.h"
+#include "kforge/testing/test_util.h"
 
 namespace kforge::eval {
 namespace {
@@ -13,19 +14,11 @@ namespace fs = std::filesystem;
 
 class SuiteHash : public ::testing::Test {
  protected:
-  void SetUp() override {
-    auto d = MakeTempDir("kforge-suite-hash");
-    ASSERT_TRUE(d.ok());
-    dir_ = *d;
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
   void Write(const std::string& name, const std::string& text) {
     ASSERT_TRUE(WriteFileAtomic(dir_ / name, text).ok());
   }
-  fs::path dir_;
+  testing::TempDir tmp_{"kforge-suite-hash"};
+  const fs::path dir_ = tmp_.path();
 };
 
 TEST_F(SuiteHash, StableAndSensitiveToEveryTaskFile) {
