@@ -27,10 +27,10 @@ Result<RemoteSlots> ConnectEvaluators(const std::vector<Endpoint>& endpoints,
                                "{}): give both machines the same tasks folder",
                                e.url, info.task_suite_hash, o.task_suite_hash));
     }
-    if (info.kforge_version != wire::KforgeVersion()) {
+    if (info.kforge_version != kforge::Version()) {
       return Error(ErrorKind::kInvalidInput,
                    fmt::format("evaluation server {} is kforge {}; this is kforge {}", e.url,
-                               info.kforge_version, wire::KforgeVersion()));
+                               info.kforge_version, kforge::Version()));
     }
     if (o.need_gpu && info.gpu_slots > 0 && info.world != o.world) {
       return Error(ErrorKind::kInvalidInput,

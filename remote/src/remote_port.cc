@@ -39,7 +39,7 @@ class RemoteEvalPort final : public agent::EvalPort {
     wire::JobRequest request;
     request.job = job;
     request.task_suite_hash = o_.task_suite_hash;
-    request.kforge_version = wire::KforgeVersion();
+    request.kforge_version = kforge::Version();
     request.id = fmt::format("{}-{}", job.kernel_name, ++sequence_);
     HttpCall call;
     call.method = "POST";

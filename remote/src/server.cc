@@ -115,7 +115,7 @@ struct EvalServer::Impl {
     for (size_t i = 0; i < options.gpu_sets.size(); ++i)
       sets.push_back({{"slot", i}, {"gpus", options.gpu_sets[i]}});
     json info = {{"schema", wire::kInfoSchema},
-                 {"kforge_version", wire::KforgeVersion()},
+                 {"kforge_version", kforge::Version()},
                  {"kforge_commit", kforge::GitCommit()},
                  {"task_suite_hash", options.task_suite_hash},
                  {"host", host},
@@ -168,9 +168,9 @@ struct EvalServer::Impl {
                                 "both the same tasks folder.",
                                 options.tasks_dir, options.task_suite_hash, r.task_suite_hash));
     }
-    if (!r.kforge_version.empty() && r.kforge_version != wire::KforgeVersion()) {
+    if (!r.kforge_version.empty() && r.kforge_version != kforge::Version()) {
       return Refuse(res, 409, "version_mismatch",
-                    fmt::format("this server is kforge {}; the client is {}", wire::KforgeVersion(),
+                    fmt::format("this server is kforge {}; the client is {}", kforge::Version(),
                                 r.kforge_version));
     }
     if (!options.task_keys.count(r.job.task))

@@ -16,8 +16,7 @@ namespace kforge::remote::wire {
 inline constexpr const char* kJobSchema = "kforge.eval_job/1";
 inline constexpr const char* kInfoSchema = "kforge.eval_server/1";
 inline constexpr const char* kErrorSchema = "kforge.error/1";
-// Client and server must be the same kforge version (kforge/core/version.h).
-inline std::string_view KforgeVersion() { return kforge::Version(); }
+// Client and server must be the same kforge version: kforge::Version().
 
 struct JobRequest {
   agent::EvalJob job;

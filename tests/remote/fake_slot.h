@@ -131,7 +131,7 @@ inline std::string JobBody(const std::string& source, bool compile_only = true,
   r.job.world = 2;
   r.job.compile_only = compile_only;
   r.task_suite_hash = suite;
-  r.kforge_version = wire::KforgeVersion();
+  r.kforge_version = kforge::Version();
   return wire::JobRequestJson(r).dump();
 }
 
