@@ -10,9 +10,16 @@
 //   5. the coordinator's own cost per evaluation: a run of 1000 GPU slots on
 //      fake time, with instant fake model, evaluators and store.
 //
-//   remote_bench [--iterations N] [--kernel FILE] [--task KEY]
+//   remote_bench [--iterations N] [--kernel FILE] [--task KEY] [--gpu]
+//
+// --gpu (on a GPU machine): item 2 runs real evaluations on GPU 0 (W=2,
+// default check and bench sizes) instead of compile-only ones, locally and
+// through an eval-server whose one slot is GPU 0, alternated; items 1, 4 and
+// 5 are skipped (they do not depend on the GPU).
 //
 // Prints a markdown table (bench/results/*-remote-overhead.md).
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -68,9 +75,12 @@ class Instant final : public EvalPort {
 // An eval-server on loopback over `factory`, serving until destroyed.
 struct Loopback {
   Loopback(kforge::remote::EvaluatorFactory factory, const std::string& suite,
-           std::set<std::string> keys, int compile_slots) {
+           std::set<std::string> keys, int compile_slots,
+           std::vector<std::vector<int>> gpu_sets = {}, int world = 0) {
     kforge::remote::EvalServerOptions o;
     o.compile_slots = compile_slots;
+    o.gpu_sets = std::move(gpu_sets);
+    o.world = world;
     o.max_queue = 64;
     o.per_token = 0;
     o.task_suite_hash = suite;
@@ -183,15 +193,24 @@ class NullStore final : public kforge::agent::StorePort {
 
 int main(int argc, char** argv) {
   int iterations = 20;
+  bool gpu = false;
   std::string task_key = "001_allreduce";
   fs::path root(KFORGE_SOURCE_ROOT);
   fs::path kernel = root / "examples/demo/kernels/allreduce_naive.cu";
-  for (int i = 1; i + 1 < argc; i += 2) {
+  for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--iterations") iterations = std::max(3, std::atoi(argv[i + 1]));
-    if (a == "--kernel") kernel = argv[i + 1];
-    if (a == "--task") task_key = argv[i + 1];
+    if (a == "--gpu") {
+      gpu = true;
+      continue;
+    }
+    if (i + 1 >= argc) break;
+    ++i;
+    if (a == "--iterations") iterations = std::max(3, std::atoi(argv[i]));
+    if (a == "--kernel") kernel = argv[i];
+    if (a == "--task") task_key = argv[i];
   }
+  // The worker is not beside this binary: name the one built with it.
+  ::setenv("KFORGE_WORKER", KFORGE_WORKER_PATH, 0);
   auto tasks = kforge::eval::LoadTasks(root / "tasks");
   if (!tasks.ok()) {
     std::fprintf(stderr, "%s\n", tasks.status().ToString().c_str());
@@ -201,12 +220,12 @@ int main(int argc, char** argv) {
   std::set<std::string> keys;
   for (const auto& t : *tasks) keys.insert(t.key);
   const std::string source = *kforge::ReadFile(kernel);
-  const EvalJob job{task_key, source, "k.cu", 2, "", true};
+  const EvalJob job{task_key, source, "k.cu", 2, "", !gpu};
 
   std::printf("| what | median | p10 | p90 | unit | note |\n|---|---|---|---|---|---|\n");
 
   // 1. Server overhead alone.
-  {
+  if (!gpu) {
     Loopback lb([](const std::vector<int>&) { return std::make_unique<Instant>(); }, suite, keys,
                 4);
     auto port = lb.Port(suite);
@@ -231,11 +250,13 @@ int main(int argc, char** argv) {
         clients * each / s, clients * each, std::thread::hardware_concurrency());
   }
 
-  // 2. and 3. The real evaluator, compile-only, cache warm: local vs remote.
+  // 2. and 3. The real evaluator, cache warm: local vs remote. Compile-only,
+  // or (--gpu) real evaluations on GPU 0.
   {
     auto cache = kforge::MakeTempDir("kforge-remote-bench");
     ::setenv("XDG_CACHE_HOME", cache->c_str(), 1);
-    auto local = kforge::agent::MakeEvaluatorPort(&*tasks, {});
+    const std::vector<int> set = gpu ? std::vector<int>{0} : std::vector<int>{};
+    auto local = kforge::agent::MakeEvaluatorPort(&*tasks, set);
     auto t0 = Clock::now();
     auto first = local->Evaluate(job);
     const double cold = Seconds(t0, Clock::now());
@@ -243,33 +264,53 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "%s\n", first.status().ToString().c_str());
       return 1;
     }
+    const std::string expect = gpu ? "passed" : "compiled";
+    if (first->value("status", "") != expect) {
+      std::fprintf(stderr, "the first evaluation is %s, not %s: %s\n",
+                   first->value("status", "?").c_str(), expect.c_str(),
+                   first->value("message", "").c_str());
+      return 1;
+    }
     const std::vector<kforge::eval::Task>* list = &*tasks;
     Loopback lb(
         [list](const std::vector<int>& g) { return kforge::agent::MakeEvaluatorPort(list, g); },
-        suite, keys, 1);
+        suite, keys, 1, gpu ? std::vector<std::vector<int>>{set} : std::vector<std::vector<int>>{},
+        gpu ? 2 : 0);
     auto remote = lb.Port(suite);
     (void)remote->Evaluate(job);  // the server's evaluator learns the toolchain once
+    // Every answer must be the same verdict; a failed one would time nothing.
+    auto checked = [&](EvalPort& port) {
+      auto a = Clock::now();
+      auto doc = port.Evaluate(job);
+      const double s = Seconds(a, Clock::now());
+      if (!doc.ok() || doc->value("status", "") != expect) {
+        std::fprintf(
+            stderr, "an evaluation came back %s\n",
+            doc.ok() ? doc->value("status", "?").c_str() : doc.status().ToString().c_str());
+        std::exit(1);
+      }
+      return s;
+    };
     std::vector<double> l, r;
     for (int i = 0; i < iterations; ++i) {
-      auto a = Clock::now();
-      (void)local->Evaluate(job);
-      auto b = Clock::now();
-      (void)remote->Evaluate(job);
-      auto c = Clock::now();
-      l.push_back(Seconds(a, b));
-      r.push_back(Seconds(b, c));
+      l.push_back(checked(*local));
+      r.push_back(checked(*remote));
     }
     Stats sl = Summary(l), sr = Summary(r);
-    Row("compile-only evaluation, cache warm, local", sl, 1e3, "ms", "reference + kernel cached");
-    Row("compile-only evaluation, cache warm, eval-server", sr, 1e3, "ms", "same, on loopback");
+    const char* kind = gpu ? "GPU evaluation (W=2, GPU 0)" : "compile-only evaluation";
+    Row(fmt::format("{}, cache warm, local", kind).c_str(), sl, 1e3, "ms",
+        "reference + kernel cached");
+    Row(fmt::format("{}, cache warm, eval-server", kind).c_str(), sr, 1e3, "ms",
+        "same, on loopback");
     std::printf(
         "| eval-server overhead per evaluation | %.3g | - | - | ms | remote median - local "
         "median (%.1f%%) |\n",
         (sr.median - sl.median) * 1e3, 100 * (sr.median - sl.median) / sl.median);
-    std::printf("| cold compile-only evaluation (nvcc) | %.3g | - | - | s | one run, %s |\n", cold,
+    std::printf("| cold %s (nvcc) | %.3g | - | - | s | one run, %s |\n", kind, cold,
                 kernel.filename().string().c_str());
     fs::remove_all(*cache);
   }
+  if (gpu) return 0;
 
   // 4. The run store: durable evaluation writes.
   {

@@ -15,6 +15,13 @@ constexpr int64_t kMaxNumel = int64_t{1} << 40;
 constexpr size_t kMaxName = 128;
 
 json TensorToJson(const ConcreteTensor& t) {
+  std::vector<int64_t> until;
+  std::vector<double> pa, pb;
+  for (const ConcreteTensor::Piece& piece : t.init_pieces) {
+    until.push_back(piece.until);
+    pa.push_back(piece.a);
+    pb.push_back(piece.b);
+  }
   json j = {{"name", t.name},
             {"dtype", static_cast<int>(t.dtype)},
             {"shape", t.shape},
@@ -28,6 +35,9 @@ json TensorToJson(const ConcreteTensor& t) {
             {"init", static_cast<int>(t.init)},
             {"init_a", t.init_a},
             {"init_b", t.init_b},
+            {"init_until", until},
+            {"init_pa", pa},
+            {"init_pb", pb},
             {"dist", static_cast<int>(t.distribution.kind)},
             {"dist_dim", t.distribution.dim},
             {"dist_group", t.distribution.group},
@@ -72,6 +82,11 @@ Result<ConcreteTensor> TensorFromJson(const json& j, int world, const std::strin
   r.Int("init", &init, 0, static_cast<int>(InitSpec::Kind::kCustom));
   r.Double("init_a", &t.init_a);
   r.Double("init_b", &t.init_b);
+  std::vector<int64_t> until;
+  std::vector<double> pa, pb;
+  r.Ints("init_until", &until, kMaxInitPieces);
+  r.Doubles("init_pa", &pa, kMaxInitPieces);
+  r.Doubles("init_pb", &pb, kMaxInitPieces);
   r.Int("dist", &dist, 0, static_cast<int>(Distribution::Kind::kShard));
   r.Int("dist_dim", &t.distribution.dim, 0, KF_MAX_DIMS - 1);
   r.String("dist_group", &t.distribution.group, kMaxName);
@@ -80,6 +95,10 @@ Result<ConcreteTensor> TensorFromJson(const json& j, int world, const std::strin
   if (!r.ok()) return r.status();
   t.dtype = static_cast<Dtype>(dtype);
   t.init = static_cast<InitSpec::Kind>(init);
+  if (until.size() != pa.size() || until.size() != pb.size()) {
+    return Error(ErrorKind::kHarness, fmt::format("{}: init pieces of unequal lengths", what));
+  }
+  for (size_t k = 0; k < until.size(); ++k) t.init_pieces.push_back({until[k], pa[k], pb[k]});
   t.distribution.kind = static_cast<Distribution::Kind>(dist);
   KF_RETURN_IF_ERROR(ShapeOk(t.shape, t.name));
   if (t.numel != Product(t.shape) ||

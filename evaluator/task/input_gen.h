@@ -86,12 +86,18 @@ struct Feistel {
 enum : int { kNormal = 0, kUniform, kInt, kPermutation };
 
 inline constexpr int kMaxDims = 8;
+inline constexpr int kMaxPieces = 8;
 
 // Everything one element's value needs.
 struct InputGen {
   int kind = kNormal;
   int dtype = codec::kF32;
   double a = 0, b = 1;  // normal: mean, std; uniform: low, high
+  // Normal and uniform with pieces: global elements [until[k-1], until[k])
+  // take piece_a[k], piece_b[k] instead of a, b; the last piece takes the rest.
+  int pieces = 0;
+  uint64_t until[kMaxPieces] = {0};
+  double piece_a[kMaxPieces] = {0}, piece_b[kMaxPieces] = {0};
   int64_t int_low = 0;  // int: [int_low, int_low + int_span)
   uint64_t int_span = 1;
   uint64_t key = 0;
@@ -120,11 +126,19 @@ struct InputGen {
   }
 
   KF_HD double Value(uint64_t g) const {
+    double pa = a, pb = b;
+    for (int k = 0; k < pieces; ++k) {
+      if (g < until[k] || k + 1 == pieces) {
+        pa = piece_a[k];
+        pb = piece_b[k];
+        break;
+      }
+    }
     switch (kind) {
       case kNormal:
-        return codec::Add(a, codec::Mul(b, StandardNormal(key, g)));
+        return codec::Add(pa, codec::Mul(pb, StandardNormal(key, g)));
       case kUniform:
-        return codec::Add(a, codec::Mul(codec::Add(b, -a), Unit(Draw(key, g))));
+        return codec::Add(pa, codec::Mul(codec::Add(pb, -pa), Unit(Draw(key, g))));
       case kInt:
         return static_cast<double>(int_low + static_cast<int64_t>(Draw(key, g) % int_span));
       default:

@@ -90,6 +90,31 @@ Status GenerateCustom(const Problem& p, int index, int rank, uint64_t seed, uint
   return Status::Ok();
 }
 
+static_assert(gen::kMaxPieces == kMaxInitPieces, "the loader's limit is the generator's");
+
+// A normal or uniform input's pieces, checked against its (global) element count.
+Status SetPieces(const Problem& p, const ConcreteTensor& t, uint64_t global_numel,
+                 gen::InputGen& g) {
+  if (t.init_pieces.size() > static_cast<size_t>(gen::kMaxPieces)) {
+    return Error(ErrorKind::kInvalidInput,
+                 fmt::format("{}: input '{}' has more than {} init pieces", p.task_name, t.name,
+                             gen::kMaxPieces));
+  }
+  for (const ConcreteTensor::Piece& piece : t.init_pieces) {
+    const bool rest = piece.until == ConcreteTensor::Piece::kRest;
+    if (!rest && (piece.until <= 0 || static_cast<uint64_t>(piece.until) > global_numel)) {
+      return Error(ErrorKind::kInvalidInput,
+                   fmt::format("{}: input '{}': init piece bound {} is outside its {} elements",
+                               p.task_name, t.name, piece.until, global_numel));
+    }
+    g.until[g.pieces] = rest ? UINT64_MAX : static_cast<uint64_t>(piece.until);
+    g.piece_a[g.pieces] = piece.a;
+    g.piece_b[g.pieces] = piece.b;
+    ++g.pieces;
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Result<gen::InputGen> MakeInputGen(const Problem& p, int index, int rank, uint64_t seed) {
@@ -144,10 +169,9 @@ Result<gen::InputGen> MakeInputGen(const Problem& p, int index, int rank, uint64
   g.key = gen::StreamKey(seed, source_rank, index);
   switch (t.init) {
     case InitSpec::Kind::kNormal:
-      g.kind = gen::kNormal;
-      break;
     case InitSpec::Kind::kUniform:
-      g.kind = gen::kUniform;
+      g.kind = t.init == InitSpec::Kind::kNormal ? gen::kNormal : gen::kUniform;
+      KF_RETURN_IF_ERROR(SetPieces(p, t, global_numel, g));
       break;
     case InitSpec::Kind::kInt: {
       g.kind = gen::kInt;

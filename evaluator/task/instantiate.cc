@@ -95,6 +95,46 @@ Status ResolveShape(const TensorSpec& spec, const ExprVars& vars, int world, Con
 Status ResolveTolerance(const Task& task, const TensorSpec& spec, const ExprVars& vars,
                         ConcreteTensor& c);
 
+// A normal's mean/std or a uniform's low/high, and its pieces, at these sizes.
+// Piece bounds are element indices of the tensor (the global one when it is
+// sharded), increasing; MakeInputGen checks them against the element count.
+Status ResolveContinuousInit(const TensorSpec& spec, const ExprVars& vars, ConcreteTensor& c) {
+  const bool normal = spec.init.kind == InitSpec::Kind::kNormal;
+  auto params = [&](const std::string& ea, const std::string& eb, double& a, double& b) -> Status {
+    KF_ASSIGN_OR_RETURN(a, Evaluate(ea, vars));
+    KF_ASSIGN_OR_RETURN(b, Evaluate(eb, vars));
+    if (!std::isfinite(a) || !std::isfinite(b) || (normal && b < 0) || (!normal && !(a < b))) {
+      return Error(ErrorKind::kInvalidInput,
+                   fmt::format("input '{}': init {} = {} and {} = {} ({})", spec.name,
+                               normal ? "mean" : "low", a, normal ? "std" : "high", b,
+                               normal ? "std must be finite and >= 0" : "needs low < high"));
+    }
+    return Status::Ok();
+  };
+  KF_RETURN_IF_ERROR(normal ? params(spec.init.mean, spec.init.std, c.init_a, c.init_b)
+                            : params(spec.init.low, spec.init.high, c.init_a, c.init_b));
+  if (spec.init.pieces.empty()) return Status::Ok();
+  int64_t previous = 0;
+  for (const InitPieceSpec& ps : spec.init.pieces) {
+    ConcreteTensor::Piece piece;
+    KF_RETURN_IF_ERROR(params(ps.a, ps.b, piece.a, piece.b));
+    if (ps.until.empty()) {
+      piece.until = ConcreteTensor::Piece::kRest;
+    } else {
+      KF_ASSIGN_OR_RETURN(piece.until, EvaluateInt(ps.until, vars, "until"));
+    }
+    if (piece.until <= previous) {
+      return Error(ErrorKind::kInvalidInput,
+                   fmt::format("input '{}': init piece bound until = {} must be above the "
+                               "previous one ({}): pieces are increasing element ranges",
+                               spec.name, piece.until, previous));
+    }
+    previous = piece.until;
+    c.init_pieces.push_back(piece);
+  }
+  return Status::Ok();
+}
+
 Result<ConcreteTensor> Resolve(const Task& task, const TensorSpec& spec, Dtype t,
                                const ExprVars& vars, int world, bool is_output) {
   ConcreteTensor c;
@@ -113,12 +153,8 @@ Result<ConcreteTensor> Resolve(const Task& task, const TensorSpec& spec, Dtype t
     c.inout = spec.inout;
     switch (spec.init.kind) {
       case InitSpec::Kind::kNormal:
-        c.init_a = spec.init.mean;
-        c.init_b = spec.init.std;
-        break;
       case InitSpec::Kind::kUniform:
-        c.init_a = spec.init.low;
-        c.init_b = spec.init.high;
+        KF_RETURN_IF_ERROR(ResolveContinuousInit(spec, vars, c));
         break;
       case InitSpec::Kind::kInt: {
         KF_ASSIGN_OR_RETURN(double lo, Evaluate(spec.init.int_low, vars));

@@ -29,9 +29,23 @@ std::string Bytes(double b) {
 std::string InitText(const InitSpec& init) {
   switch (init.kind) {
     case InitSpec::Kind::kNormal:
-      return fmt::format("normal(mean {}, std {})", init.mean, init.std);
-    case InitSpec::Kind::kUniform:
-      return fmt::format("uniform in [{}, {})", init.low, init.high);
+    case InitSpec::Kind::kUniform: {
+      const bool normal = init.kind == InitSpec::Kind::kNormal;
+      auto one = [&](const std::string& a, const std::string& b) {
+        return normal ? fmt::format("normal(mean {}, std {})", a, b)
+                      : fmt::format("uniform in [{}, {})", a, b);
+      };
+      if (init.pieces.empty()) return normal ? one(init.mean, init.std) : one(init.low, init.high);
+      std::string text = "by element range:";
+      std::string from = "0";
+      for (const InitPieceSpec& p : init.pieces) {
+        text +=
+            fmt::format(" [{}, {}) {};", from, p.until.empty() ? "end" : p.until, one(p.a, p.b));
+        from = p.until;
+      }
+      text.pop_back();
+      return text;
+    }
     case InitSpec::Kind::kInt:
       return fmt::format("integers in [{}, {}]", init.int_low, init.int_high);
     case InitSpec::Kind::kPermutation:

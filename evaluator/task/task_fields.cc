@@ -45,6 +45,78 @@ Result<ToleranceSpec> LoadTolerance(const TomlFields& f, const toml::node& n,
   return tol;
 }
 
+namespace {
+
+// A normal's mean/std or a uniform's low/high (numbers or expressions) and its
+// optional pieces, each piece's parameters defaulting to the table's.
+Status LoadContinuousInit(const TomlFields& f, const toml::node& n, const std::string& field,
+                          bool normal, InitSpec& init, ExprSites& sink) {
+  const toml::table& t = *n.as_table();
+  const char* a_key = normal ? "mean" : "low";
+  const char* b_key = normal ? "std" : "high";
+  KF_RETURN_IF_ERROR(f.CheckKeys(t, field, {"kind", a_key, b_key, "pieces"}));
+  KF_ASSIGN_OR_RETURN(auto a, f.OptionalExpression(t, field, a_key));
+  KF_ASSIGN_OR_RETURN(auto b, f.OptionalExpression(t, field, b_key));
+  std::string& init_a = normal ? init.mean : init.low;
+  std::string& init_b = normal ? init.std : init.high;
+  init_a = a.value_or(normal ? "0" : "-1");
+  init_b = b.value_or("1");
+  // Plain numbers are checked now; expressions when they are instantiated.
+  auto check = [&](const std::string& pa, const std::string& pb, const toml::node* at,
+                   const std::string& where) -> Status {
+    auto va = Evaluate(pa, {});
+    auto vb = Evaluate(pb, {});
+    if (normal && vb.ok() && *vb < 0) return f.Fail(at, Join(where, b_key), "must be >= 0");
+    if (!normal && va.ok() && vb.ok() && !(*va < *vb)) return f.Fail(at, where, "needs low < high");
+    return Status::Ok();
+  };
+  KF_RETURN_IF_ERROR(check(init_a, init_b, normal && t.get(b_key) ? t.get(b_key) : &n, field));
+  for (const char* key : {a_key, b_key}) {
+    if (t.get(key)) {
+      sink.push_back(
+          {Join(field, key), TomlFields::Line(t.get(key)), key == a_key ? init_a : init_b});
+    }
+  }
+  const toml::node* pieces = t.get("pieces");
+  if (pieces == nullptr) return Status::Ok();
+  const std::string pfield = Join(field, "pieces");
+  const toml::array* list = pieces->as_array();
+  if (list == nullptr || list->empty() || list->size() > static_cast<size_t>(kMaxInitPieces)) {
+    return f.Fail(
+        pieces, pfield,
+        fmt::format("expected an array of 1 to {} tables {{ until = ..., {} = ..., {} = ... }}",
+                    kMaxInitPieces, a_key, b_key));
+  }
+  for (size_t k = 0; k < list->size(); ++k) {
+    const std::string pf = fmt::format("{}[{}]", pfield, k);
+    const toml::node& pn = *list->get(k);
+    if (!pn.is_table())
+      return f.Fail(&pn, pf, fmt::format("expected a table, found {}", TypeName(pn)));
+    const toml::table& pt = *pn.as_table();
+    KF_RETURN_IF_ERROR(f.CheckKeys(pt, pf, {"until", a_key, b_key}));
+    const bool last = k + 1 == list->size();
+    KF_ASSIGN_OR_RETURN(auto until, f.OptionalExpression(pt, pf, "until"));
+    if (last && until) {
+      return f.Fail(pt.get("until"), Join(pf, "until"),
+                    "the last piece takes the rest of the tensor: leave out its until");
+    }
+    if (!last && !until)
+      return f.Fail(&pn, Join(pf, "until"), "required on every piece but the last");
+    KF_ASSIGN_OR_RETURN(auto pa, f.OptionalExpression(pt, pf, a_key));
+    KF_ASSIGN_OR_RETURN(auto pb, f.OptionalExpression(pt, pf, b_key));
+    InitPieceSpec piece{until.value_or(""), pa.value_or(init_a), pb.value_or(init_b),
+                        TomlFields::Line(&pn)};
+    KF_RETURN_IF_ERROR(check(piece.a, piece.b, normal && pt.get(b_key) ? pt.get(b_key) : &pn, pf));
+    if (until) sink.push_back({Join(pf, "until"), TomlFields::Line(pt.get("until")), piece.until});
+    if (pa) sink.push_back({Join(pf, a_key), TomlFields::Line(pt.get(a_key)), piece.a});
+    if (pb) sink.push_back({Join(pf, b_key), TomlFields::Line(pt.get(b_key)), piece.b});
+    init.pieces.push_back(std::move(piece));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status LoadInit(const TomlFields& f, const toml::node& n, const std::string& field, InitSpec& init,
                 ExprSites& sink) {
   if (!n.is_table())
@@ -52,22 +124,9 @@ Status LoadInit(const TomlFields& f, const toml::node& n, const std::string& fie
   const toml::table& t = *n.as_table();
   KF_ASSIGN_OR_RETURN(std::string kind, f.RequiredString(t, field, "kind"));
   const std::string kind_field = Join(field, "kind");
-  if (kind == "normal") {
-    init.kind = InitSpec::Kind::kNormal;
-    KF_RETURN_IF_ERROR(f.CheckKeys(t, field, {"kind", "mean", "std"}));
-    KF_ASSIGN_OR_RETURN(auto mean, f.OptionalNumber(t, field, "mean"));
-    KF_ASSIGN_OR_RETURN(auto std, f.OptionalNumber(t, field, "std"));
-    init.mean = mean.value_or(0);
-    init.std = std.value_or(1);
-    if (init.std < 0) return f.Fail(t.get("std"), Join(field, "std"), "must be >= 0");
-  } else if (kind == "uniform") {
-    init.kind = InitSpec::Kind::kUniform;
-    KF_RETURN_IF_ERROR(f.CheckKeys(t, field, {"kind", "low", "high"}));
-    KF_ASSIGN_OR_RETURN(auto low, f.OptionalNumber(t, field, "low"));
-    KF_ASSIGN_OR_RETURN(auto high, f.OptionalNumber(t, field, "high"));
-    init.low = low.value_or(-1);
-    init.high = high.value_or(1);
-    if (!(init.low < init.high)) return f.Fail(&n, field, "needs low < high");
+  if (kind == "normal" || kind == "uniform") {
+    init.kind = kind == "normal" ? InitSpec::Kind::kNormal : InitSpec::Kind::kUniform;
+    KF_RETURN_IF_ERROR(LoadContinuousInit(f, n, field, kind == "normal", init, sink));
   } else if (kind == "int") {
     init.kind = InitSpec::Kind::kInt;
     KF_RETURN_IF_ERROR(f.CheckKeys(t, field, {"kind", "low", "high"}));

@@ -14,47 +14,7 @@ namespace {
 
 const char* const kParams[] = {"W1", "b1", "W2", "b2"};
 
-// The expected std of the averaged gradient of each parameter (task.toml
-// derives them): what the moments are drawn relative to.
-double GradScale(const std::string& param, const std::map<std::string, double>& vars) {
-  const double b = vars.at("B"), d_in = vars.at("d_in"), hidden = vars.at("hidden"),
-               d_out = vars.at("d_out");
-  // 1.25 x the rms of the averaged gradient of an O(1) MSE, including the part
-  // that does not average out over the batch (relu's positive mean biases every
-  // output column); task.toml gives the same formulas.
-  if (param == "W1")
-    return 1.25 * std::sqrt(0.11 / (d_out * hidden * d_in) + 1 / (hidden * hidden * d_in) +
-                            3 / (b * d_out * hidden));
-  if (param == "b1")
-    return 1.25 *
-           std::sqrt(0.17 / (d_out * hidden) + 0.64 / (hidden * hidden) + 3 / (b * d_out * hidden));
-  if (param == "W2") return 1.25 * std::sqrt(0.11 + 3 / b) / d_out;
-  return 1.25 * std::sqrt(0.68 + 6 / b) / d_out;
-}
-
 }  // namespace
-
-KF_INPUT_GENERATOR(ddp) {
-  const std::string& name = gen.input_name;
-  std::vector<double>& out = gen.tensor->data;
-  if (name == "W1" || name == "W2") {
-    const double fan_in = gen.params.at(name == "W1" ? "d_in" : "hidden");
-    for (double& x : out) x = gen.rng->Normal() / std::sqrt(fan_in);
-    return kforge::Status::Ok();
-  }
-  for (const char* kind : {"exp_avg_sq_", "exp_avg_"}) {
-    const std::string prefix(kind);
-    if (name.rfind(prefix, 0) != 0) continue;
-    const double s = GradScale(name.substr(prefix.size()), gen.params);
-    if (prefix == "exp_avg_") {
-      for (double& x : out) x = 0.2 * s * gen.rng->Normal();
-    } else {
-      for (double& x : out) x = s * s * (0.02 + 0.08 * gen.rng->Uniform());
-    }
-    return kforge::Status::Ok();
-  }
-  return kforge::Error(kforge::ErrorKind::kHarness, "ddp: no generator for input " + name);
-}
 
 KF_ORACLE(ddp) {
   const int64_t n = io.in_shape(0, "X")[0];

@@ -15,48 +15,7 @@ namespace {
 
 const char* const kParams[] = {"W1", "b1", "W2", "b2"};
 
-// The expected std of the averaged gradient of flat element i (task.toml
-// derives them): what the moments are drawn relative to.
-double GradScale(int64_t i, const std::map<std::string, double>& vars) {
-  const double end_w1 = vars.at("hidden") * vars.at("d_in"), end_b1 = end_w1 + vars.at("hidden"),
-               end_w2 = end_b1 + vars.at("d_out") * vars.at("hidden");
-  const double at = static_cast<double>(i);
-  const double b = vars.at("B"), d_in = vars.at("d_in"), hidden = vars.at("hidden"),
-               d_out = vars.at("d_out");
-  // 1.25 x the rms of the averaged gradient of an O(1) MSE, including the part
-  // that does not average out over the batch (relu's positive mean biases every
-  // output column); task.toml gives the same formulas.
-  if (at < end_w1)
-    return 1.25 * std::sqrt(0.11 / (d_out * hidden * d_in) + 1 / (hidden * hidden * d_in) +
-                            3 / (b * d_out * hidden));
-  if (at < end_b1)
-    return 1.25 *
-           std::sqrt(0.17 / (d_out * hidden) + 0.64 / (hidden * hidden) + 3 / (b * d_out * hidden));
-  if (at < end_w2) return 1.25 * std::sqrt(0.11 + 3 / b) / d_out;
-  return 1.25 * std::sqrt(0.68 + 6 / b) / d_out;
-}
-
 }  // namespace
-
-KF_INPUT_GENERATOR(zero1_optimizer_shard) {
-  const std::string& name = gen.input_name;
-  std::vector<double>& out = gen.tensor->data;
-  if (name == "W1" || name == "W2") {
-    const double fan_in = gen.params.at(name == "W1" ? "d_in" : "hidden");
-    for (double& x : out) x = gen.rng->Normal() / std::sqrt(fan_in);
-    return kforge::Status::Ok();
-  }
-  if (name != "exp_avg_part" && name != "exp_avg_sq_part") {
-    return kforge::Error(kforge::ErrorKind::kHarness, "zero1: no generator for input " + name);
-  }
-  const int64_t part = static_cast<int64_t>(out.size());
-  for (int64_t i = 0; i < part; ++i) {
-    const double s = GradScale(gen.rank * part + i, gen.params);
-    out[i] = name == "exp_avg_part" ? 0.2 * s * gen.rng->Normal()
-                                    : s * s * (0.02 + 0.08 * gen.rng->Uniform());
-  }
-  return kforge::Status::Ok();
-}
 
 KF_ORACLE(zero1_optimizer_shard) {
   const int64_t n = io.in_shape(0, "X")[0];

@@ -11,61 +11,6 @@
 
 #include "kforge/oracle_math.h"
 
-namespace {
-
-// Which tensor of [W1 | b1 | W2 | b2] flat element i belongs to (0..3).
-int Segment(int64_t i, const std::map<std::string, double>& vars) {
-  const double d_in = vars.at("d_in"), hidden = vars.at("hidden"), d_out = vars.at("d_out");
-  const double ends[3] = {hidden * d_in, hidden * d_in + hidden,
-                          hidden * d_in + hidden + d_out * hidden};
-  int k = 0;
-  while (k < 3 && static_cast<double>(i) >= ends[k]) ++k;
-  return k;
-}
-
-// The expected std of the averaged gradient of each tensor (task.toml derives
-// them): what the moments are drawn relative to.
-double GradScale(int segment, const std::map<std::string, double>& vars) {
-  const double b = vars.at("B"), d_in = vars.at("d_in"), hidden = vars.at("hidden"),
-               d_out = vars.at("d_out");
-  // 1.25 x the rms of the averaged gradient of an O(1) MSE, including the part
-  // that does not average out over the batch (relu's positive mean biases every
-  // output column); task.toml gives the same formulas.
-  if (segment == 0)
-    return 1.25 * std::sqrt(0.11 / (d_out * hidden * d_in) + 1 / (hidden * hidden * d_in) +
-                            3 / (b * d_out * hidden));
-  if (segment == 1)
-    return 1.25 *
-           std::sqrt(0.17 / (d_out * hidden) + 0.64 / (hidden * hidden) + 3 / (b * d_out * hidden));
-  if (segment == 2) return 1.25 * std::sqrt(0.11 + 3 / b) / d_out;
-  return 1.25 * std::sqrt(0.68 + 6 / b) / d_out;
-}
-
-}  // namespace
-
-KF_INPUT_GENERATOR(fsdp_step_e2e) {
-  const std::string& name = gen.input_name;
-  std::vector<double>& out = gen.tensor->data;
-  const int64_t part = static_cast<int64_t>(out.size());
-  for (int64_t i = 0; i < part; ++i) {
-    const int seg = Segment(gen.rank * part + i, gen.params);
-    if (name == "flat_param_shard") {
-      const double std = seg == 0   ? 1.0 / std::sqrt(gen.params.at("d_in"))
-                         : seg == 2 ? 1.0 / std::sqrt(gen.params.at("hidden"))
-                                    : 0.1;
-      out[i] = std * gen.rng->Normal();
-    } else if (name == "exp_avg_shard") {
-      out[i] = 0.2 * GradScale(seg, gen.params) * gen.rng->Normal();
-    } else if (name == "exp_avg_sq_shard") {
-      const double s = GradScale(seg, gen.params);
-      out[i] = s * s * (0.02 + 0.08 * gen.rng->Uniform());
-    } else {
-      return kforge::Error(kforge::ErrorKind::kHarness, "fsdp: no generator for input " + name);
-    }
-  }
-  return kforge::Status::Ok();
-}
-
 KF_ORACLE(fsdp_step_e2e) {
   const int64_t n = io.in_shape(0, "X")[0];
   const int64_t d_in = io.in_shape(0, "X")[1];

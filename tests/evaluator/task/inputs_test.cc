@@ -145,6 +145,99 @@ TEST(Inputs, UniformStaysInRange) {
   EXPECT_GT(*hi, 4.99);
 }
 
+TEST(Inputs, StdIsAnExpressionOfTheSize) {
+  Fixture f(
+      WithInit(Named("ttsum"), R"x({ kind = "normal", mean = "W", std = "1 / sqrt(N)" })x", "f64"),
+      40000);
+  const auto v = f.Values(f.Gen(0, 5));
+  const double mean = std::accumulate(v.begin(), v.end(), 0.0) / v.size();
+  double var = 0;
+  for (double x : v) var += (x - mean) * (x - mean);
+  EXPECT_NEAR(mean, 4.0, 0.001);                          // W = 4
+  EXPECT_NEAR(std::sqrt(var / v.size()), 0.005, 0.0002);  // 1 / sqrt(40000)
+}
+
+// Each element range takes its own parameters; the last piece takes the rest.
+TEST(Inputs, PiecesGiveEachElementRangeItsOwnDistribution) {
+  Fixture f(WithInit(Named("ttsum"),
+                     R"({ kind = "normal", mean = 0.0, pieces = [
+  { until = "N / 4", std = 1.0 },
+  { until = "N / 2", mean = 10.0, std = 0.01 },
+  { std = "100" },
+] })",
+                     "f64"),
+            40000);
+  const auto v = f.Values(f.Gen(1, 5));
+  auto moments = [&](size_t b, size_t e) {
+    double m = 0, q = 0;
+    for (size_t i = b; i < e; ++i) m += v[i];
+    m /= static_cast<double>(e - b);
+    for (size_t i = b; i < e; ++i) q += (v[i] - m) * (v[i] - m);
+    return std::pair<double, double>(m, std::sqrt(q / static_cast<double>(e - b)));
+  };
+  const auto [m0, s0] = moments(0, 10000);
+  const auto [m1, s1] = moments(10000, 20000);
+  const auto [m2, s2] = moments(20000, 40000);
+  EXPECT_NEAR(m0, 0.0, 0.05);
+  EXPECT_NEAR(s0, 1.0, 0.03);
+  EXPECT_NEAR(m1, 10.0, 0.001);
+  EXPECT_NEAR(s1, 0.01, 0.0005);
+  EXPECT_NEAR(s2, 100.0, 3.0);
+  // The boundary is exact: normal values lie within 6 std of the mean, so the
+  // last element of the first piece is far from 10 and the next one near it.
+  EXPECT_GT(std::fabs(v[9999] - 10.0), 3.9);
+  EXPECT_LT(std::fabs(v[10000] - 10.0), 0.07);
+  EXPECT_LT(std::fabs(v[19999] - 10.0), 0.07);
+}
+
+// A sharded input's pieces are ranges of the global tensor: rank r's slice
+// of a [4N] tensor (W = 4) holds elements r*N .. (r+1)*N.
+TEST(Inputs, PiecesOfAShardedInputFollowTheGlobalIndex) {
+  std::string toml = WithInit(Named("ttsum"),
+                              R"({ kind = "uniform", low = 0.0, high = 1.0, pieces = [
+  { until = "2 * N" },
+  { low = 5.0, high = 6.0 },
+] })",
+                              "f64");
+  toml = Replace(toml, "init = {", "shard = { dim = 0 }\ninit = {");
+  Fixture f(toml, 1000);
+  for (int r = 0; r < 4; ++r) {
+    const auto v = f.Values(f.Gen(r, 8));
+    const auto [lo, hi] = std::minmax_element(v.begin(), v.end());
+    if (r < 2) {
+      EXPECT_GE(*lo, 0.0) << r;
+      EXPECT_LT(*hi, 1.0) << r;
+    } else {
+      EXPECT_GE(*lo, 5.0) << r;
+      EXPECT_LT(*hi, 6.0) << r;
+    }
+  }
+}
+
+TEST(Inputs, PieceBoundsOutsideTheTensorOrOutOfOrderAreRefused) {
+  TempDir tmp;
+  const std::string beyond = WithInit(
+      Named("ttsum"), R"({ kind = "normal", pieces = [{ until = "N + 1" }, { std = 2.0 }] })");
+  Task t = testing::LoadOrDie(tmp.path(), "001_ttsum", beyond);
+  auto p = Instantiate(t, 4, Dtype::kF32, SizeSpec{"n", {{"N", "10"}}}, true);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  std::vector<uint8_t> bytes(p->inputs[0].nbytes);
+  Status s = GenerateInput(*p, 0, 0, 1, bytes.data());
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("init piece bound 11 is outside its 10 elements"), std::string::npos)
+      << s.ToString();
+
+  TempDir tmp2;
+  const std::string backwards = WithInit(
+      Named("ttsum"),
+      R"({ kind = "normal", pieces = [{ until = "N / 2" }, { until = "N / 4" }, { std = 2.0 }] })");
+  Task t2 = testing::LoadOrDie(tmp2.path(), "001_ttsum", backwards);
+  auto p2 = Instantiate(t2, 4, Dtype::kF32, SizeSpec{"n", {{"N", "100"}}}, true);
+  ASSERT_FALSE(p2.ok());
+  EXPECT_NE(p2.status().message().find("must be above the previous one (50)"), std::string::npos)
+      << p2.status().ToString();
+}
+
 TEST(Inputs, IntHitsBothInclusiveBoundsFromExpressions) {
   Fixture f(WithInit(Named("ttsum"), R"({ kind = "int", low = "-W", high = "W + 1" })", "i32"),
             20000);

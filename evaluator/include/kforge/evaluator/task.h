@@ -56,12 +56,26 @@ struct FloorSpec {
   std::string flops;
 };
 
+inline constexpr int kMaxInitPieces = 8;
+
+// One range of a normal or uniform input's elements with its own parameters:
+// elements [previous piece's until, until) of the tensor (the global tensor's
+// index for a sharded input); the last piece has no `until` and takes the rest.
+struct InitPieceSpec {
+  std::string until;  // expression; empty on the last piece
+  std::string a, b;   // expressions: mean and std (normal) or low and high (uniform)
+  int line = 0;
+};
+
+// Every parameter is an expression over the size variables and W (e.g. std =
+// "1 / sqrt(d_in)"), evaluated when the task is instantiated.
 struct InitSpec {
   enum class Kind { kNormal, kUniform, kInt, kPermutation, kCustom };
   Kind kind = Kind::kNormal;
-  double mean = 0, std = 1;                     // normal
-  double low = -1, high = 1;                    // uniform
-  std::string int_low = "0", int_high = "100";  // int: expressions
+  std::string mean = "0", std = "1";            // normal
+  std::string low = "-1", high = "1";           // uniform
+  std::string int_low = "0", int_high = "100";  // int
+  std::vector<InitPieceSpec> pieces;            // normal, uniform: by element range
 };
 
 struct TensorSpec {
@@ -141,6 +155,15 @@ struct ConcreteTensor {
   // normal, low/high for uniform and int), and how values relate across ranks.
   InitSpec::Kind init = InitSpec::Kind::kNormal;
   double init_a = 0, init_b = 1;
+  // Normal and uniform inputs with pieces: element ranges [previous until,
+  // until) with their own a, b (the last one's until is kRest); empty: init_a,
+  // init_b everywhere.
+  struct Piece {
+    static constexpr int64_t kRest = INT64_MAX;
+    int64_t until = 0;
+    double a = 0, b = 1;
+  };
+  std::vector<Piece> init_pieces;
   Distribution distribution;
   bool inout = false;
   int inout_of = -1;            // outputs: >= 0 for the checked state of in-place input inout_of
