@@ -104,8 +104,7 @@ Status LoadContinuousInit(const TomlFields& f, const toml::node& n, const std::s
       return f.Fail(&pn, Join(pf, "until"), "required on every piece but the last");
     KF_ASSIGN_OR_RETURN(auto pa, f.OptionalExpression(pt, pf, a_key));
     KF_ASSIGN_OR_RETURN(auto pb, f.OptionalExpression(pt, pf, b_key));
-    InitPieceSpec piece{until.value_or(""), pa.value_or(init_a), pb.value_or(init_b),
-                        TomlFields::Line(&pn)};
+    InitPieceSpec piece{until.value_or(""), pa.value_or(init_a), pb.value_or(init_b)};
     KF_RETURN_IF_ERROR(check(piece.a, piece.b, normal && pt.get(b_key) ? pt.get(b_key) : &pn, pf));
     if (until) sink.push_back({Join(pf, "until"), TomlFields::Line(pt.get("until")), piece.until});
     if (pa) sink.push_back({Join(pf, a_key), TomlFields::Line(pt.get(a_key)), piece.a});

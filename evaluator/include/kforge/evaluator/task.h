@@ -64,7 +64,6 @@ inline constexpr int kMaxInitPieces = 8;
 struct InitPieceSpec {
   std::string until;  // expression; empty on the last piece
   std::string a, b;   // expressions: mean and std (normal) or low and high (uniform)
-  int line = 0;
 };
 
 // Every parameter is an expression over the size variables and W (e.g. std =
