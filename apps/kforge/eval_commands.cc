@@ -30,6 +30,7 @@ struct EvalArgs {
   bool no_timing = false;
   bool compile_only = false;
   bool trusted = false;
+  bool nccl_self_test = false;
   std::vector<std::string> bench_sizes;
 };
 
@@ -45,6 +46,7 @@ Result<eval::EvalOptions> OptionsFromArgs(const EvalArgs& a) {
   o.timing = !a.no_timing;
   o.compile_only = a.compile_only;
   o.trusted = a.trusted;
+  o.nccl_self_test = a.nccl_self_test;
   o.cache_dir = a.cache_dir;
   o.arch = a.arch;
   o.bench_sizes = a.bench_sizes;
@@ -146,6 +148,10 @@ void AddEval(CLI::App& app, int& exit_code) {
   cmd->add_flag("--trusted", args->trusted,
                 "the kernel is the task's own reference: skip the policy check");
   cmd->add_flag("--compile-only", args->compile_only, "compile and check the policy; run nothing");
+  cmd->add_flag("--nccl-self-test", args->nccl_self_test,
+                "one rank on one GPU through the NCCL backend: checks every harness collective the "
+                "kernel calls against the oracle (never timed; W=1 is no benchmark world size)")
+      ->excludes("--world");
   cmd->add_option("--json", args->json_out, "write the result document here");
   cmd->add_option("--dump", args->dump_dir,
                   "write one check trial's inputs, outputs and expected outputs per size and rank "

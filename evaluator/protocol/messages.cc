@@ -307,34 +307,13 @@ Result<ReadOutputsReply> ReadOutputsReply::Parse(const json& j, const std::strin
   return o;
 }
 
-json TimeBaselineRequest::ToJson() const {
-  return {{"op", op::kTimeBaseline}, {"order", order}, {"warmup", warmup}};
-}
-
-Result<TimeBaselineRequest> TimeBaselineRequest::Parse(const json& j, int max_sets) {
-  WireReader r(j, "time_baseline");
-  TimeBaselineRequest t;
-  r.Ints("order", &t.order, kMaxCalls);
-  r.Int("warmup", &t.warmup, 0, static_cast<int>(kMaxCalls));
-  if (!r.ok()) return r.status();
-  KF_RETURN_IF_ERROR(SetsInRange(t.order, max_sets, "time_baseline"));
-  return t;
-}
-
-json CallTimes::ToJson() const {
-  return {{"event_us", event_us},
-          {"wall_us", wall_us},
-          {"sm_clock_mhz", sm_clock_mhz},
-          {"temperature_c", temperature_c}};
-}
+json CallTimes::ToJson() const { return {{"event_us", event_us}, {"wall_us", wall_us}}; }
 
 Result<CallTimes> CallTimes::Parse(const json& j, const std::string& what, size_t calls) {
   WireReader r(j, what);
   CallTimes t;
   r.Doubles("event_us", &t.event_us, kMaxCalls);
   r.Doubles("wall_us", &t.wall_us, kMaxCalls);
-  r.Doubles("sm_clock_mhz", &t.sm_clock_mhz, 2);
-  r.Doubles("temperature_c", &t.temperature_c, 2);
   if (!r.ok()) return r.status();
   if (t.event_us.size() != calls || t.wall_us.size() != calls) {
     return Error(ErrorKind::kHarness,
@@ -385,7 +364,9 @@ json DriveReply::ToJson() const {
           {"claimed_us", claimed_us},
           {"failures", FailuresToJson(failures)},
           {"inputs_changed", ChangedToJson(inputs_changed)},
-          {"anomalies", anomalies}};
+          {"anomalies", anomalies},
+          {"sm_clock_mhz", sm_clock_mhz},
+          {"temperature_c", temperature_c}};
 }
 
 Result<DriveReply> DriveReply::Parse(const json& j, const std::string& what, size_t calls) {
@@ -396,6 +377,8 @@ Result<DriveReply> DriveReply::Parse(const json& j, const std::string& what, siz
   const json* f = r.Array("failures", 4096);
   const json* c = r.Array("inputs_changed", 4096);
   r.Strings("anomalies", &d.anomalies, 4096);
+  r.Doubles("sm_clock_mhz", &d.sm_clock_mhz, 2);
+  r.Doubles("temperature_c", &d.temperature_c, 2);
   if (!r.ok()) return r.status();
   KF_RETURN_IF_ERROR(FailuresFromJson(f, &d.failures));
   KF_RETURN_IF_ERROR(ChangedFromJson(c, &d.inputs_changed));

@@ -43,7 +43,6 @@ inline constexpr const char* kBaselineRun = "baseline_run";
 inline constexpr const char* kPoison = "poison";
 inline constexpr const char* kReadOutputs = "read_outputs";
 inline constexpr const char* kVerify = "verify";
-inline constexpr const char* kTimeBaseline = "time_baseline";
 inline constexpr const char* kDrive = "drive";
 inline constexpr const char* kFree = "free";
 inline constexpr const char* kHealth = "health";
@@ -161,25 +160,20 @@ struct ReadOutputsReply {
   static Result<ReadOutputsReply> Parse(const nlohmann::json& j, const std::string& what);
 };
 
-struct TimeBaselineRequest {
-  std::vector<int> order;  // sets, one call each, in this order
-  int warmup = 0;          // untimed calls first (sets from the front of `order`)
-  nlohmann::json ToJson() const;
-  static Result<TimeBaselineRequest> Parse(const nlohmann::json& j, int max_sets);
-};
+// Calibration times: the claims of the served worker and the harness's wall
+// time from post to answer, per call.
 struct CallTimes {
-  std::vector<double> event_us;  // this rank's CUDA-event time per call
-  std::vector<double> wall_us;   // this rank's host time per call, barrier to synchronised end
-  // NVML readings of this rank's GPU before and after the calls ({} without NVML).
-  std::vector<double> sm_clock_mhz, temperature_c;
+  std::vector<double> event_us;  // the served worker's CUDA-event time per call (a claim)
+  std::vector<double> wall_us;   // this rank's host time per call, post to answer
   nlohmann::json ToJson() const;
   static Result<CallTimes> Parse(const nlohmann::json& j, const std::string& what, size_t calls);
 };
 
-// The harness drives the candidate through the mailbox. Per round: fresh
-// inputs for every set of the round (seeds), the baseline's expected outputs
-// for them, every output poisoned with `poison`, then one candidate call per
-// entry of `order`, each verified right after it ends.
+// The harness drives a served group (the reference group or the candidate
+// group) through the mailbox. Per round: fresh inputs for every set of the
+// round (seeds), the baseline's expected outputs for them, every output
+// poisoned with `poison`, then one served call per entry of `order`, each
+// verified right after it ends.
 struct DriveRequest {
   struct Round {
     std::vector<SetSeed> seeds;
@@ -199,6 +193,9 @@ struct DriveReply {
   std::vector<Failure> failures;   // set = the call's index, output = the output
   std::vector<std::pair<int, std::string>> inputs_changed;  // (call index, input)
   std::vector<std::string> anomalies;  // mailbox misuse, malformed claims, kernel errors
+  // NVML readings of this rank's GPU after the warm-up and after the last call
+  // ({} without NVML).
+  std::vector<double> sm_clock_mhz, temperature_c;
   nlohmann::json ToJson() const;
   static Result<DriveReply> Parse(const nlohmann::json& j, const std::string& what, size_t calls);
 };

@@ -35,17 +35,23 @@ struct Objects {
   fs::path candidate, reference;
 };
 
-// Everything that runs while the candidate group exists, in order: the
-// baseline timed first (no candidate code alive anywhere), the candidate
-// started, then every size.
+// Everything up to the candidate's last size, in order: the reference group
+// started and the baseline timed through it (no candidate code alive
+// anywhere), the candidate started, then every size.
 Status RunPhases(EvalSession& s, Attempt& a, const Objects& objects) {
   KF_RETURN_IF_ERROR(PlanSizes(s));
   if (s.plans.empty()) return Error(ErrorKind::kInvalidInput, "no sizes to evaluate");
   KF_RETURN_IF_ERROR(PrepareHarness(s, objects.reference));
   a.Mark("prepare_harness");
-  KF_RETURN_IF_ERROR(TimeBaselines(s, false));
-  a.Mark("baseline_before");
-  KF_RETURN_IF_ERROR(StartCandidate(s, objects.candidate));
+  if (s.options->timing) {
+    if (Status st = StartServed(s, s.reference, objects.reference); !st.ok()) {
+      return Error(ErrorKind::kHarness, "starting the reference group: " + st.message());
+    }
+    a.Mark("reference_start");
+    KF_RETURN_IF_ERROR(TimeBaselines(s, false));
+    a.Mark("baseline_before");
+  }
+  KF_RETURN_IF_ERROR(StartServed(s, s.candidate, objects.candidate));
   a.Mark("candidate_start");
   for (SizePlan& plan : s.plans) {
     KF_RETURN_IF_ERROR(plan.check ? RunCheckSize(s, plan) : RunBenchSize(s, plan));
@@ -55,17 +61,19 @@ Status RunPhases(EvalSession& s, Attempt& a, const Objects& objects) {
 }
 
 // The phases, then the candidate killed, then (timing) the baseline again
-// with no candidate process left, so that drift shows.
+// through the reference group with no candidate process left, so that drift
+// shows.
 Status RunSession(EvalSession& s, Attempt& a, const Objects& objects) {
   Status st = RunPhases(s, a, objects);
   a.Restart();
-  StopCandidate(s);
+  StopServed(s, s.candidate);
   a.Mark("candidate_stop");
   if (st.ok() && s.options->timing) {
     st = TimeBaselines(s, true);
     if (st.ok()) FinishTiming(s);
     a.Mark("baseline_after");
   }
+  StopServed(s, s.reference);
   return st;
 }
 
@@ -76,7 +84,9 @@ class RealEvaluator final : public Evaluator {
   // Compile and check, place, then run the phases in a session: each returns
   // early through `a` when the verdict is already known.
   Result<json> Evaluate(const Task& task, const std::string& source, const std::string& name,
-                        const EvalOptions& options) override {
+                        const EvalOptions& asked) override {
+    EvalOptions options = asked;
+    if (options.nccl_self_test) options.timing = false;  // W = 1 is never a benchmark
     KF_ASSIGN_OR_RETURN(Dtype dtype, ChosenDtype(task, options));
     Attempt a(task, source, name, dtype, options.compile_only);
     // Placement first (it decides the arch), unless only compiling.
@@ -92,6 +102,7 @@ class RealEvaluator final : public Evaluator {
     a.doc()["world"] = place.world;
     a.doc()["devices"] = place.devices;
     a.doc()["emulated"] = place.emulated;
+    if (options.nccl_self_test) a.doc()["self_test"] = "nccl_w1";
     a.doc()["gpu"] = {{"name", card["gpus"][0].value("name", "")}};
     a.Mark("policy");
     KF_ASSIGN_OR_RETURN(WorkerGroup * group, Group(place, options));

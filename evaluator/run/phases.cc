@@ -53,9 +53,10 @@ Result<std::vector<std::vector<char>>> OutputsFrom(const Message& m,
   return out;
 }
 
-// Both groups see the size's problem; the candidate's kf_setup runs (and the
-// baseline's, at bench sizes).
-Status Prepare(EvalSession& s, SizePlan& plan) {
+// The harness and the served group see the size's problem, and both
+// kf_setups run (the harness's baseline only at bench sizes, where it
+// computes the expected outputs).
+Status Prepare(EvalSession& s, SizePlan& plan, ServedGroup& g) {
   const double dl = s.options->setup_deadline_s;
   KF_RETURN_IF_ERROR(
       Exchange(s, *s.harness, ConfigureMessage(s, plan, true), dl, "setup").status());
@@ -63,19 +64,16 @@ Status Prepare(EvalSession& s, SizePlan& plan) {
     KF_RETURN_IF_ERROR(
         Exchange(s, *s.harness, json{{"op", proto::op::kSetup}}, dl, "setup").status());
   }
-  KF_RETURN_IF_ERROR(Exchange(s, *s.candidate,
-                              ConfigureMessage(s, plan, s.CandidateMayUseCollectives()), dl,
-                              "setup")
-                         .status());
   KF_RETURN_IF_ERROR(
-      Exchange(s, *s.candidate, json{{"op", proto::op::kSetup}}, dl, "setup").status());
+      Exchange(s, *g.group, ConfigureMessage(s, plan, g.collectives), dl, "setup").status());
+  KF_RETURN_IF_ERROR(Exchange(s, *g.group, json{{"op", proto::op::kSetup}}, dl, "setup").status());
   return Status::Ok();
 }
 
-Status Release(EvalSession& s, const SizePlan& plan) {
+Status Release(EvalSession& s, const SizePlan& plan, ServedGroup& g) {
   const double dl = s.options->setup_deadline_s;
   KF_RETURN_IF_ERROR(
-      Exchange(s, *s.candidate, json{{"op", proto::op::kTeardown}}, dl, "teardown").status());
+      Exchange(s, *g.group, json{{"op", proto::op::kTeardown}}, dl, "teardown").status());
   if (!plan.check) {
     KF_RETURN_IF_ERROR(
         Exchange(s, *s.harness, json{{"op", proto::op::kTeardown}}, dl, "teardown").status());
@@ -91,7 +89,7 @@ Status CandidateCall(EvalSession& s, uint32_t poison) {
       Exchange(s, *s.harness, SetsMessage(proto::op::kPoison, {0}, poison), dl, "correctness")
           .status());
   KF_RETURN_IF_ERROR(
-      Exchange(s, *s.candidate, proto::RunRequest{0}.ToJson(), dl, "correctness").status());
+      Exchange(s, *s.candidate.group, proto::RunRequest{0}.ToJson(), dl, "correctness").status());
   return Status::Ok();
 }
 
@@ -107,7 +105,7 @@ void AddFailures(const std::vector<proto::Failure>& failures, json* mismatches, 
 
 Status RunCheckSize(EvalSession& s, SizePlan& plan) {
   const Problem& p = plan.problem;
-  KF_RETURN_IF_ERROR(Prepare(s, plan));
+  KF_RETURN_IF_ERROR(Prepare(s, plan, s.candidate));
   const double dl = s.options->check_deadline_s;
   for (int trial = 0; trial < s.options->trials; ++trial) {
     uint64_t seed = s.NewSeed();
@@ -159,14 +157,14 @@ Status RunCheckSize(EvalSession& s, SizePlan& plan) {
     if (!changed.empty()) check["inputs_changed"] = changed;
     s.checks.push_back(check);
     if (!check["passed"].get<bool>()) {
-      (void)Release(s, plan);
+      (void)Release(s, plan, s.candidate);
       return Error(ErrorKind::kMismatch,
                    changed.empty() ? "outputs differ from the oracle at size " + plan.size.label
                                    : ChangedMessage(changed));
     }
     ++s.trials_passed;
   }
-  return Release(s, plan);
+  return Release(s, plan, s.candidate);
 }
 
 namespace {
@@ -202,10 +200,24 @@ Status BenchCorrectness(EvalSession& s, SizePlan& plan) {
   return Status::Ok();
 }
 
+// The timed calls of one side (the reference or the candidate) at one size,
+// max over ranks, and the harness's NVML readings around them.
+struct Side {
+  std::vector<double> claimed_us, wall_us, sm_clock_mhz, temperature_c;
+};
+
+// The reference group serves trusted code: whatever goes wrong in its calls
+// is the harness's error, never a verdict on the candidate.
+Status ReferenceFailed(const SizePlan& plan, const std::string& what) {
+  return Error(ErrorKind::kHarness,
+               "timing the baseline at size " + plan.size.label + ": the task's reference " + what);
+}
+
 // One block of the drive: rounds over every set in a fresh random order,
-// fresh inputs and poison per round; the candidate serves the calls through
-// its mailboxes. The first `warmup` calls are verified but not timed.
-Status DriveBlock(EvalSession& s, SizePlan& plan, int warmup, int calls) {
+// fresh inputs and poison per round; the served group answers the calls
+// through its mailboxes. The first `warmup` calls are verified but not timed.
+Status DriveBlock(EvalSession& s, ServedGroup& g, SizePlan& plan, int warmup, int calls,
+                  Side* out) {
   const int total = warmup + calls;
   proto::DriveRequest drive;
   drive.first_seq = s.next_seq;
@@ -225,19 +237,20 @@ Status DriveBlock(EvalSession& s, SizePlan& plan, int warmup, int calls) {
     drive.rounds.push_back(std::move(round));
   }
   s.next_seq += static_cast<uint64_t>(total);
+  WorkerGroup& served_group = *g.group;
   std::vector<json> serve(s.world, proto::ServeRequest{total}.ToJson());
-  if (Status st = s.candidate->Post(serve, {}, "timing"); !st.ok())
-    return GroupFailed(s, *s.candidate, st);
+  if (Status st = served_group.Post(serve, {}, "timing"); !st.ok())
+    return GroupFailed(s, served_group, st);
   std::vector<std::vector<int>> fds;
-  for (auto& m : s.mailboxes) fds.push_back({m.fd()});
+  for (auto& m : g.mailboxes) fds.push_back({m.fd()});
   auto driven = s.harness->Each(std::vector<json>(s.world, drive.ToJson()), fds,
                                 s.options->timing_deadline_s, "timing");
   if (!driven.ok()) {
-    s.candidate->Kill();
+    served_group.Kill();
     return GroupFailed(s, *s.harness, driven.status());
   }
-  auto served = s.candidate->Collect(s.options->check_deadline_s, "timing");
-  if (!served.ok()) return GroupFailed(s, *s.candidate, served.status());
+  auto served = served_group.Collect(s.options->check_deadline_s, "timing");
+  if (!served.ok()) return GroupFailed(s, served_group, served.status());
 
   json mismatches = json::array(), changed = json::array(), anomalies = json::array();
   std::vector<std::vector<double>> wall, claimed;
@@ -250,8 +263,13 @@ Status DriveBlock(EvalSession& s, SizePlan& plan, int warmup, int calls) {
     for (const auto& a : d.anomalies) anomalies.push_back("rank " + std::to_string(r) + ": " + a);
     wall.push_back(std::move(d.wall_us));
     claimed.push_back(std::move(d.claimed_us));
+    out->sm_clock_mhz.insert(out->sm_clock_mhz.end(), d.sm_clock_mhz.begin(), d.sm_clock_mhz.end());
+    out->temperature_c.insert(out->temperature_c.end(), d.temperature_c.begin(),
+                              d.temperature_c.end());
   }
   if (!anomalies.empty()) {
+    if (g.reference())
+      return ReferenceFailed(plan, "broke the timing protocol: " + anomalies.dump());
     s.integrity.push_back(
         {{"check", "mailbox"}, {"size", plan.size.label}, {"message", anomalies}});
     return Error(ErrorKind::kIntegrityViolation,
@@ -259,6 +277,12 @@ Status DriveBlock(EvalSession& s, SizePlan& plan, int warmup, int calls) {
                      ": " + anomalies[0].get<std::string>());
   }
   if (!mismatches.empty() || !changed.empty()) {
+    if (g.reference()) {
+      return ReferenceFailed(plan,
+                             "disagrees with itself run in the harness (a nondeterministic "
+                             "reference, or tolerances too tight): " +
+                                 mismatches.dump().substr(0, 400) + changed.dump());
+    }
     s.checks.push_back({{"size", plan.size.label},
                         {"kind", "timed"},
                         {"trial", 0},
@@ -269,27 +293,32 @@ Status DriveBlock(EvalSession& s, SizePlan& plan, int warmup, int calls) {
                  "outputs of timed calls at size " + plan.size.label +
                      " differ from the baseline's (every timed call is verified)");
   }
-  for (auto [from, to] : {std::pair{&wall, &plan.wall_us}, std::pair{&claimed, &plan.claimed_us}}) {
+  for (auto [from, to] : {std::pair{&wall, &out->wall_us}, std::pair{&claimed, &out->claimed_us}}) {
     std::vector<double> block = MaxOverRanks(*from);
     to->insert(to->end(), block.begin(), block.end());
   }
   return Status::Ok();
 }
 
+double SecondsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Untimed calls in front of each side's first block: the same for the
+// reference and the candidate.
+int DriveWarmup(const SizePlan& plan) { return std::clamp(plan.warmup / 4, 5, 50); }
+
 // Blocks of driven calls until the median of the claimed times is precise
 // enough or the size's cap is spent (run/timing_rule.h). The claims only size
 // the blocks; FinishTiming checks them against the harness's wall times.
-Status TimedCalls(EvalSession& s, SizePlan& plan) {
+Status TimedCalls(EvalSession& s, ServedGroup& g, SizePlan& plan, Side* out) {
   const TimingRule rule = s.Rule();
-  int warmup = std::clamp(plan.warmup / 4, 5, 50);
+  int warmup = DriveWarmup(plan);
   double spent_s = 0, call_wall_us = plan.call_wall_us;
-  plan.wall_us.clear();
-  plan.claimed_us.clear();
-  for (int block; (block = NextBlock(rule, plan.claimed_us, spent_s, call_wall_us)) > 0;) {
+  for (int block; (block = NextBlock(rule, out->claimed_us, spent_s, call_wall_us)) > 0;) {
     auto t0 = std::chrono::steady_clock::now();
-    KF_RETURN_IF_ERROR(DriveBlock(s, plan, warmup, block));
-    const double took =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    KF_RETURN_IF_ERROR(DriveBlock(s, g, plan, warmup, block, out));
+    const double took = SecondsSince(t0);
     spent_s += took;
     call_wall_us = took * 1e6 / (warmup + block);
     warmup = 0;
@@ -300,14 +329,50 @@ Status TimedCalls(EvalSession& s, SizePlan& plan) {
 }  // namespace
 
 Status RunBenchSize(EvalSession& s, SizePlan& plan) {
-  KF_RETURN_IF_ERROR(Prepare(s, plan));
+  KF_RETURN_IF_ERROR(Prepare(s, plan, s.candidate));
   Status st = BenchCorrectness(s, plan);
-  if (st.ok() && s.options->timing) st = TimedCalls(s, plan);
+  if (st.ok() && s.options->timing) {
+    Side side;
+    st = TimedCalls(s, s.candidate, plan, &side);
+    plan.claimed_us = std::move(side.claimed_us);
+    plan.wall_us = std::move(side.wall_us);
+  }
   if (!st.ok()) {
-    if (s.candidate && s.candidate->alive()) (void)Release(s, plan);
+    if (s.candidate.alive()) (void)Release(s, plan, s.candidate);
     return st;
   }
-  return Release(s, plan);
+  return Release(s, plan, s.candidate);
+}
+
+// The reference group is driven exactly like the candidate (the same rounds,
+// verification and mailbox path), so that the baseline's times and the
+// candidate's are measured the same way. Before the candidate, a short probe
+// sizes the warm-up and the blocks of both sides.
+Status TimeBaselines(EvalSession& s, bool after) {
+  if (!s.options->timing) return Status::Ok();
+  for (SizePlan& plan : s.plans) {
+    if (plan.check) continue;
+    KF_RETURN_IF_ERROR(Prepare(s, plan, s.reference));
+    if (!after) {
+      Side probe;
+      auto p0 = std::chrono::steady_clock::now();
+      KF_RETURN_IF_ERROR(DriveBlock(s, s.reference, plan, 2, 3, &probe));
+      plan.call_wall_us = SecondsSince(p0) * 1e6 / 5;
+      plan.warmup = WarmupCalls(s.Rule(), plan.call_wall_us);
+    }
+    Side side;
+    KF_RETURN_IF_ERROR(TimedCalls(s, s.reference, plan, &side));
+    (after ? plan.baseline_after_us : plan.baseline_before_us) = Quantile(side.claimed_us, 0.5);
+    auto append = [](std::vector<double>& to, const std::vector<double>& from) {
+      to.insert(to.end(), from.begin(), from.end());
+    };
+    append(plan.baseline_us, side.claimed_us);
+    append(plan.baseline_wall_us, side.wall_us);
+    append(plan.sm_clock_mhz, side.sm_clock_mhz);
+    append(plan.temperature_c, side.temperature_c);
+    KF_RETURN_IF_ERROR(Release(s, plan, s.reference));
+  }
+  return Status::Ok();
 }
 
 }  // namespace kforge::eval

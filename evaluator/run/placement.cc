@@ -18,6 +18,13 @@ Result<Placement> Place(const Task& task, const nlohmann::json& card, const Eval
   }
   if (gpus.empty()) return Error(ErrorKind::kInvalidInput, "no GPU to place the ranks on");
   Placement p;
+  if (options.nccl_self_test) {
+    if (options.world > 1)
+      return Error(ErrorKind::kInvalidInput, "the NCCL self-test runs one rank (world 1)");
+    p.world = 1;
+    p.devices = {gpus.front()};
+    return p;
+  }
   p.world = options.world;
   if (p.world == 0) {
     int n = static_cast<int>(gpus.size());

@@ -1,8 +1,6 @@
 // Planning an evaluation and the harness group's part of it: the sizes, the
-// arenas, the baseline, and the baseline's timing before and after the
-// candidate (docs/methodology.md).
+// arenas and the baseline (docs/methodology.md).
 #include <algorithm>
-#include <chrono>
 #include <filesystem>
 
 #include "kforge/core/log.h"
@@ -15,7 +13,10 @@ namespace kforge::eval {
 
 using nlohmann::json;
 
-EvalSession::~EvalSession() { StopCandidate(*this); }
+EvalSession::~EvalSession() {
+  StopServed(*this, candidate);
+  StopServed(*this, reference);
+}
 
 Status GroupFailed(EvalSession& s, const WorkerGroup& g, const Status& st) {
   const GroupFailure& f = g.last_failure();
@@ -91,13 +92,7 @@ Status PrepareHarness(EvalSession& s, const std::filesystem::path& baseline) {
   return Status::Ok();
 }
 
-namespace {
-
-double SecondsSince(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-json Configure(const EvalSession& s, const SizePlan& plan, bool collectives) {
+json ConfigureMessage(const EvalSession& s, const SizePlan& plan, bool collectives) {
   proto::ConfigureRequest c;
   c.problem = plan.problem;
   c.sets = plan.sets;
@@ -106,95 +101,10 @@ json Configure(const EvalSession& s, const SizePlan& plan, bool collectives) {
   return c.ToJson();
 }
 
-json FreshInputs(EvalSession& s, const std::vector<int>& sets) {
+json InputsMessage(EvalSession& s, const std::vector<int>& sets) {
   proto::InputsRequest in;
   for (int set : sets) in.seeds.push_back({set, s.NewSeed()});
   return in.ToJson();
-}
-
-std::vector<int> AllSets(int sets) {
-  std::vector<int> v(static_cast<size_t>(sets));
-  for (int k = 0; k < sets; ++k) v[static_cast<size_t>(k)] = k;
-  return v;
-}
-
-// `calls` calls rotating through the sets, after `warmup` untimed ones; the
-// GPUs' clocks around them go to the plan unless this is the probe.
-Result<std::vector<double>> TimeOnce(EvalSession& s, SizePlan& plan, int warmup, int calls,
-                                     bool record_clocks = true) {
-  WorkerGroup& h = *s.harness;
-  proto::TimeBaselineRequest req;
-  for (int k = 0; k < calls; ++k) req.order.push_back(k % plan.sets);
-  req.warmup = warmup;
-  auto timed = h.All(req.ToJson(), s.options->timing_deadline_s, "baseline timing");
-  if (!timed.ok()) {
-    Status st = GroupFailed(s, h, timed.status());
-    return Error(ErrorKind::kHarness, "timing the baseline: " + st.message());
-  }
-  std::vector<std::vector<double>> by_rank;
-  for (int r = 0; r < s.world; ++r) {
-    KF_ASSIGN_OR_RETURN(
-        proto::CallTimes t,
-        proto::CallTimes::Parse((*timed)[r].body, "baseline times of rank " + std::to_string(r),
-                                static_cast<size_t>(calls)));
-    by_rank.push_back(std::move(t.event_us));
-    if (record_clocks) {
-      plan.sm_clock_mhz.insert(plan.sm_clock_mhz.end(), t.sm_clock_mhz.begin(),
-                               t.sm_clock_mhz.end());
-      plan.temperature_c.insert(plan.temperature_c.end(), t.temperature_c.begin(),
-                                t.temperature_c.end());
-    }
-  }
-  return MaxOverRanks(by_rank);
-}
-
-}  // namespace
-
-json ConfigureMessage(const EvalSession& s, const SizePlan& plan, bool collectives) {
-  return Configure(s, plan, collectives);
-}
-json InputsMessage(EvalSession& s, const std::vector<int>& sets) { return FreshInputs(s, sets); }
-
-Status TimeBaselines(EvalSession& s, bool after) {
-  if (!s.options->timing) return Status::Ok();
-  WorkerGroup& h = *s.harness;
-  const double dl = s.options->setup_deadline_s;
-  for (SizePlan& plan : s.plans) {
-    if (plan.check) continue;
-    for (const json& msg : {Configure(s, plan, true), json{{"op", proto::op::kSetup}},
-                            FreshInputs(s, AllSets(plan.sets))}) {
-      auto r = h.All(msg, dl, "baseline timing");
-      if (!r.ok()) {
-        Status st = GroupFailed(s, h, r.status());
-        return Error(ErrorKind::kHarness, "preparing the baseline: " + st.message());
-      }
-    }
-    const TimingRule rule = s.Rule();
-    if (!after) {
-      // A short probe: the wall time of one call sizes the warm-up and the blocks.
-      auto p0 = std::chrono::steady_clock::now();
-      KF_RETURN_IF_ERROR(TimeOnce(s, plan, 2, 3, false).status());
-      plan.call_wall_us = SecondsSince(p0) * 1e6 / 5;
-      plan.warmup = WarmupCalls(rule, plan.call_wall_us);
-    }
-    std::vector<double> times;
-    double spent_s = 0;
-    int warmup = plan.warmup;
-    for (int block; (block = NextBlock(rule, times, spent_s, plan.call_wall_us)) > 0;) {
-      auto b0 = std::chrono::steady_clock::now();
-      KF_ASSIGN_OR_RETURN(auto more, TimeOnce(s, plan, warmup, block));
-      const double took = SecondsSince(b0);
-      spent_s += took;
-      plan.call_wall_us = took * 1e6 / (warmup + block);
-      warmup = 0;
-      times.insert(times.end(), more.begin(), more.end());
-    }
-    (after ? plan.baseline_after_us : plan.baseline_before_us) = Quantile(times, 0.5);
-    plan.baseline_us.insert(plan.baseline_us.end(), times.begin(), times.end());
-    KF_RETURN_IF_ERROR(
-        Exchange(s, h, {{"op", proto::op::kTeardown}}, dl, "baseline timing").status());
-  }
-  return Status::Ok();
 }
 
 }  // namespace kforge::eval

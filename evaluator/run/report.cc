@@ -21,7 +21,9 @@ std::string RenderEvalReport(const nlohmann::json& d) {
   std::string out;
   out += fmt::format("task      {}  dtype {}  world {}{}\n", d.value("task", "?"),
                      d.value("dtype", "?"), d.value("world", 0),
-                     d.value("emulated", false) ? "  (emulated: ranks share a GPU)" : "");
+                     d.value("emulated", false) ? "  (emulated: ranks share a GPU)"
+                     : d.contains("self_test")  ? "  (NCCL self-test: one rank, never timed)"
+                                                : "");
   if (d.contains("kernel")) out += fmt::format("kernel    {}\n", d["kernel"].value("path", "?"));
   if (d.contains("compile")) {
     const auto& c = d["compile"];

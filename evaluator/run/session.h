@@ -1,9 +1,12 @@
 // Internal to the evaluator: the state of one evaluation while its phases run.
 //
-// Two rank groups take part (protocol/messages.h): the trusted harness group
-// (warm across evaluations; owns the memory, runs the baseline, keeps the
-// clock) and this evaluation's sandboxed candidate group (fresh for every
-// evaluation, killed before the baseline is timed a second time).
+// Three rank groups take part (protocol/messages.h): the trusted harness group
+// (warm across evaluations; owns the memory, computes the expected outputs,
+// keeps the clock), and two served groups of this evaluation, both sandboxed
+// candidate-role workers driven through mailboxes: the reference group (the
+// task's reference, the baseline) and the candidate group. The baseline and
+// the candidate are timed by one path, so a difference between their times
+// is a difference between the kernels (docs/methodology.md).
 #pragma once
 
 #include <memory>
@@ -27,16 +30,33 @@ namespace kforge::eval {
 struct SizePlan {
   SizeSpec size;
   Problem problem;
-  bool check = false;               // a check size (oracle) or a bench size (baseline, timing)
-  int sets = 1;                     // input/output sets (rotated so timed calls miss L2)
-  std::vector<double> baseline_us;  // the baseline's event times, before and after
+  bool check = false;  // a check size (oracle) or a bench size (baseline, timing)
+  int sets = 1;        // input/output sets (rotated so timed calls miss L2)
+  // The reference group's timed calls (max over ranks), before and after the
+  // candidate: its claimed event times and the harness's wall times.
+  std::vector<double> baseline_us, baseline_wall_us;
   double baseline_before_us = 0, baseline_after_us = 0;  // their medians
-  int warmup = 0;                           // the baseline's untimed calls before its first block
-  double call_wall_us = 0;                  // the wall time of one baseline call (sizes the blocks)
+  int warmup = 0;                           // untimed calls before each side's first block
+  double call_wall_us = 0;                  // the wall time of one driven call (sizes the blocks)
   nlohmann::json entry;                     // the timing entry, finished by FinishTiming
   std::vector<double> claimed_us, wall_us;  // the candidate's timed calls (max over ranks)
   // NVML readings of every rank's GPU around each block of baseline calls.
   std::vector<double> sm_clock_mhz, temperature_c;
+};
+
+// A served group: W sandboxed candidate-role workers with a mailbox each and
+// the supervisor of their seccomp notifications, serving one kernel's calls.
+struct ServedGroup {
+  explicit ServedGroup(std::string w) : who(std::move(w)) {}
+  std::string who;  // "candidate" | "reference"
+  std::unique_ptr<WorkerGroup> group;
+  std::vector<proto::Mailbox> mailboxes;  // [rank]
+  std::unique_ptr<sandbox::Supervisor> supervisor;
+  std::filesystem::path dir;  // the kernel's private copy; removed when the group stops
+  bool collectives = false;   // may call the harness collectives
+  double overhead_us = 0;     // calibrated mailbox overhead per call
+  bool reference() const { return who == "reference"; }
+  bool alive() const { return group && group->alive(); }
 };
 
 struct EvalSession {
@@ -55,12 +75,8 @@ struct EvalSession {
   std::vector<SizePlan> plans;
   WorkerGroup* harness = nullptr;
   std::vector<std::string> candidate_handles;  // [rank], from the harness's alloc
-  std::unique_ptr<WorkerGroup> candidate;
-  std::vector<proto::Mailbox> mailboxes;  // [rank]
-  std::unique_ptr<sandbox::Supervisor> supervisor;
-  std::filesystem::path candidate_dir;  // removed when the evaluation ends
-  uint64_t next_seq = 1;                // the next mailbox call number
-  double overhead_us = 0;               // calibrated mailbox overhead per call
+  ServedGroup reference{"reference"}, candidate{"candidate"};
+  uint64_t next_seq = 1;  // the next mailbox call number (both groups)
 
   nlohmann::json checks = nlohmann::json::array();
   nlohmann::json timing = nlohmann::json::array();
@@ -94,13 +110,17 @@ Status PlanSizes(EvalSession& s);
 // Alloc + peers in the harness group for every size of the plan; loads the
 // baseline.
 Status PrepareHarness(EvalSession& s, const std::filesystem::path& baseline);
-// Times the baseline at every bench size (after = false: before any candidate
-// code exists; true: after the candidate group is gone).
+// Starts a served group (the reference group before any candidate code
+// exists, the candidate group after the baseline is timed): sandbox, arenas,
+// calibration, then the kernel.
+Status StartServed(EvalSession& s, ServedGroup& g, const std::filesystem::path& kernel_so);
+// Ends a served group; the candidate's supervisor findings become integrity
+// findings, the reference's a harness warning.
+void StopServed(EvalSession& s, ServedGroup& g);
+// Times the baseline (the reference group) at every bench size: after =
+// false before any candidate code exists, true after the candidate group is
+// gone.
 Status TimeBaselines(EvalSession& s, bool after);
-// Starts the candidate group: sandbox, arenas, calibration, then the kernel.
-Status StartCandidate(EvalSession& s, const std::filesystem::path& kernel_so);
-// Ends the candidate group and collects the supervisor's findings.
-void StopCandidate(EvalSession& s);
 
 // Correctness at one check size over options->trials trials, against the
 // oracle. kMismatch / kRuntimeError / kDeadlock / kHarness on failure (with

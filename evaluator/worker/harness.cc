@@ -58,7 +58,6 @@ int HarnessWorker::Run() {
       {proto::op::kReadOutputs,
        [this](const eval::Message& m, std::vector<int>* fds) { return ReadOutputs(m, fds); }},
       {proto::op::kVerify, Bind(this, &HarnessWorker::Verify)},
-      {proto::op::kTimeBaseline, Bind(this, &HarnessWorker::TimeBaseline)},
       {proto::op::kDrive, Bind(this, &HarnessWorker::Drive)},
       {proto::op::kCalibrate, Bind(this, &HarnessWorker::Calibrate)},
   };

@@ -55,8 +55,7 @@ class HarnessWorker {
   Result<json> Verify(const eval::Message& m);
   Status VerifySet(int set, int tag, uint32_t poison, std::vector<eval::proto::Failure>* failures,
                    std::vector<std::pair<int, std::string>>* changed);
-  // harness_timing.cc: the baseline's timed calls, driving the candidate
-  Result<json> TimeBaseline(const eval::Message& m);
+  // harness_timing.cc: calibrating the mailbox path, driving a served group
   Result<json> Drive(const eval::Message& m);
   Result<json> Calibrate(const eval::Message& m);
   Result<eval::proto::Mailbox> MailboxFrom(const eval::Message& m);
@@ -64,7 +63,6 @@ class HarnessWorker {
   // Device results of one VerifySet; host explanations of the first few failures only.
   static constexpr size_t kMaxChecks = 2 * KF_MAX_TENSORS + 2;
   static constexpr size_t kMaxExplained = 4;
-  CollectiveBackend* Backend() const;
   bool configured() const { return view_.has_value(); }
   char* Private(size_t off) const { return private_.base() + off; }
   char* Candidate(size_t off) const { return candidate_.base() + off; }

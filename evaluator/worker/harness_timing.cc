@@ -1,7 +1,7 @@
-// The harness worker's clock: the baseline's timed calls (in this trusted
-// process, with no candidate code alive anywhere), the calibration of the
-// mailbox path, and driving the candidate's timed calls through the mailbox.
-// Every time the coordinator believes is measured here; the candidate's own
+// The harness worker's clock: the calibration of the mailbox path, and
+// driving the timed calls of a served group (the reference group, which
+// times the baseline, or the candidate group) through the mailbox. Every
+// time the coordinator believes is measured here; a served process's own
 // event times come back as claims to be checked against this clock.
 #include <algorithm>
 #include <chrono>
@@ -24,20 +24,6 @@ double MicrosSince(Clock::time_point t0) {
   return std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
 }
 
-class EventPair {
- public:
-  Status Create() {
-    KF_CUDA(cudaEventCreate(&start));
-    KF_CUDA(cudaEventCreate(&stop));
-    return Status::Ok();
-  }
-  ~EventPair() {
-    if (start != nullptr) cudaEventDestroy(start);
-    if (stop != nullptr) cudaEventDestroy(stop);
-  }
-  cudaEvent_t start = nullptr, stop = nullptr;
-};
-
 // The SM clock and temperature of the current device, appended to `clock`
 // and `temp` (nothing without NVML).
 void ReadClocks(std::vector<double>* clock, std::vector<double>* temp) {
@@ -57,50 +43,6 @@ Clock::time_point DeadlineIn(double seconds) {
 }
 
 }  // namespace
-
-CollectiveBackend* HarnessWorker::Backend() const {
-  return emulated_ ? emulated_.get() : nccl_.get();
-}
-
-Result<json> HarnessWorker::TimeBaseline(const eval::Message& m) {
-  if (!configured() || !baseline_.set_up())
-    return Error(ErrorKind::kHarness, "time_baseline before setup");
-  KF_ASSIGN_OR_RETURN(proto::TimeBaselineRequest req,
-                      proto::TimeBaselineRequest::Parse(m.body, sets_));
-  EventPair ev;
-  KF_RETURN_IF_ERROR(ev.Create());
-  proto::CallTimes times;
-  const size_t n = req.order.size();
-  for (size_t k = 0; k < n + static_cast<size_t>(req.warmup); ++k) {
-    const bool timed = k >= static_cast<size_t>(req.warmup);
-    const int set = req.order[timed ? k - req.warmup : k % n];
-    // Clocks after the warm-up (an idle GPU's are low), and after the last call.
-    if (k == static_cast<size_t>(req.warmup)) ReadClocks(&times.sm_clock_mhz, &times.temperature_c);
-    KF_RETURN_IF_ERROR(RestoreInout(false, set));
-    KF_CUDA(cudaStreamSynchronize(stream_));
-    KF_RETURN_IF_ERROR(control_.Barrier());
-    if (CollectiveBackend* b = Backend()) KF_RETURN_IF_ERROR(b->Barrier(-1, stream_));
-    KF_CUDA(cudaEventRecord(ev.start, stream_));
-    auto t0 = Clock::now();
-    int rc = baseline_.Run(BaselineContext(set));
-    KF_CUDA(cudaEventRecord(ev.stop, stream_));
-    cudaError_t err = cudaDeviceSynchronize();
-    double wall = MicrosSince(t0);
-    if (err != cudaSuccess) {
-      return Error(
-          ErrorKind::kRuntimeError,
-          std::string("the baseline's kf_run (timing): CUDA error ") + cudaGetErrorName(err));
-    }
-    if (rc != 0) return Error(ErrorKind::kRuntimeError, NonZeroReturn("the baseline's kf_run", rc));
-    if (!timed) continue;
-    float ms = 0;
-    KF_CUDA(cudaEventElapsedTime(&ms, ev.start, ev.stop));
-    times.event_us.push_back(ms * 1000.0);
-    times.wall_us.push_back(wall);
-  }
-  ReadClocks(&times.sm_clock_mhz, &times.temperature_c);
-  return times.ToJson();
-}
 
 Result<proto::Mailbox> HarnessWorker::MailboxFrom(const eval::Message& m) {
   if (m.fds.size() != 1) return Error(ErrorKind::kHarness, "expected the mailbox descriptor");
@@ -161,6 +103,8 @@ Result<json> HarnessWorker::Drive(const eval::Message& m) {
     KF_RETURN_IF_ERROR(RunBaseline(sets));
     KF_RETURN_IF_ERROR(PoisonSets(round.order, round.poison));
     for (int set : round.order) {
+      // Clocks after the warm-up (an idle GPU's are low), and after the last call.
+      if (call == req.warmup) ReadClocks(&reply.sm_clock_mhz, &reply.temperature_c);
       KF_RETURN_IF_ERROR(control_.Barrier());
       auto t0 = Clock::now();
       box.Post(seq, static_cast<uint32_t>(set));
@@ -185,6 +129,7 @@ Result<json> HarnessWorker::Drive(const eval::Message& m) {
       ++call;
     }
   }
+  ReadClocks(&reply.sm_clock_mhz, &reply.temperature_c);
   // Every rank has finished verifying before the candidate is told anything else.
   KF_RETURN_IF_ERROR(control_.Barrier());
   return reply.ToJson();

@@ -102,6 +102,39 @@ TEST_F(GpuEvalTest, EveryHandWrittenSolutionPasses) {
   }
 }
 
+// One GPU cannot host two NCCL ranks, so every other test runs the emulated
+// backend; at W = 1 the harness, the reference group and the kernel all run
+// their collectives through real NCCL, checked against the oracle.
+TEST_F(GpuEvalTest, EveryReferencePassesThroughNcclAtW1) {
+  int ran = 0;
+  std::vector<std::string> not_at_w1;
+  for (const Task& t : *tasks_) {
+    auto p = Instantiate(t, 1, t.dtypes.front(), t.check_sizes.front(), true);
+    if (!p.ok()) {
+      not_at_w1.push_back(t.key + " (" + p.status().message().substr(0, 80) + ")");
+      continue;
+    }
+    EvalOptions o;
+    o.nccl_self_test = true;
+    o.trusted = true;
+    o.trials = 1;
+    o.check_deadline_s = 20;
+    o.bench_sizes = {SmallestBenchSize(t)};
+    auto doc = Eval(t, t.reference, 0, o);
+    EXPECT_EQ(doc.value("status", ""), "passed") << t.key << "\n" << RenderEvalReport(doc);
+    EXPECT_EQ(doc.value("world", 0), 1) << t.key;
+    EXPECT_FALSE(doc.value("emulated", true)) << t.key;
+    EXPECT_EQ(doc.value("self_test", ""), "nccl_w1") << t.key;
+    EXPECT_TRUE(doc["timing"].empty()) << t.key << ": a self-test is never timed";
+    ++ran;
+  }
+  std::printf("NCCL self-test: %d tasks at W=1; not instantiable at W=1: %zu\n", ran,
+              not_at_w1.size());
+  for (const auto& k : not_at_w1) std::printf("  %s\n", k.c_str());
+  // The collective tasks (001-008) are all defined at W = 1.
+  EXPECT_GE(ran, 8);
+}
+
 TEST_F(GpuEvalTest, WrongKernelIsRejectedWithHints) {
   auto doc =
       Eval(Find("allreduce"), std::filesystem::path(KFORGE_TEST_DATA) / "copy_own_input.cu", 2);

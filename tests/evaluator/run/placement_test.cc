@@ -61,6 +61,26 @@ TEST(PlacementTest, AnUndeclaredWorldOrNoGpuIsAnError) {
             ErrorKind::kInvalidInput);
 }
 
+TEST(PlacementTest, TheNcclSelfTestIsOneRankOnOneRealGpu) {
+  EvalOptions o;
+  o.nccl_self_test = true;
+  // W = 1 is no world size of the task, and that is the point: one GPU can
+  // host one NCCL rank.
+  auto p = Place(TaskWithWorlds({2, 4, 8}), CardWithGpus(8), o);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->world, 1);
+  EXPECT_EQ(p->devices, (std::vector<int>{0}));
+  EXPECT_FALSE(p->emulated);
+  o.gpus = {3};
+  p = Place(TaskWithWorlds({2}), CardWithGpus(8), o);
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->devices, (std::vector<int>{3}));
+  o.world = 2;
+  p = Place(TaskWithWorlds({2}), CardWithGpus(8), o);
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("world 1"), std::string::npos) << p.status().message();
+}
+
 TEST(PlacementTest, ArchFollowsTheCardUnlessAsked) {
   EXPECT_EQ(TargetArch(CardWithGpus(1), ""), "sm_90a");
   json ampere = {{"gpus", {{{"index", 0}, {"cc_major", 8}, {"cc_minor", 0}}}}};

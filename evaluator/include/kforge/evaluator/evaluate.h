@@ -40,6 +40,11 @@ struct EvalOptions {
   std::filesystem::path dump_dir;
   bool compile_only = false;  // stop after compile + policy (no GPU needed)
   bool trusted = false;       // a task's own reference: exempt from the task's policy
+  // One rank on one GPU with the NCCL backend (harness and kernel): exercises
+  // every harness collective the kernel calls through real NCCL, where one GPU
+  // cannot host two NCCL ranks. Checks only: W = 1 is no benchmark world size,
+  // so the result is never timed and says "self_test".
+  bool nccl_self_test = false;
 };
 
 class Evaluator {

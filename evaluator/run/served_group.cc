@@ -1,7 +1,9 @@
-// The candidate group of one evaluation: a private read-only copy of the
-// kernel, W sandboxed candidate workers with a mailbox each, the supervisor of
-// their seccomp notifications, and the calibration of the timing path before
-// any candidate code is loaded.
+// A served group of one evaluation (the reference group or the candidate
+// group): a private read-only copy of the kernel, W sandboxed candidate-role
+// workers with a mailbox each, the supervisor of their seccomp notifications,
+// and the calibration of the timing path before the kernel is loaded. The
+// reference and the candidate run in the same kind of process and are timed
+// through the same mailbox path (docs/methodology.md).
 #include <stdlib.h>
 #include <sys/stat.h>
 
@@ -43,8 +45,10 @@ Result<fs::path> PrivateCopy(const fs::path& so, fs::path* dir) {
 
 }  // namespace
 
-Status StartCandidate(EvalSession& s, const fs::path& kernel_so) {
-  KF_ASSIGN_OR_RETURN(fs::path copy, PrivateCopy(kernel_so, &s.candidate_dir));
+Status StartServed(EvalSession& s, ServedGroup& sg, const fs::path& kernel_so) {
+  KF_ASSIGN_OR_RETURN(fs::path copy, PrivateCopy(kernel_so, &sg.dir));
+  // The reference is trusted: it may use what its task forbids candidates.
+  sg.collectives = sg.reference() || s.CandidateMayUseCollectives();
   GroupOptions g;
   g.worker_path = s.worker;
   g.role = "candidate";
@@ -52,41 +56,42 @@ Status StartCandidate(EvalSession& s, const fs::path& kernel_so) {
   g.emulated = s.emulated;
   g.env = s.worker_env;
   g.mps_dir = s.mps_dir;
-  g.candidate_dir = s.candidate_dir.string();
+  g.candidate_dir = sg.dir.string();
   g.start_deadline_s = s.options->setup_deadline_s;
   for (int r = 0; r < s.world; ++r) {
     KF_ASSIGN_OR_RETURN(proto::Mailbox m, proto::Mailbox::Create());
     g.mailbox_fds.push_back(m.fd());
-    s.mailboxes.push_back(std::move(m));
+    sg.mailboxes.push_back(std::move(m));
   }
   g.devices = s.harness->options().devices;
-  // On real GPUs a candidate that may call the harness collectives gets its
-  // own NCCL communicator (a fresh id from the harness).
+  // On real GPUs a group that may call the harness collectives gets its own
+  // NCCL communicator (a fresh id from the harness).
   std::string nccl_id;
-  if (!s.emulated && s.CandidateMayUseCollectives()) {
+  if (!s.emulated && sg.collectives) {
     auto ids = s.harness->All({{"op", proto::op::kNcclId}}, s.options->setup_deadline_s, "setup");
     if (!ids.ok()) return GroupFailed(s, *s.harness, ids.status());
     nccl_id = (*ids)[0].body.value("id", "");
     g.candidate_nccl = true;
   }
-  KF_ASSIGN_OR_RETURN(s.candidate, WorkerGroup::Start(g));
-  WorkerGroup& c = *s.candidate;
+  KF_ASSIGN_OR_RETURN(sg.group, WorkerGroup::Start(g));
+  WorkerGroup& c = *sg.group;
   const double dl = s.options->setup_deadline_s;
 
   // The sandbox is complete once the arenas are mapped (seccomp comes last).
   // Its report is believed: no candidate code has run in the process yet.
   proto::AttachRequest attach{s.candidate_handles, nccl_id};
   KF_ASSIGN_OR_RETURN(auto attached, Exchange(s, c, attach.ToJson(), dl, "sandbox"));
-  s.supervisor = std::make_unique<sandbox::Supervisor>();
+  sg.supervisor = std::make_unique<sandbox::Supervisor>();
   for (int r = 0; r < s.world; ++r) {
     Message& m = attached[r];
     sandbox::Report report = sandbox::Report::FromJson(m.body.value("sandbox", json::object()));
-    if (r == 0 || (!report.Complete() && s.sandbox_report.value("complete", true))) {
+    if (!sg.reference() &&
+        (r == 0 || (!report.Complete() && s.sandbox_report.value("complete", true)))) {
       s.sandbox_report = report.ToJson();
       s.sandbox_report["summary"] = report.Summary();
     }
     if (!m.fds.empty()) {
-      s.supervisor->Watch(r, c.pids()[r], m.fds[0]);
+      sg.supervisor->Watch(r, c.pids()[r], m.fds[0]);
       m.fds.erase(m.fds.begin());
     }
     for (int fd : m.fds) close(fd);
@@ -95,17 +100,16 @@ Status StartCandidate(EvalSession& s, const fs::path& kernel_so) {
   // Calibration: the same mailbox path with an empty kernel, on our clock.
   const SizePlan& first = s.plans.front();
   KF_RETURN_IF_ERROR(
-      Exchange(s, c, ConfigureMessage(s, first, s.CandidateMayUseCollectives()), dl, "setup")
-          .status());
+      Exchange(s, c, ConfigureMessage(s, first, sg.collectives), dl, "setup").status());
   proto::CalibrateRequest cal{s.next_seq, kCalibrationCalls, 10};
   s.next_seq += kCalibrationCalls;
   std::vector<json> msgs(s.world, cal.ToJson());
   if (Status st = c.Post(msgs, {}, "calibration"); !st.ok()) return GroupFailed(s, c, st);
   std::vector<std::vector<int>> fds;
-  for (auto& m : s.mailboxes) fds.push_back({m.fd()});
+  for (auto& m : sg.mailboxes) fds.push_back({m.fd()});
   auto timed = s.harness->Each(msgs, fds, dl, "calibration");
   if (!timed.ok()) {
-    s.candidate->Kill();
+    c.Kill();
     return GroupFailed(s, *s.harness, timed.status());
   }
   auto served = c.Collect(dl, "calibration");
@@ -119,7 +123,7 @@ Status StartCandidate(EvalSession& s, const fs::path& kernel_so) {
   }
   std::vector<double> w = MaxOverRanks(wall), e = MaxOverRanks(claimed), gap;
   for (size_t k = 0; k < w.size(); ++k) gap.push_back(w[k] - e[k]);
-  s.overhead_us = std::max(0.0, Quantile(gap, 0.5));
+  sg.overhead_us = std::max(0.0, Quantile(gap, 0.5));
 
   KF_RETURN_IF_ERROR(
       Exchange(s, c, proto::PathRequest{copy.string()}.ToJson(proto::op::kLoad), dl, "load")
@@ -127,23 +131,27 @@ Status StartCandidate(EvalSession& s, const fs::path& kernel_so) {
   return Status::Ok();
 }
 
-void StopCandidate(EvalSession& s) {
-  if (s.candidate) {
-    s.candidate->Kill();
-    s.candidate.reset();
+void StopServed(EvalSession& s, ServedGroup& sg) {
+  if (sg.group) {
+    sg.group->Kill();
+    sg.group.reset();
   }
-  if (s.supervisor) {
-    for (const sandbox::Violation& v : s.supervisor->Violations()) {
-      s.integrity.push_back({{"check", "sandbox"}, {"rank", v.rank}, {"message", v.ToString()}});
+  if (sg.supervisor) {
+    for (const sandbox::Violation& v : sg.supervisor->Violations()) {
+      if (sg.reference()) {
+        LogWarn("evaluator", "the task's reference tripped its sandbox: {}", v.ToString());
+      } else {
+        s.integrity.push_back({{"check", "sandbox"}, {"rank", v.rank}, {"message", v.ToString()}});
+      }
     }
-    s.supervisor.reset();
+    sg.supervisor.reset();
   }
-  s.mailboxes.clear();
-  if (!s.candidate_dir.empty()) {
+  sg.mailboxes.clear();
+  if (!sg.dir.empty()) {
     std::error_code ec;
-    fs::permissions(s.candidate_dir, fs::perms::owner_all, ec);
-    fs::remove_all(s.candidate_dir, ec);
-    s.candidate_dir.clear();
+    fs::permissions(sg.dir, fs::perms::owner_all, ec);
+    fs::remove_all(sg.dir, ec);
+    sg.dir.clear();
   }
 }
 
