@@ -220,7 +220,7 @@ Status DriveBlock(EvalSession& s, ServedGroup& g, SizePlan& plan, int warmup, in
                   Side* out) {
   const int total = warmup + calls;
   proto::DriveRequest drive;
-  drive.first_seq = s.next_seq;
+  drive.first_seq = g.next_seq;
   drive.warmup = warmup;
   drive.call_deadline_s = s.options->check_deadline_s;
   std::mt19937_64 shuffle(s.NewSeed());
@@ -236,7 +236,7 @@ Status DriveBlock(EvalSession& s, ServedGroup& g, SizePlan& plan, int warmup, in
     done += static_cast<int>(order.size());
     drive.rounds.push_back(std::move(round));
   }
-  s.next_seq += static_cast<uint64_t>(total);
+  g.next_seq += static_cast<uint64_t>(total);
   WorkerGroup& served_group = *g.group;
   std::vector<json> serve(s.world, proto::ServeRequest{total}.ToJson());
   if (Status st = served_group.Post(serve, {}, "timing"); !st.ok())

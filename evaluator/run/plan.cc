@@ -39,14 +39,15 @@ Result<std::vector<Message>> Exchange(EvalSession& s, WorkerGroup& g, const json
 }
 
 Status PlanSizes(EvalSession& s) {
+  const bool self_test = s.options->nccl_self_test;
   for (const auto& size : s.task->check_sizes) {
-    KF_ASSIGN_OR_RETURN(Problem p, Instantiate(*s.task, s.world, s.dtype, size, true));
+    KF_ASSIGN_OR_RETURN(Problem p, Instantiate(*s.task, s.world, s.dtype, size, true, self_test));
     s.plans.push_back({size, std::move(p), true});
   }
   for (const auto& size : s.task->bench_sizes) {
     const auto& only = s.options->bench_sizes;
     if (!only.empty() && std::find(only.begin(), only.end(), size.label) == only.end()) continue;
-    KF_ASSIGN_OR_RETURN(Problem p, Instantiate(*s.task, s.world, s.dtype, size, false));
+    KF_ASSIGN_OR_RETURN(Problem p, Instantiate(*s.task, s.world, s.dtype, size, false, self_test));
     SizePlan plan{size, std::move(p), false};
     size_t per_set = 0;
     for (const auto& t : plan.problem.inputs) per_set += t.nbytes;

@@ -101,8 +101,8 @@ Status StartServed(EvalSession& s, ServedGroup& sg, const fs::path& kernel_so) {
   const SizePlan& first = s.plans.front();
   KF_RETURN_IF_ERROR(
       Exchange(s, c, ConfigureMessage(s, first, sg.collectives), dl, "setup").status());
-  proto::CalibrateRequest cal{s.next_seq, kCalibrationCalls, 10};
-  s.next_seq += kCalibrationCalls;
+  proto::CalibrateRequest cal{sg.next_seq, kCalibrationCalls, 10};
+  sg.next_seq += kCalibrationCalls;
   std::vector<json> msgs(s.world, cal.ToJson());
   if (Status st = c.Post(msgs, {}, "calibration"); !st.ok()) return GroupFailed(s, c, st);
   std::vector<std::vector<int>> fds;
@@ -147,6 +147,7 @@ void StopServed(EvalSession& s, ServedGroup& sg) {
     sg.supervisor.reset();
   }
   sg.mailboxes.clear();
+  sg.next_seq = 1;
   if (!sg.dir.empty()) {
     std::error_code ec;
     fs::permissions(sg.dir, fs::perms::owner_all, ec);

@@ -55,6 +55,9 @@ struct ServedGroup {
   std::filesystem::path dir;  // the kernel's private copy; removed when the group stops
   bool collectives = false;   // may call the harness collectives
   double overhead_us = 0;     // calibrated mailbox overhead per call
+  // The next call number on this group's mailboxes: each mailbox starts at
+  // 0 and accepts only the number after the last one answered.
+  uint64_t next_seq = 1;
   bool reference() const { return who == "reference"; }
   bool alive() const { return group && group->alive(); }
 };
@@ -76,7 +79,6 @@ struct EvalSession {
   WorkerGroup* harness = nullptr;
   std::vector<std::string> candidate_handles;  // [rank], from the harness's alloc
   ServedGroup reference{"reference"}, candidate{"candidate"};
-  uint64_t next_seq = 1;  // the next mailbox call number (both groups)
 
   nlohmann::json checks = nlohmann::json::array();
   nlohmann::json timing = nlohmann::json::array();

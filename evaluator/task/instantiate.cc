@@ -249,13 +249,14 @@ int Problem::KernelOutputCount() const {
 }
 
 Result<Problem> Instantiate(const Task& task, int world, Dtype dtype, const SizeSpec& size,
-                            bool is_check_size) {
+                            bool is_check_size, bool self_test) {
   auto where = [&] {
     return fmt::format("{} at W={}, {}, {} size '{}'", task.key, world, DtypeName(dtype),
                        is_check_size ? "check" : "bench", size.label);
   };
-  if (std::find(task.world_sizes.begin(), task.world_sizes.end(), world) ==
-      task.world_sizes.end()) {
+  const bool declared =
+      std::find(task.world_sizes.begin(), task.world_sizes.end(), world) != task.world_sizes.end();
+  if (!declared && !(self_test && world == 1)) {
     std::string supported;
     for (int w : task.world_sizes) supported += (supported.empty() ? "" : ", ") + std::to_string(w);
     return Error(ErrorKind::kInvalidInput,
@@ -278,6 +279,13 @@ Result<Problem> Instantiate(const Task& task, int world, Dtype dtype, const Size
   p.size_label = size.label;
   p.is_check_size = is_check_size;
   p.vars = task.params;
+  if (auto root = task.params.find("root"); root != task.params.end()) {
+    if (root->second < 0 || root->second >= world || root->second != std::floor(root->second)) {
+      return Error(ErrorKind::kInvalidInput,
+                   fmt::format("{}: params.root = {} is not a rank of W = {}", where(),
+                               root->second, world));
+    }
+  }
   p.vars["W"] = world;
   p.vars["elem"] = static_cast<double>(DtypeSize(dtype));
   if (Status s = BindSizeVars(size, p.vars); !s.ok()) return s.WithContext(where());

@@ -109,7 +109,7 @@ TEST_F(GpuEvalTest, EveryReferencePassesThroughNcclAtW1) {
   int ran = 0;
   std::vector<std::string> not_at_w1;
   for (const Task& t : *tasks_) {
-    auto p = Instantiate(t, 1, t.dtypes.front(), t.check_sizes.front(), true);
+    auto p = Instantiate(t, 1, t.dtypes.front(), t.check_sizes.front(), true, true);
     if (!p.ok()) {
       not_at_w1.push_back(t.key + " (" + p.status().message().substr(0, 80) + ")");
       continue;
@@ -121,6 +121,9 @@ TEST_F(GpuEvalTest, EveryReferencePassesThroughNcclAtW1) {
     o.check_deadline_s = 20;
     o.bench_sizes = {SmallestBenchSize(t)};
     auto doc = Eval(t, t.reference, 0, o);
+    std::printf("  %-40s %-14s %.1f s\n", t.key.c_str(), doc.value("status", "").c_str(),
+                doc.value("seconds", 0.0));
+    std::fflush(stdout);
     EXPECT_EQ(doc.value("status", ""), "passed") << t.key << "\n" << RenderEvalReport(doc);
     EXPECT_EQ(doc.value("world", 0), 1) << t.key;
     EXPECT_FALSE(doc.value("emulated", true)) << t.key;
@@ -131,8 +134,16 @@ TEST_F(GpuEvalTest, EveryReferencePassesThroughNcclAtW1) {
   std::printf("NCCL self-test: %d tasks at W=1; not instantiable at W=1: %zu\n", ran,
               not_at_w1.size());
   for (const auto& k : not_at_w1) std::printf("  %s\n", k.c_str());
-  // The collective tasks (001-008) are all defined at W = 1.
-  EXPECT_GE(ran, 8);
+  // 34 of the 40 tasks are defined at W = 1 (003-006 put their root on rank 1,
+  // 022 and 048 need groups of two ranks); among them the collectives whose
+  // references are one NCCL call each.
+  EXPECT_GE(ran, 30);
+  for (const char* key : {"001_allreduce", "002_allgather", "007_reducescatter", "008_alltoall"}) {
+    EXPECT_EQ(std::count_if(not_at_w1.begin(), not_at_w1.end(),
+                            [&](const std::string& k) { return k.rfind(key, 0) == 0; }),
+              0)
+        << key;
+  }
 }
 
 TEST_F(GpuEvalTest, WrongKernelIsRejectedWithHints) {
@@ -185,13 +196,22 @@ TEST_F(GpuEvalTest, BaselineAgainstItselfTimesStably) {
   ASSERT_EQ(doc.value("status", ""), "passed") << RenderEvalReport(doc);
   ASSERT_FALSE(doc["timing"].empty());
   const auto& e = doc["timing"][0];
-  double cv = e["baseline"]["cv"].get<double>();
-  double speedup = e["speedup"].get<double>();
-  std::printf("baseline self-timing at %s (emulated=%d): median %.2f us, cv %.4f, speedup %.3f\n",
-              e["size"].get<std::string>().c_str(), doc.value("emulated", false),
-              e["baseline"]["median_us"].get<double>(), cv, speedup);
-  EXPECT_LT(cv, 0.2);
-  EXPECT_NEAR(speedup, 1.0, 0.15);  // the same kernel, interleaved: no systematic difference
+  const auto& b = e["baseline"];
+  const double median = b["median_us"].get<double>();
+  // The spread of the middle half: a few calls delayed by a rank's late
+  // wake-up inflate the cv (1.2-3.3 seen at 1 MiB) without moving the median.
+  const double iqr = (b["p75_us"].get<double>() - b["p25_us"].get<double>()) / median;
+  const double speedup = e["speedup"].get<double>();
+  std::printf(
+      "baseline self-timing at %s (emulated=%d): median %.2f us, cv %.4f, iqr/median %.4f, "
+      "speedup %.3f\n",
+      e["size"].get<std::string>().c_str(), doc.value("emulated", false), median,
+      b["cv"].get<double>(), iqr, speedup);
+  EXPECT_LT(iqr, 0.2);
+  // The same kernel through the same path before, beside and after: no
+  // systematic difference (1 MiB on one GPU read 0.965-1.077 over 5 runs).
+  EXPECT_NEAR(speedup, 1.0, 0.12);
+  EXPECT_NEAR(e["baseline_drift"].get<double>(), 0.0, 0.15);
 }
 
 // Exploit kernels (tests/adversarial/kernels/, each says what it tries): every

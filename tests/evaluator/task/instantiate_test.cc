@@ -169,6 +169,31 @@ TEST(Instantiate, RejectsUnsupportedWorldSizeAndDtype) {
   EXPECT_EQ(d.status().message(), "001_sum: dtype f16 is not supported (supported: f32, bf16)");
 }
 
+// The NCCL self-test runs every task at W = 1, which no task declares; it
+// opens that one world size and no other.
+TEST(Instantiate, OnlyTheSelfTestMayUseOneRank) {
+  TempDir tmp;
+  Task t = LoadOrDie(tmp.path(), "001_sum", SumToml());
+  auto plain = Instantiate(t, 1, Dtype::kF32, t.check_sizes[0], true);
+  ASSERT_FALSE(plain.ok());
+  EXPECT_EQ(plain.status().message(),
+            "001_sum: world size 1 is not supported (supported: 2, 4, 8)");
+  auto one = Instantiate(t, 1, Dtype::kF32, t.check_sizes[0], true, /*self_test=*/true);
+  ASSERT_TRUE(one.ok()) << one.status().message();
+  EXPECT_EQ(one->world, 1);
+  EXPECT_EQ(one->vars.at("W"), 1);
+  EXPECT_FALSE(Instantiate(t, 3, Dtype::kF32, t.check_sizes[0], true, true).ok());
+  // A task that needs two ranks fails with what needs them (here its root,
+  // rank 1), not with the world size.
+  TempDir other;
+  Task sharded = LoadOrDie(other.path(), "001_sum", ShardToml());
+  auto s = Instantiate(sharded, 1, Dtype::kF32, sharded.check_sizes[0], true, true);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().message(),
+            "001_sum at W=1, f32, check size 'tiny': params.root = 1 is not a rank of W = 1");
+  EXPECT_TRUE(Instantiate(sharded, 2, Dtype::kF32, sharded.check_sizes[0], true).ok());
+}
+
 TEST(Instantiate, OutputRankMustBeARank) {
   TempDir tmp;
   std::string toml = Replace(SumToml(), "name = \"y\"", "name = \"y\"\nranks = \"W\"");

@@ -32,5 +32,31 @@ TEST(RealTasks, EveryTaskFolderValidates) {
   }
 }
 
+// Every task has a physical floor at every bench size, world size and dtype:
+// it is what a time that no GPU can reach is rejected against
+// (docs/methodology.md), so a task without one has no plausibility check.
+TEST(RealTasks, EveryBenchSizeHasAPhysicalFloor) {
+  const std::filesystem::path root = std::filesystem::path(KFORGE_SOURCE_ROOT) / "tasks";
+  if (!std::filesystem::exists(root / "001_allreduce" / "task.toml"))
+    GTEST_SKIP() << "no task folders under " << root;
+  auto tasks = LoadTasks(root);
+  ASSERT_TRUE(tasks.ok()) << tasks.status().ToString();
+  for (const Task& t : *tasks) {
+    for (int w : t.world_sizes) {
+      for (Dtype dt : t.dtypes) {
+        for (const SizeSpec& size : t.bench_sizes) {
+          auto p = Instantiate(t, w, dt, size, false);
+          ASSERT_TRUE(p.ok()) << p.status().ToString();
+          EXPECT_GT(p->floor_hbm_bytes + p->floor_flops, 0)
+              << t.key << " W=" << w << " " << DtypeName(dt) << " " << size.label;
+          if (w > 1 && t.category == "collective") {
+            EXPECT_GT(p->floor_link_bytes, 0) << t.key << " W=" << w << " " << size.label;
+          }
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kforge::eval

@@ -208,9 +208,11 @@ struct Problem {
   int KernelOutputCount() const;
 };
 
-// Instantiates a task at world size W, dtype T and one of its sizes.
+// Instantiates a task at world size W, dtype T and one of its sizes. W must
+// be one the task declares, except W = 1 with `self_test` (the NCCL
+// self-test, docs/eval-result.md), where the shapes decide.
 Result<Problem> Instantiate(const Task& task, int world, Dtype dtype, const SizeSpec& size,
-                            bool is_check_size);
+                            bool is_check_size, bool self_test = false);
 
 // Every check of `kforge tasks validate` except running the oracle: all sizes
 // at all world sizes and dtypes instantiate; returns one line per problem.
