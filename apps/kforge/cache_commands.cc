@@ -63,10 +63,10 @@ std::string Human(uintmax_t bytes) {
 
 int Du(const CacheArgs& a) {
   const fs::path root = Root(a);
-  for (const char* part : {"kernels", "responses"}) {
+  for (const char* part : {"kernels", "trusted/kernels", "responses"}) {
     auto u = Measure(root / part);
     if (!u.ok()) return FailWith("cache du", u.status());
-    std::printf("%-10s %10s  %6lld entries  %6lld files  %s\n", part, Human(u->bytes).c_str(),
+    std::printf("%-16s %10s  %6lld entries  %6lld files  %s\n", part, Human(u->bytes).c_str(),
                 static_cast<long long>(u->entries), static_cast<long long>(u->files),
                 (root / part).c_str());
   }
@@ -75,7 +75,7 @@ int Du(const CacheArgs& a) {
 
 int Clean(const CacheArgs& a) {
   const fs::path root = Root(a);
-  std::vector<const char*> parts = {"kernels"};
+  std::vector<const char*> parts = {"kernels", "trusted"};
   if (a.responses) parts.push_back("responses");
   for (const char* part : parts) {
     auto u = Measure(root / part);

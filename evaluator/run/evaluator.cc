@@ -3,6 +3,8 @@
 // evaluations, run the phases, and write the kforge.eval/1 document.
 #include <sys/prctl.h>
 
+#include <future>
+
 #include "compile/policy.h"
 #include "kforge/core/fs.h"
 #include "kforge/core/log.h"
@@ -130,14 +132,20 @@ class RealEvaluator final : public Evaluator {
                                   const std::string& name, const std::string& arch,
                                   const EvalOptions& options) {
     KF_ASSIGN_OR_RETURN(std::string reference, ReadFile(task.reference));
-    std::vector<CompileJob> jobs = {
-        {source, name, arch, LibrariesFor(source, task.policy, options.trusted), {}},
-        {reference,
-         task.key + "/reference.cu",
-         arch,
-         LibrariesFor(reference, task.policy, true),
-         {}}};
-    auto compiled = CompilerFor(options).CompileAll(jobs);
+    const CompileJob candidate_job{
+        source, name, arch, LibrariesFor(source, task.policy, options.trusted), {}};
+    const CompileJob reference_job{reference,
+                                   task.key + "/reference.cu",
+                                   arch,
+                                   LibrariesFor(reference, task.policy, true),
+                                   {}};
+    // Both at once, each by its own compiler into its own cache.
+    Compiler& trusted = CompilerFor(options, true);
+    auto reference_done =
+        std::async(std::launch::async, [&] { return trusted.Compile(reference_job); });
+    std::vector<CompileResult> compiled;
+    compiled.push_back(CompilerFor(options, false).Compile(candidate_job));
+    compiled.push_back(reference_done.get());
     a.Mark("compile");
     a.doc()["compile"] = compiled[0].ToJson();
     if (!compiled[0].status.ok()) {
@@ -226,26 +234,35 @@ class RealEvaluator final : public Evaluator {
     }
   }
 
-  // One compiler for every evaluation with the same options, so that what it
-  // learns once (the toolchain's version and search paths, the link checker)
-  // carries over between evaluations. nvcc on a candidate's source runs
-  // jailed when kforge-jail is installed beside the worker (docs/integrity.md).
-  Compiler& CompilerFor(const EvalOptions& options) {
+  // Two compilers, each kept across evaluations with the same options (what
+  // one learns once, the toolchain's version and search paths and the link
+  // checker, carries over): one for candidates' sources, whose nvcc runs
+  // jailed when kforge-jail is installed beside the worker, caching under
+  // <cache>/kernels; one for the tasks' own references, caching under
+  // <cache>/trusted/kernels, so that no object built from a candidate's
+  // source is ever loaded as the baseline (docs/integrity.md).
+  struct CompilerSlot {
+    std::unique_ptr<Compiler> compiler;
+    CompileOptions options;
+  };
+  Compiler& CompilerFor(const EvalOptions& options, bool trusted) {
     CompileOptions o;
-    o.cache_dir = options.cache_dir;
-    if (fs::path jail = worker_.parent_path() / "kforge-jail"; fs::exists(jail)) o.jail = jail;
+    const fs::path root = options.cache_dir.empty() ? DefaultCacheDir() : options.cache_dir;
+    o.cache_dir = trusted ? root / "trusted" : root;
+    if (fs::path jail = worker_.parent_path() / "kforge-jail"; !trusted && fs::exists(jail))
+      o.jail = jail;
     o.timeout = std::chrono::milliseconds(static_cast<int64_t>(options.compile_timeout_s * 1000));
-    if (!compiler_ || compiler_options_.cache_dir != o.cache_dir ||
-        compiler_options_.jail != o.jail || compiler_options_.timeout != o.timeout) {
-      compiler_ = std::make_unique<Compiler>(o);
-      compiler_options_ = o;
+    CompilerSlot& slot = trusted ? trusted_compiler_ : candidate_compiler_;
+    if (!slot.compiler || slot.options.cache_dir != o.cache_dir || slot.options.jail != o.jail ||
+        slot.options.timeout != o.timeout) {
+      slot.compiler = std::make_unique<Compiler>(o);
+      slot.options = o;
     }
-    return *compiler_;
+    return *slot.compiler;
   }
 
   std::filesystem::path worker_;
-  std::unique_ptr<Compiler> compiler_;
-  CompileOptions compiler_options_;
+  CompilerSlot candidate_compiler_, trusted_compiler_;
   json card_;
   // Declared before group_: the workers (MPS clients) exit before the daemon.
   std::unique_ptr<MpsDaemon> mps_;

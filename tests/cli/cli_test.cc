@@ -134,6 +134,43 @@ TEST_F(CliTest, EvalWithoutAGpuIsNotEvaluatedAndExitsEight) {
   EXPECT_EQ(asked.exit_code, 0) << asked.out << asked.err;
 }
 
+std::vector<std::string> EntriesOf(const fs::path& dir) {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) names.push_back(e.path().filename());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// The reference is compiled by its own compiler into a cache of its own:
+// nothing built from a candidate's source can be loaded as the baseline, even
+// when the candidate is the reference's text byte for byte.
+TEST_F(CliTest, ReferencesAreCompiledIntoTheirOwnCache) {
+  const fs::path cache = tmp_ / "cache" / "kforge";
+  const std::string solution = (kRoot / "tasks/001_allreduce/solutions/oneshot.cu").string();
+  auto r = Kforge({"eval", "--task", "1", "--kernel", solution, "--compile-only"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const auto candidates = EntriesOf(cache / "kernels");
+  const auto references = EntriesOf(cache / "trusted" / "kernels");
+  ASSERT_EQ(candidates.size(), 1u);
+  ASSERT_EQ(references.size(), 1u);
+  EXPECT_NE(candidates[0], references[0]);
+  // The reference evaluated as a candidate lands in the candidates' cache; the
+  // trusted cache is only read, a hit.
+  const std::string reference = (kRoot / "tasks/001_allreduce/reference.cu").string();
+  auto again =
+      Kforge({"eval", "--task", "1", "--kernel", reference, "--trusted", "--compile-only"});
+  ASSERT_EQ(again.exit_code, 0) << again.out << again.err;
+  EXPECT_EQ(EntriesOf(cache / "kernels").size(), 2u);
+  EXPECT_EQ(EntriesOf(cache / "trusted" / "kernels"), references);
+  auto du = Kforge({"cache", "du"});
+  EXPECT_NE(du.out.find("trusted/kernels"), std::string::npos) << du.out;
+  auto clean = Kforge({"cache", "clean"});
+  ASSERT_EQ(clean.exit_code, 0) << clean.err;
+  EXPECT_FALSE(fs::exists(cache / "kernels"));
+  EXPECT_FALSE(fs::exists(cache / "trusted"));
+}
+
 nlohmann::json ParseJson(const std::string& text) {
   return nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
 }
