@@ -50,10 +50,15 @@ constexpr std::array kAlwaysForbidden = {
     Rule{"execve", false, kNoProcesses},
     Rule{"execveat", false, kNoProcesses},
     Rule{"fexecve", false, kNoProcesses},
-    Rule{"execv", true, kNoProcesses},  // execv, execvp, execvpe
-    Rule{"execl", true, kNoProcesses},  // execl, execlp, execle
+    Rule{"execv", true, kNoProcesses},   // execv, execvp, execvpe
+    Rule{"execl", true, kNoProcesses},   // execl, execlp, execle
+    Rule{"_Fork", false, kNoProcesses},  // glibc's fork without atfork handlers
+    Rule{"__fork", false, kNoProcesses},
+    Rule{"__libc_fork", false, kNoProcesses},
+    Rule{"__clone", true, kNoProcesses},  // __clone, __clone2, __clone3
     Rule{"system", false, kNoProcesses},
     Rule{"popen", false, kNoProcesses},
+    Rule{"wordexp", false, "wordexp runs a shell for command substitution"},
     Rule{"posix_spawn", true, kNoProcesses},
     Rule{"pthread_create", false,
          "a kernel may not start host threads: all its work must be on ctx->stream when kf_run "
@@ -72,6 +77,16 @@ constexpr std::array kAlwaysForbidden = {
     Rule{"kill", false, "a kernel may not signal processes"},
     Rule{"killpg", false, "a kernel may not signal processes"},
     Rule{"tgkill", false, "a kernel may not signal processes"},
+    Rule{"sigqueue", false, "a kernel may not signal processes"},
+    Rule{"pthread_sigqueue", false, "a kernel may not signal processes"},
+    Rule{"pidfd_", true,
+         "a kernel may not reach other processes through pidfds (signals, their descriptors)"},
+    Rule{"unshare", false, "a kernel may not change its namespaces or mounts"},
+    Rule{"setns", false, "a kernel may not change its namespaces or mounts"},
+    Rule{"mount", false, "a kernel may not change its namespaces or mounts"},
+    Rule{"umount", true, "a kernel may not change its namespaces or mounts"},
+    Rule{"chroot", false, "a kernel may not change its namespaces or mounts"},
+    Rule{"pivot_root", false, "a kernel may not change its namespaces or mounts"},
     Rule{"signal", false,
          "a kernel may not install signal handlers (they could hide its crashes from the harness)"},
     Rule{"sigaction", false,

@@ -151,6 +151,14 @@ class RealEvaluator final : public Evaluator {
     if (!compiled[0].status.ok()) {
       ErrorKind k = compiled[0].status.kind();
       if (k == ErrorKind::kNotFound || k == ErrorKind::kIo) return compiled[0].status;
+      // A library the task forbids is not linked, so using it fails at the
+      // link check: the policy's reason is the one to report.
+      if (std::vector<std::string> v = CheckPolicy(KernelSymbols{}, source, task.policy);
+          !v.empty() && !options.trusted) {
+        a.doc()["policy"] = {{"violations", v}};
+        a.Finish(ErrorKind::kPolicyViolation, "policy violation: " + v.front());
+        return Objects{};
+      }
       a.Finish(ErrorKind::kCompileError, compiled[0].status.message());
       return Objects{};
     }

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# How busy kforge keeps the GPU when the model costs nothing: a run over every
+# task whose "model" is a cassette answering instantly with a known-good kernel
+# (the task's first hand-written solution, else its reference), one-shot, one
+# sample. The run summary's gpu_busy_fraction is the GPU slots' busy seconds
+# over wall seconds; attempts per hour is evaluations over wall time. What is
+# left between 1.0 and the fraction is kforge's own host work (compiles, group
+# starts, input generation, the oracle).
+#
+#   bench/gpu_busy.sh                 # W=2, every task
+#   W=4 TASKS='00*' bench/gpu_busy.sh
+#   BUILD=build-gpu OUT=/tmp/busy bench/gpu_busy.sh
+#
+# Without a GPU the run is compile-only and the fraction is null (reported as
+# such). Numbers go in bench/results/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${BUILD:-build}
+W=${W:-2}
+TASKS=${TASKS:-*}
+OUT=${OUT:-$(mktemp -d /tmp/kforge-busy-XXXXXX)}
+KFORGE="$BUILD/bin/kforge"
+[[ -x "$KFORGE" ]] || { echo "gpu_busy: no $KFORGE (build first, or set BUILD)" >&2; exit 2; }
+mkdir -p "$OUT"
+
+cassette="$OUT/cassette.jsonl"
+python3 - "$cassette" <<'PY'
+import glob, json, os, sys
+with open(sys.argv[1], "w") as f:
+    f.write("# gpu_busy.sh: every task answered at once with a known-good kernel\n")
+    for d in sorted(glob.glob("tasks/[0-9]*_*/")):
+        key = os.path.basename(d.rstrip("/"))
+        sols = sorted(glob.glob(os.path.join(d, "solutions", "*.cu")))
+        src = sols[0] if sols else os.path.join(d, "reference.cu")
+        text = "```cuda\n" + open(src).read() + "\n```"
+        f.write(json.dumps({"turn": 0, "marker": f"# Task {key}:", "response": {"text": text}}) + "\n")
+PY
+
+name="busy-w$W-$(date +%H%M%S)"
+"$KFORGE" run --models "replay:$cassette" --tasks "$TASKS" --world "$W" --strategy one-shot \
+  --samples 1 --out "$OUT" --name "$name" --json "$OUT/summary.json" > "$OUT/run.log" 2>&1 || true
+python3 - "$OUT/summary.json" "$W" <<'PY'
+import json, sys
+path, w = sys.argv[1:]
+try:
+    s = json.load(open(path))
+except Exception as e:
+    sys.exit(f"gpu_busy: no run summary at {path} ({e}); see run.log beside it")
+wall = s.get("wall_s") or 0
+sessions = s.get("sessions", [])
+evaluated = sum(1 for x in sessions if not x.get("not_evaluated"))
+busy = s.get("gpu_busy_fraction")
+outcomes = {}
+for x in sessions:
+    outcomes[x.get("best_outcome")] = outcomes.get(x.get("best_outcome"), 0) + 1
+print(f"W={w}: {len(sessions)} sessions, {evaluated} evaluated, wall {wall:.1f} s")
+print(f"  gpu_busy_fraction: {'null (compile-only: no GPU)' if busy is None else format(busy, '.3f')}")
+if wall > 0:
+    print(f"  attempts per hour: {len(sessions) * 3600 / wall:.0f}")
+print(f"  outcomes: {outcomes}")
+PY
+echo "  run store: $OUT ($name)"
