@@ -35,11 +35,13 @@ Result<Expectation> ExpectationOf(const std::string& source) {
     at = end + 1;
   }
   const size_t e = header.find("Expected: ");
-  if (e == std::string::npos) return Error(ErrorKind::kInvalidInput, "no `Expected: ` in the header");
+  if (e == std::string::npos)
+    return Error(ErrorKind::kInvalidInput, "no `Expected: ` in the header");
   Expectation x;
   size_t s = e + 10;
   while (s < header.size() && header[s] == ' ') ++s;
-  while (s < header.size() && (std::isalpha(static_cast<unsigned char>(header[s])) || header[s] == '_'))
+  while (s < header.size() &&
+         (std::isalpha(static_cast<unsigned char>(header[s])) || header[s] == '_'))
     x.status += header[s++];
   const size_t open = header.find("(\"", s), close = header.find("\")", open);
   if (x.status.empty() || open == std::string::npos || close == std::string::npos)
