@@ -18,6 +18,18 @@ struct Rule {
 };
 
 constexpr std::string_view kNoProcesses = "a kernel may not start processes";
+constexpr std::string_view kNoNetwork = "a kernel may not use the network";
+constexpr std::string_view kNoTracing = "a kernel may not trace or modify processes";
+constexpr std::string_view kNoSignals = "a kernel may not signal processes";
+constexpr std::string_view kNoNamespaces = "a kernel may not change its namespaces or mounts";
+constexpr std::string_view kNoThreads =
+    "a kernel may not start host threads: all its work must be on ctx->stream when kf_run returns";
+constexpr std::string_view kNoHandlers =
+    "a kernel may not install signal handlers (they could hide its crashes from the harness)";
+constexpr std::string_view kNoProtection =
+    "a kernel may not change memory protection (it could patch the harness's code)";
+constexpr std::string_view kNoEnvironment =
+    "a kernel may not change the environment the harness configures CUDA and NCCL with";
 constexpr std::string_view kNoLoading =
     "a kernel may not load code or look up symbols at run time (it could reach anything the rules "
     "forbid)";
@@ -60,50 +72,38 @@ constexpr std::array kAlwaysForbidden = {
     Rule{"popen", false, kNoProcesses},
     Rule{"wordexp", false, "wordexp runs a shell for command substitution"},
     Rule{"posix_spawn", true, kNoProcesses},
-    Rule{"pthread_create", false,
-         "a kernel may not start host threads: all its work must be on ctx->stream when kf_run "
-         "returns"},
-    Rule{"thrd_create", false,
-         "a kernel may not start host threads: all its work must be on ctx->stream when kf_run "
-         "returns"},
-    Rule{"socket", false, "a kernel may not use the network"},
-    Rule{"socketpair", false, "a kernel may not use the network"},
-    Rule{"connect", false, "a kernel may not use the network"},
-    Rule{"bind", false, "a kernel may not use the network"},
-    Rule{"getaddrinfo", false, "a kernel may not use the network"},
-    Rule{"ptrace", false, "a kernel may not trace or modify processes"},
-    Rule{"process_vm_readv", false, "a kernel may not trace or modify processes"},
-    Rule{"process_vm_writev", false, "a kernel may not trace or modify processes"},
-    Rule{"kill", false, "a kernel may not signal processes"},
-    Rule{"killpg", false, "a kernel may not signal processes"},
-    Rule{"tgkill", false, "a kernel may not signal processes"},
-    Rule{"sigqueue", false, "a kernel may not signal processes"},
-    Rule{"pthread_sigqueue", false, "a kernel may not signal processes"},
+    Rule{"pthread_create", false, kNoThreads},
+    Rule{"thrd_create", false, kNoThreads},
+    Rule{"socket", false, kNoNetwork},
+    Rule{"socketpair", false, kNoNetwork},
+    Rule{"connect", false, kNoNetwork},
+    Rule{"bind", false, kNoNetwork},
+    Rule{"getaddrinfo", false, kNoNetwork},
+    Rule{"ptrace", false, kNoTracing},
+    Rule{"process_vm_readv", false, kNoTracing},
+    Rule{"process_vm_writev", false, kNoTracing},
+    Rule{"kill", false, kNoSignals},
+    Rule{"killpg", false, kNoSignals},
+    Rule{"tgkill", false, kNoSignals},
+    Rule{"sigqueue", false, kNoSignals},
+    Rule{"pthread_sigqueue", false, kNoSignals},
     Rule{"pidfd_", true,
          "a kernel may not reach other processes through pidfds (signals, their descriptors)"},
-    Rule{"unshare", false, "a kernel may not change its namespaces or mounts"},
-    Rule{"setns", false, "a kernel may not change its namespaces or mounts"},
-    Rule{"mount", false, "a kernel may not change its namespaces or mounts"},
-    Rule{"umount", true, "a kernel may not change its namespaces or mounts"},
-    Rule{"chroot", false, "a kernel may not change its namespaces or mounts"},
-    Rule{"pivot_root", false, "a kernel may not change its namespaces or mounts"},
-    Rule{"signal", false,
-         "a kernel may not install signal handlers (they could hide its crashes from the harness)"},
-    Rule{"sigaction", false,
-         "a kernel may not install signal handlers (they could hide its crashes from the harness)"},
-    Rule{"mprotect", false,
-         "a kernel may not change memory protection (it could patch the harness's code)"},
-    Rule{"pkey_mprotect", false,
-         "a kernel may not change memory protection (it could patch the harness's code)"},
+    Rule{"unshare", false, kNoNamespaces},
+    Rule{"setns", false, kNoNamespaces},
+    Rule{"mount", false, kNoNamespaces},
+    Rule{"umount", true, kNoNamespaces},
+    Rule{"chroot", false, kNoNamespaces},
+    Rule{"pivot_root", false, kNoNamespaces},
+    Rule{"signal", false, kNoHandlers},
+    Rule{"sigaction", false, kNoHandlers},
+    Rule{"mprotect", false, kNoProtection},
+    Rule{"pkey_mprotect", false, kNoProtection},
     Rule{"syscall", false, "raw system calls bypass every other rule"},
-    Rule{"setenv", false,
-         "a kernel may not change the environment the harness configures CUDA and NCCL with"},
-    Rule{"putenv", false,
-         "a kernel may not change the environment the harness configures CUDA and NCCL with"},
-    Rule{"unsetenv", false,
-         "a kernel may not change the environment the harness configures CUDA and NCCL with"},
-    Rule{"clearenv", false,
-         "a kernel may not change the environment the harness configures CUDA and NCCL with"},
+    Rule{"setenv", false, kNoEnvironment},
+    Rule{"putenv", false, kNoEnvironment},
+    Rule{"unsetenv", false, kNoEnvironment},
+    Rule{"clearenv", false, kNoEnvironment},
     Rule{"cudaDeviceReset", false,
          "resetting the device destroys the harness's memory and streams"},
     Rule{"cuDevicePrimaryCtxReset", true,

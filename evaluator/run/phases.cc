@@ -200,12 +200,6 @@ Status BenchCorrectness(EvalSession& s, SizePlan& plan) {
   return Status::Ok();
 }
 
-// The timed calls of one side (the reference or the candidate) at one size,
-// max over ranks, and the harness's NVML readings around them.
-struct Side {
-  std::vector<double> claimed_us, wall_us, sm_clock_mhz, temperature_c;
-};
-
 // The reference group serves trusted code: whatever goes wrong in its calls
 // is the harness's error, never a verdict on the candidate.
 Status ReferenceFailed(const SizePlan& plan, const std::string& what) {
@@ -331,12 +325,7 @@ Status TimedCalls(EvalSession& s, ServedGroup& g, SizePlan& plan, Side* out) {
 Status RunBenchSize(EvalSession& s, SizePlan& plan) {
   KF_RETURN_IF_ERROR(Prepare(s, plan, s.candidate));
   Status st = BenchCorrectness(s, plan);
-  if (st.ok() && s.options->timing) {
-    Side side;
-    st = TimedCalls(s, s.candidate, plan, &side);
-    plan.claimed_us = std::move(side.claimed_us);
-    plan.wall_us = std::move(side.wall_us);
-  }
+  if (st.ok() && s.options->timing) st = TimedCalls(s, s.candidate, plan, &plan.candidate);
   if (!st.ok()) {
     if (s.candidate.alive()) (void)Release(s, plan, s.candidate);
     return st;
@@ -363,13 +352,7 @@ Status TimeBaselines(EvalSession& s, bool after) {
     Side side;
     KF_RETURN_IF_ERROR(TimedCalls(s, s.reference, plan, &side));
     (after ? plan.baseline_after_us : plan.baseline_before_us) = Quantile(side.claimed_us, 0.5);
-    auto append = [](std::vector<double>& to, const std::vector<double>& from) {
-      to.insert(to.end(), from.begin(), from.end());
-    };
-    append(plan.baseline_us, side.claimed_us);
-    append(plan.baseline_wall_us, side.wall_us);
-    append(plan.sm_clock_mhz, side.sm_clock_mhz);
-    append(plan.temperature_c, side.temperature_c);
+    plan.baseline.Append(side);
     KF_RETURN_IF_ERROR(Release(s, plan, s.reference));
   }
   return Status::Ok();

@@ -26,22 +26,34 @@
 
 namespace kforge::eval {
 
+// The timed calls of one side (the baseline or the candidate) at one size:
+// the served group's claimed event times and the harness's wall times (max
+// over ranks), and the harness's NVML readings of every rank's GPU around
+// each block.
+struct Side {
+  std::vector<double> claimed_us, wall_us, sm_clock_mhz, temperature_c;
+  void Append(const Side& more) {
+    for (auto [to, from] :
+         {std::pair{&claimed_us, &more.claimed_us}, std::pair{&wall_us, &more.wall_us},
+          std::pair{&sm_clock_mhz, &more.sm_clock_mhz},
+          std::pair{&temperature_c, &more.temperature_c}}) {
+      to->insert(to->end(), from->begin(), from->end());
+    }
+  }
+};
+
 // One size of the evaluation, instantiated once.
 struct SizePlan {
   SizeSpec size;
   Problem problem;
   bool check = false;  // a check size (oracle) or a bench size (baseline, timing)
   int sets = 1;        // input/output sets (rotated so timed calls miss L2)
-  // The reference group's timed calls (max over ranks), before and after the
-  // candidate: its claimed event times and the harness's wall times.
-  std::vector<double> baseline_us, baseline_wall_us;
+  Side baseline;       // the reference group's calls, before and after the candidate
   double baseline_before_us = 0, baseline_after_us = 0;  // their medians
-  int warmup = 0;                           // untimed calls before each side's first block
-  double call_wall_us = 0;                  // the wall time of one driven call (sizes the blocks)
-  nlohmann::json entry;                     // the timing entry, finished by FinishTiming
-  std::vector<double> claimed_us, wall_us;  // the candidate's timed calls (max over ranks)
-  // NVML readings of every rank's GPU around each block of baseline calls.
-  std::vector<double> sm_clock_mhz, temperature_c;
+  Side candidate;                                        // the candidate's calls
+  int warmup = 0;           // untimed calls before each side's first block
+  double call_wall_us = 0;  // the wall time of one driven call (sizes the blocks)
+  nlohmann::json entry;     // the timing entry, finished by FinishTiming
 };
 
 // A served group: W sandboxed candidate-role workers with a mailbox each and

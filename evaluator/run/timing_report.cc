@@ -42,12 +42,13 @@ double MedianGap(const std::vector<double>& wall_us, const std::vector<double>& 
 
 void FinishTiming(EvalSession& s) {
   for (SizePlan& plan : s.plans) {
-    if (plan.check || plan.claimed_us.empty() || plan.baseline_us.empty()) continue;
+    if (plan.check || plan.candidate.claimed_us.empty() || plan.baseline.claimed_us.empty())
+      continue;
     const Problem& p = plan.problem;
-    TimingStats base = Summarize(plan.baseline_us, plan.baseline_wall_us);
-    TimingStats cand = Summarize(plan.claimed_us, plan.wall_us);
-    const double gap_us = MedianGap(plan.wall_us, plan.claimed_us);
-    const double reference_gap_us = MedianGap(plan.baseline_wall_us, plan.baseline_us);
+    TimingStats base = Summarize(plan.baseline.claimed_us, plan.baseline.wall_us);
+    TimingStats cand = Summarize(plan.candidate.claimed_us, plan.candidate.wall_us);
+    const double gap_us = MedianGap(plan.candidate.wall_us, plan.candidate.claimed_us);
+    const double reference_gap_us = MedianGap(plan.baseline.wall_us, plan.baseline.claimed_us);
     const double path_us = std::max(s.candidate.overhead_us, reference_gap_us);
     const double allowed_us = path_us + kSlackUs + kSlackFraction * cand.median_us;
     json warnings = json::array();
@@ -72,9 +73,11 @@ void FinishTiming(EvalSession& s) {
       }
     }
     json clocks = nullptr;
-    if (!plan.sm_clock_mhz.empty()) {
-      auto [lo, hi] = std::minmax_element(plan.sm_clock_mhz.begin(), plan.sm_clock_mhz.end());
-      auto [tlo, thi] = std::minmax_element(plan.temperature_c.begin(), plan.temperature_c.end());
+    if (!plan.baseline.sm_clock_mhz.empty()) {
+      auto [lo, hi] =
+          std::minmax_element(plan.baseline.sm_clock_mhz.begin(), plan.baseline.sm_clock_mhz.end());
+      auto [tlo, thi] = std::minmax_element(plan.baseline.temperature_c.begin(),
+                                            plan.baseline.temperature_c.end());
       clocks = {{"sm_clock_mhz", {*lo, *hi}}, {"temperature_c", {*tlo, *thi}}};
       if (*hi > 0 && (*hi - *lo) / *hi > kClockWarning) {
         warnings.push_back(fmt::format(

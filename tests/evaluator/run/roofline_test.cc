@@ -75,9 +75,9 @@ void ClaimPerCall(EvalSession& s, double claimed_us) {
   plan.problem.world = 2;
   plan.problem.perf_bytes = 1e8;
   plan.problem.floor_hbm_bytes = 1e8;  // 100 us at 1000 GB/s
-  plan.baseline_us = std::vector<double>(10, 150.0);
-  plan.claimed_us = std::vector<double>(10, claimed_us);
-  plan.wall_us = std::vector<double>(10, claimed_us + 1.0);
+  plan.baseline.claimed_us = std::vector<double>(10, 150.0);
+  plan.candidate.claimed_us = std::vector<double>(10, claimed_us);
+  plan.candidate.wall_us = std::vector<double>(10, claimed_us + 1.0);
   s.plans.push_back(std::move(plan));
 }
 
@@ -121,11 +121,11 @@ TEST(TimingReport, ReportsEachMediansIntervalAndWarnsWhenTheCapRanOut) {
   EvalSession s;
   ClaimPerCall(s, 125.0);
   // A candidate whose claims spread +-40%: its median is not known to 0.5%.
-  std::vector<double>& c = s.plans[0].claimed_us;
+  std::vector<double>& c = s.plans[0].candidate.claimed_us;
   c.clear();
   for (int k = 0; k < 40; ++k) c.push_back(125.0 * (0.6 + 0.8 * (k % 10) / 9.0));
-  s.plans[0].wall_us.assign(c.size(), 0);
-  for (size_t k = 0; k < c.size(); ++k) s.plans[0].wall_us[k] = c[k] + 1.0;
+  s.plans[0].candidate.wall_us.assign(c.size(), 0);
+  for (size_t k = 0; k < c.size(); ++k) s.plans[0].candidate.wall_us[k] = c[k] + 1.0;
   FinishTiming(s);
   ASSERT_EQ(s.timing.size(), 1u);
   const auto& e = s.timing[0];
