@@ -10,6 +10,7 @@
 #   bench/gpu_busy.sh                 # W=2, every task
 #   W=4 TASKS='00*' bench/gpu_busy.sh
 #   BUILD=build-gpu OUT=/tmp/busy bench/gpu_busy.sh
+#   SAMPLES=3 bench/gpu_busy.sh       # repeated attempts per task: later ones reuse the baseline
 #
 # Without a GPU the run is compile-only and the fraction is null (reported as
 # such). Numbers go in bench/results/.
@@ -18,6 +19,7 @@ cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
 W=${W:-2}
 TASKS=${TASKS:-*}
+SAMPLES=${SAMPLES:-1}
 OUT=${OUT:-$(mktemp -d /tmp/kforge-busy-XXXXXX)}
 KFORGE="$BUILD/bin/kforge"
 [[ -x "$KFORGE" ]] || { echo "gpu_busy: no $KFORGE (build first, or set BUILD)" >&2; exit 2; }
@@ -38,7 +40,7 @@ PY
 
 name="busy-w$W-$(date +%H%M%S)"
 "$KFORGE" run --models "replay:$cassette" --tasks "$TASKS" --world "$W" --strategy one-shot \
-  --samples 1 --out "$OUT" --name "$name" --json "$OUT/summary.json" > "$OUT/run.log" 2>&1 || true
+  --samples "$SAMPLES" --out "$OUT" --name "$name" --json "$OUT/summary.json" > "$OUT/run.log" 2>&1 || true
 python3 - "$OUT/summary.json" "$W" <<'PY'
 import json, sys
 path, w = sys.argv[1:]
@@ -55,8 +57,10 @@ for x in sessions:
     outcomes[x.get("best_outcome")] = outcomes.get(x.get("best_outcome"), 0) + 1
 print(f"W={w}: {len(sessions)} sessions, {evaluated} evaluated, wall {wall:.1f} s")
 print(f"  gpu_busy_fraction: {'null (compile-only: no GPU)' if busy is None else format(busy, '.3f')}")
+attempts = sum(m.get("turns", 0) for m in s.get("models", {}).values())
+print(f"  evaluations: {attempts}")
 if wall > 0:
-    print(f"  attempts per hour: {len(sessions) * 3600 / wall:.0f}")
+    print(f"  attempts per hour: {attempts * 3600 / wall:.0f}")
 print(f"  outcomes: {outcomes}")
 PY
 echo "  run store: $OUT ($name)"

@@ -6,25 +6,27 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKFORGE_BUILD_TESTS=ON >/dev/null
-cmake --build build -j "$(nproc)" --target kforge kforge-worker kforge-jail gpu_eval_test remote_bench
+# The test binaries with ctest label gpu, and the bench that needs a GPU.
+GPU_BINS=(tests/evaluator/run/gpu_eval_test tests/evaluator/worker/input_gen_gpu_test
+  tests/remote/remote_bench)
+cmake --build build -j "$(nproc)" --target kforge kforge-worker kforge-jail gpu_eval_test \
+  input_gen_gpu_test remote_bench
 rm -rf build-gpu
 mkdir -p build-gpu
 (cd build && find . \( -name '*.o' -o -name '*.a' -o -name '*.d' -o -name 'CMakeFiles' -prune \) -o -type f -print) |
   grep -v '^\./CMakeFiles' | while read -r f; do
     # Of the test binaries only the GPU ones travel (the carry is size-limited).
-    if [[ "$f" == ./tests/* && -x "build/$f" && "$f" != */gpu_eval_test && "$f" != */remote_bench ]]; then
+    if [[ "$f" == ./tests/* && -x "build/$f" && ! " ${GPU_BINS[*]} " == *" ${f#./} "* ]]; then
       continue
     fi
     mkdir -p "build-gpu/$(dirname "$f")"
     cp -p "build/$f" "build-gpu/$f"
   done
-for bin in build-gpu/bin/kforge build-gpu/bin/kforge-worker build-gpu/tests/evaluator/run/gpu_eval_test \
-  build-gpu/tests/remote/remote_bench; do
+for bin in build-gpu/bin/kforge build-gpu/bin/kforge-worker "${GPU_BINS[@]/#/build-gpu/}"; do
   [[ -f "$bin" ]] && strip --strip-debug "$bin"
 done
 mkdir -p build-gpu/deps
-for bin in build/bin/kforge build/bin/kforge-worker build/tests/evaluator/run/gpu_eval_test \
-  build/tests/remote/remote_bench; do
+for bin in build/bin/kforge build/bin/kforge-worker "${GPU_BINS[@]/#/build/}"; do
   ldd "$bin" | awk '/=> \// {print $3}' | while read -r lib; do
     case "$(basename "$lib")" in
       libc.so*|libm.so*|libdl.so*|libpthread.so*|librt.so*|libgcc_s.so*|libstdc++.so*|libcuda.so*|libcudart.so*|libnccl.so*) ;;

@@ -37,8 +37,13 @@ Result<std::unique_ptr<EvalPools>> LocalEvalPools(const RunConfig& cfg,
       p->gpu.push_back(p->owned.back().get());
     }
   }
-  int compile_jobs =
-      cfg.compile_jobs > 0 ? cfg.compile_jobs : std::max(1u, std::thread::hardware_concurrency());
+  // Compile slots, by default the cores the evaluations leave: each rank of a
+  // GPU set has a harness, a candidate and a reference process, plus the
+  // coordinator. Compiles beside timed calls also run at a lower priority.
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int timing_cores =
+      p->compile_only ? 0 : 3 * std::max(1, cfg.world) * static_cast<int>(p->gpu.size()) + 2;
+  int compile_jobs = cfg.compile_jobs > 0 ? cfg.compile_jobs : std::max(1, cores - timing_cores);
   for (int i = 0; i < compile_jobs; ++i) {
     p->owned.push_back(MakeEvaluatorPort(tasks, {}));
     p->compile.push_back(p->owned.back().get());

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -86,6 +87,7 @@ class PosixProcessRunner final : public ProcessRunner {
     for (auto& e : env) envp.push_back(e.data());
     envp.push_back(nullptr);
     const char* cwd = options.cwd.empty() ? nullptr : options.cwd.c_str();
+    const int nice = options.nice;
 
     auto start = SteadyTime::now();
     pid_t pid = fork();
@@ -97,6 +99,7 @@ class PosixProcessRunner final : public ProcessRunner {
       int devnull = open("/dev/null", O_RDONLY);
       if (devnull >= 0) dup2(devnull, 0);
       if (cwd != nullptr && chdir(cwd) != 0) _exit(127);
+      if (nice > 0) (void)setpriority(PRIO_PROCESS, 0, nice);
       execve(program_str.c_str(), args.data(), envp.data());
       int err = errno;
       (void)!write(exec_pipe[1], &err, sizeof(err));

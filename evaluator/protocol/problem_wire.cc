@@ -35,6 +35,7 @@ json TensorToJson(const ConcreteTensor& t) {
             {"init", static_cast<int>(t.init)},
             {"init_a", t.init_a},
             {"init_b", t.init_b},
+            {"init_column_std", t.init_column_std},
             {"init_until", until},
             {"init_pa", pa},
             {"init_pb", pb},
@@ -82,6 +83,7 @@ Result<ConcreteTensor> TensorFromJson(const json& j, int world, const std::strin
   r.Int("init", &init, 0, static_cast<int>(InitSpec::Kind::kCustom));
   r.Double("init_a", &t.init_a);
   r.Double("init_b", &t.init_b);
+  r.Double("init_column_std", &t.init_column_std, 0);
   std::vector<int64_t> until;
   std::vector<double> pa, pb;
   r.Ints("init_until", &until, kMaxInitPieces);

@@ -340,9 +340,9 @@ Status RunBenchSize(EvalSession& s, SizePlan& plan) {
 Status TimeBaselines(EvalSession& s, bool after) {
   if (!s.options->timing) return Status::Ok();
   for (SizePlan& plan : s.plans) {
-    if (plan.check) continue;
+    if (plan.check || plan.BaselineReused()) continue;
     KF_RETURN_IF_ERROR(Prepare(s, plan, s.reference));
-    if (!after) {
+    if (!after || plan.call_wall_us == 0) {
       Side probe;
       auto p0 = std::chrono::steady_clock::now();
       KF_RETURN_IF_ERROR(DriveBlock(s, s.reference, plan, 2, 3, &probe));
@@ -354,6 +354,35 @@ Status TimeBaselines(EvalSession& s, bool after) {
     (after ? plan.baseline_after_us : plan.baseline_before_us) = Quantile(side.claimed_us, 0.5);
     plan.baseline.Append(side);
     KF_RETURN_IF_ERROR(Release(s, plan, s.reference));
+  }
+  return Status::Ok();
+}
+
+// A reused baseline is believed only where a short block of the reference,
+// timed now (after the candidate, on the same path), agrees with it: the
+// record's median must lie within the block's 95% interval widened by 1%.
+// A record timed on a busy host (or at other clocks) fails this and is timed
+// again in full.
+Status ConfirmBaselines(EvalSession& s) {
+  constexpr int kConfirmCalls = 20;
+  constexpr double kConfirmSlack = 0.01;
+  for (SizePlan& plan : s.plans) {
+    if (!plan.BaselineReused()) continue;
+    KF_RETURN_IF_ERROR(Prepare(s, plan, s.reference));
+    Side now;
+    KF_RETURN_IF_ERROR(DriveBlock(s, s.reference, plan, DriveWarmup(plan), kConfirmCalls, &now));
+    KF_RETURN_IF_ERROR(Release(s, plan, s.reference));
+    const TimingStats st = Summarize(now.claimed_us, now.wall_us);
+    const double recorded = Quantile(plan.baseline.claimed_us, 0.5);
+    plan.confirm_median_us = st.median_us;
+    if (recorded >= st.ci_lo_us * (1 - kConfirmSlack) &&
+        recorded <= st.ci_hi_us * (1 + kConfirmSlack))
+      continue;
+    LogInfo("evaluator",
+            "size {}: the reused baseline's median {:.2f} us is outside a fresh block's "
+            "[{:.2f}, {:.2f}] us; timing the baseline again",
+            plan.size.label, recorded, st.ci_lo_us, st.ci_hi_us);
+    plan.DropReusedBaseline();
   }
   return Status::Ok();
 }

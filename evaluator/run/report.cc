@@ -112,6 +112,10 @@ std::string RenderEvalReport(const nlohmann::json& d) {
           t["candidate"].value("median_us", 0.0), t.value("algbw_gbps", 0.0),
           t.value("busbw_gbps", 0.0), t.value("baseline_busbw_gbps", 0.0), t.value("speedup", 0.0),
           t["candidate"].value("cv", 0.0), t["candidate"].value("iters", 0));
+      if (const auto& r = t.value("baseline_reused", nlohmann::json()); r.is_object()) {
+        out += fmt::format("  baseline reused: timed by this evaluator {:.0f} s ago (reuse {})\n",
+                           r.value("age_s", 0.0), r.value("uses", 0));
+      }
       for (const auto& w : t.value("warnings", nlohmann::json::array()))
         out += "  warning: " + w.get<std::string>() + "\n";
     }

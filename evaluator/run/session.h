@@ -26,6 +26,8 @@
 
 namespace kforge::eval {
 
+class BaselineCache;
+
 // The timed calls of one side (the baseline or the candidate) at one size:
 // the served group's claimed event times and the harness's wall times (max
 // over ranks), and the harness's NVML readings of every rank's GPU around
@@ -53,7 +55,20 @@ struct SizePlan {
   Side candidate;                                        // the candidate's calls
   int warmup = 0;           // untimed calls before each side's first block
   double call_wall_us = 0;  // the wall time of one driven call (sizes the blocks)
-  nlohmann::json entry;     // the timing entry, finished by FinishTiming
+  // >= 0: the baseline was reused from an earlier evaluation timed this long
+  // ago (run/baseline_cache.h), and this is its n-th reuse.
+  double reused_baseline_age_s = -1;
+  int reused_baseline_uses = 0;
+  double confirm_median_us = 0;  // the fresh block that confirmed a reused baseline
+  bool BaselineReused() const { return reused_baseline_age_s >= 0; }
+  // Back to "to be timed": the reused record no longer stands.
+  void DropReusedBaseline() {
+    baseline = Side{};
+    baseline_before_us = baseline_after_us = 0;
+    reused_baseline_age_s = -1;
+    reused_baseline_uses = 0;
+  }
+  nlohmann::json entry;  // the timing entry, finished by FinishTiming
 };
 
 // A served group: W sandboxed candidate-role workers with a mailbox each and
@@ -78,6 +93,7 @@ struct EvalSession {
   const Task* task = nullptr;
   Dtype dtype{};
   int world = 0;
+  std::vector<int> devices;  // [rank] -> GPU
   bool emulated = false;
   const EvalOptions* options = nullptr;
   std::filesystem::path worker;
@@ -86,6 +102,8 @@ struct EvalSession {
   size_t l2_bytes = 50u << 20;
   Peaks peaks;               // of the evaluation's GPU, for the floor of each bench size
   std::random_device seeds;  // fresh, secret seeds: never derived from anything a kernel sees
+  BaselineCache* baselines = nullptr;  // the evaluator's, across evaluations
+  std::filesystem::path reference_object;
 
   std::vector<SizePlan> plans;
   WorkerGroup* harness = nullptr;
@@ -142,6 +160,9 @@ Status TimeBaselines(EvalSession& s, bool after);
 Status RunCheckSize(EvalSession& s, SizePlan& plan);
 // One bench size: candidate vs baseline outputs, then timed calls, each verified.
 Status RunBenchSize(EvalSession& s, SizePlan& plan);
+// Times a short block of the reference for every bench size whose baseline was
+// reused, and drops the reuse where the record disagrees with it.
+Status ConfirmBaselines(EvalSession& s);
 // The timing entry of a bench size, once both baseline timings are known.
 void FinishTiming(EvalSession& s);
 

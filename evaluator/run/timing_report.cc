@@ -129,6 +129,11 @@ void FinishTiming(EvalSession& s) {
         {"wall_minus_claimed_us", gap_us},
         {"baseline_wall_minus_claimed_us", reference_gap_us},
         {"baseline_drift", drift},
+        {"baseline_reused", plan.BaselineReused()
+                                ? json{{"age_s", plan.reused_baseline_age_s},
+                                       {"uses", plan.reused_baseline_uses},
+                                       {"confirm_median_us", plan.confirm_median_us}}
+                                : json(nullptr)},
         {"clocks", clocks},
         {"revalidated", true},
         {"speedup", c > 0 ? b / c : 0},

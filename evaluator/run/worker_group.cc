@@ -299,8 +299,13 @@ Result<std::vector<Message>> WorkerGroup::Collect(double deadline_s, const std::
       if (!st.ok() && st.kind() != ErrorKind::kCancelled) failed.push_back(r);
       if (!st.ok()) {
         if (!first_error && st.kind() != ErrorKind::kCancelled) {
-          ErrorKind k = st.kind() == ErrorKind::kRuntimeError ? ErrorKind::kRuntimeError
-                                                              : ErrorKind::kHarness;
+          // A worker's reply may blame its kernel (a runtime error, or a
+          // policy violation it caught at run time); anything else it says
+          // is a harness error, never a verdict it could choose.
+          ErrorKind k =
+              st.kind() == ErrorKind::kRuntimeError || st.kind() == ErrorKind::kPolicyViolation
+                  ? st.kind()
+                  : ErrorKind::kHarness;
           first_error = GroupFailure{phase, {}, r, st.message(), k, deadline_s};
         }
         control_.RaiseAbort();

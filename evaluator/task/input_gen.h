@@ -37,6 +37,12 @@ KF_HD uint64_t Draw(uint64_t key, uint64_t i) { return Mix(key + (i + 1) * kGold
 // [0, 1) with 53 random bits: exact.
 KF_HD double Unit(uint64_t h) { return static_cast<double>(h >> 11) * 0x1.0p-53; }
 
+// The stream of a normal input's per-column offsets: one per (seed, input),
+// shared by every rank.
+KF_HD uint64_t ColumnKey(uint64_t seed, int input) {
+  return Mix(StreamKey(seed, 0, input) ^ 0x636f6c756d6e7321ULL);  // domain tag: columns
+}
+
 // Irwin-Hall(12) - 6 from draws 6i .. 6i+5: exact in doubles.
 KF_HD double StandardNormal(uint64_t key, uint64_t i) {
   uint64_t s = 0;
@@ -101,6 +107,10 @@ struct InputGen {
   int64_t int_low = 0;  // int: [int_low, int_low + int_span)
   uint64_t int_span = 1;
   uint64_t key = 0;
+  // Normal: every element of column c (global index g, c = g % column_len)
+  // gets column_std * N(0, 1) from (column_key, c) added.
+  double column_std = 0;
+  uint64_t column_key = 0, column_len = 1;
   Feistel perm;  // permutation over the global tensor
   // A shard: this rank holds slice `shard_index` (of `shard_count`) along
   // local dimension `shard_dim` of one global tensor. Not sharded: the local
@@ -135,8 +145,11 @@ struct InputGen {
       }
     }
     switch (kind) {
-      case kNormal:
-        return codec::Add(pa, codec::Mul(pb, StandardNormal(key, g)));
+      case kNormal: {
+        const double v = codec::Add(pa, codec::Mul(pb, StandardNormal(key, g)));
+        if (column_std == 0) return v;
+        return codec::Add(v, codec::Mul(column_std, StandardNormal(column_key, g % column_len)));
+      }
       case kUniform:
         return codec::Add(pa, codec::Mul(codec::Add(pb, -pa), Unit(Draw(key, g))));
       case kInt:

@@ -172,6 +172,14 @@ Result<gen::InputGen> MakeInputGen(const Problem& p, int index, int rank, uint64
     case InitSpec::Kind::kUniform:
       g.kind = t.init == InitSpec::Kind::kNormal ? gen::kNormal : gen::kUniform;
       KF_RETURN_IF_ERROR(SetPieces(p, t, global_numel, g));
+      if (t.init == InitSpec::Kind::kNormal && t.init_column_std > 0) {
+        const std::vector<int64_t>& shape = t.ShapeOf(rank);
+        int64_t columns = shape.empty() ? 1 : shape.back();
+        if (g.sharded && g.shard_dim == g.ndim - 1) columns *= g.shard_count;
+        g.column_std = t.init_column_std;
+        g.column_key = gen::ColumnKey(seed, index);
+        g.column_len = static_cast<uint64_t>(std::max<int64_t>(columns, 1));
+      }
       break;
     case InitSpec::Kind::kInt: {
       g.kind = gen::kInt;

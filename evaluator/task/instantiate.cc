@@ -113,6 +113,14 @@ Status ResolveContinuousInit(const TensorSpec& spec, const ExprVars& vars, Concr
   };
   KF_RETURN_IF_ERROR(normal ? params(spec.init.mean, spec.init.std, c.init_a, c.init_b)
                             : params(spec.init.low, spec.init.high, c.init_a, c.init_b));
+  if (normal) {
+    KF_ASSIGN_OR_RETURN(c.init_column_std, Evaluate(spec.init.column_std, vars));
+    if (!std::isfinite(c.init_column_std) || c.init_column_std < 0) {
+      return Error(ErrorKind::kInvalidInput,
+                   fmt::format("input '{}': init column_std = {} must be finite and >= 0",
+                               spec.name, c.init_column_std));
+    }
+  }
   if (spec.init.pieces.empty()) return Status::Ok();
   int64_t previous = 0;
   for (const InitPieceSpec& ps : spec.init.pieces) {

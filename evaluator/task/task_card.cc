@@ -35,7 +35,16 @@ std::string InitText(const InitSpec& init) {
         return normal ? fmt::format("normal(mean {}, std {})", a, b)
                       : fmt::format("uniform in [{}, {})", a, b);
       };
-      if (init.pieces.empty()) return normal ? one(init.mean, init.std) : one(init.low, init.high);
+      // Per-column offsets (normal): a column's values share a random shift.
+      const std::string columns =
+          normal && init.column_std != "0"
+              ? fmt::format(
+                    ", plus a normal(0, std {}) offset per column (last dimension), the "
+                    "same on every rank",
+                    init.column_std)
+              : "";
+      if (init.pieces.empty())
+        return (normal ? one(init.mean, init.std) : one(init.low, init.high)) + columns;
       std::string text = "by element range:";
       std::string from = "0";
       for (const InitPieceSpec& p : init.pieces) {
@@ -44,7 +53,7 @@ std::string InitText(const InitSpec& init) {
         from = p.until;
       }
       text.pop_back();
-      return text;
+      return text + columns;
     }
     case InitSpec::Kind::kInt:
       return fmt::format("integers in [{}, {}]", init.int_low, init.int_high);

@@ -54,7 +54,11 @@ Status LoadContinuousInit(const TomlFields& f, const toml::node& n, const std::s
   const toml::table& t = *n.as_table();
   const char* a_key = normal ? "mean" : "low";
   const char* b_key = normal ? "std" : "high";
-  KF_RETURN_IF_ERROR(f.CheckKeys(t, field, {"kind", a_key, b_key, "pieces"}));
+  if (normal) {
+    KF_RETURN_IF_ERROR(f.CheckKeys(t, field, {"kind", a_key, b_key, "pieces", "column_std"}));
+  } else {
+    KF_RETURN_IF_ERROR(f.CheckKeys(t, field, {"kind", a_key, b_key, "pieces"}));
+  }
   KF_ASSIGN_OR_RETURN(auto a, f.OptionalExpression(t, field, a_key));
   KF_ASSIGN_OR_RETURN(auto b, f.OptionalExpression(t, field, b_key));
   std::string& init_a = normal ? init.mean : init.low;
@@ -71,6 +75,15 @@ Status LoadContinuousInit(const TomlFields& f, const toml::node& n, const std::s
     return Status::Ok();
   };
   KF_RETURN_IF_ERROR(check(init_a, init_b, normal && t.get(b_key) ? t.get(b_key) : &n, field));
+  if (normal && t.get("column_std")) {
+    KF_ASSIGN_OR_RETURN(auto cs, f.OptionalExpression(t, field, "column_std"));
+    init.column_std = cs.value_or("0");
+    if (auto v = Evaluate(init.column_std, {}); v.ok() && !(*v >= 0)) {
+      return f.Fail(t.get("column_std"), Join(field, "column_std"), "must be >= 0");
+    }
+    sink.push_back(
+        {Join(field, "column_std"), TomlFields::Line(t.get("column_std")), init.column_std});
+  }
   for (const char* key : {a_key, b_key}) {
     if (t.get(key)) {
       sink.push_back(

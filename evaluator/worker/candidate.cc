@@ -144,6 +144,7 @@ Result<double> CandidateWorker::Call(int set, bool null_kernel) {
                                                cudaGetErrorName(err) + ": " +
                                                cudaGetErrorString(err));
   }
+  KF_RETURN_IF_ERROR(TakeRefusal("kf_run"));
   if (rc != 0) return Error(ErrorKind::kRuntimeError, NonZeroReturn("kf_run", rc));
   float ms = 0;
   KF_CUDA(cudaEventElapsedTime(&ms, start_, stop_));

@@ -73,6 +73,10 @@ void SetProcessBackend(CollectiveBackend* backend, const char* refusal = nullptr
 std::string TakeCollectiveError();
 // "<what> returned <rc>", with the failed kf_* call behind it if there was one.
 std::string NonZeroReturn(const std::string& what, int rc);
+// A policy violation if a kf_* call was refused since the last check, whatever
+// the kernel returned: a kernel that found a forbidden collective's address at
+// run time (past the import check) and ignored the refusal is still caught.
+Status TakeRefusal(const std::string& where);
 
 // Emulated backend. `staging_peers[r]` is rank r's staging buffer (mapped here).
 std::unique_ptr<CollectiveBackend> MakeEmulatedBackend(int rank, int world,

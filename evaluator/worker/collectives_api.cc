@@ -4,6 +4,8 @@
 // use them: the reference's harness worker always, a candidate worker only
 // when the task's policy allows harness collectives. Otherwise every call is
 // refused, whatever pointer or context it comes through.
+#include <fmt/format.h>
+
 #include <cstdio>
 #include <string>
 #include <utility>
@@ -19,6 +21,8 @@ namespace {
 CollectiveBackend* g_backend = nullptr;
 const char* g_refusal = "this task does not allow the harness collectives";
 std::string g_last_error;
+std::string g_first_refused;  // the first refused call since the last TakeRefusal
+int g_refused = 0;
 }  // namespace
 
 std::string TakeCollectiveError() { return std::exchange(g_last_error, std::string()); }
@@ -27,6 +31,16 @@ std::string NonZeroReturn(const std::string& what, int rc) {
   std::string message = what + " returned " + std::to_string(rc);
   if (std::string why = TakeCollectiveError(); !why.empty()) message += " (" + why + ")";
   return message;
+}
+
+Status TakeRefusal(const std::string& where) {
+  if (g_refused == 0) return Status::Ok();
+  std::string what = std::exchange(g_first_refused, std::string());
+  const int n = std::exchange(g_refused, 0);
+  return Error(ErrorKind::kPolicyViolation,
+               fmt::format("{} called {} ({} refused call{}): {}, whatever pointer it is called "
+                           "through",
+                           where, what, n, n == 1 ? "" : "s", g_refusal));
 }
 
 void SetProcessBackend(CollectiveBackend* backend, const char* refusal) {
@@ -50,6 +64,7 @@ int Refuse(kf_ctx* ctx, const char* what) {
   std::fprintf(stderr, "kforge rank %d: %s refused: %s\n", ctx ? ctx->rank : -1, what,
                kforge::worker::g_refusal);
   kforge::worker::g_last_error = std::string(what) + " refused: " + kforge::worker::g_refusal;
+  if (kforge::worker::g_refused++ == 0) kforge::worker::g_first_refused = what;
   return 1;
 }
 

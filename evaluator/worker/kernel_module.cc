@@ -44,6 +44,7 @@ Status KernelModule::Setup(kf_ctx ctx) {
   if (setup_ != nullptr) {
     int rc = setup_(&ctx_);
     KF_CUDA(cudaDeviceSynchronize());
+    KF_RETURN_IF_ERROR(TakeRefusal("kf_setup"));
     if (rc != 0) return Error(ErrorKind::kRuntimeError, NonZeroReturn("kf_setup", rc));
   }
   set_up_ = true;

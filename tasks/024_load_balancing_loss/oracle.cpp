@@ -6,34 +6,6 @@
 
 #include "kforge/oracle_math.h"
 
-namespace {
-
-// Splitmix64 finaliser: per-trial values that every rank must agree on.
-uint64_t Mix(uint64_t seed, uint64_t salt) {
-  uint64_t z = seed + 0x9e3779b97f4a7c15ull * (salt + 1);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-}  // namespace
-
-// Logits = N(0, 1) per token + a per-expert router bias N(0, 1) drawn once per
-// trial (the same router on every rank), so that routing is imbalanced.
-KF_INPUT_GENERATOR(load_balancing_loss) {
-  const auto& shape = gen.tensor->shape;
-  if (shape.size() != 2) return kforge::Error(kforge::ErrorKind::kHarness, "gate_logits: 2-D");
-  const int64_t rows = shape[0], experts = shape[1];
-  kforge::OracleRng bias_rng(Mix(gen.trial_seed, 24));
-  std::vector<double> bias(static_cast<size_t>(experts));
-  for (double& b : bias) b = bias_rng.Normal();
-  auto& v = gen.tensor->data;
-  for (int64_t t = 0; t < rows; ++t) {
-    for (int64_t e = 0; e < experts; ++e) v[t * experts + e] = gen.rng->Normal() + bias[e];
-  }
-  return kforge::Status::Ok();
-}
-
 KF_ORACLE(load_balancing_loss) {
   const int k = static_cast<int>(io.param("top_k"));
   double total = 0;

@@ -14,8 +14,8 @@ namespace kforge::eval {
 namespace {
 
 TEST(WorkerInputs, CustomInputsMatchTheCoordinatorsAcrossTheWire) {
-  for (const char* key :
-       {"023_grad_acc_loss", "024_load_balancing_loss", "063_deepmd_kalman_filter_optimizer"}) {
+  for (const char* key : {"023_grad_acc_loss", "025_importance_sampling_loss",
+                          "063_deepmd_kalman_filter_optimizer"}) {
     auto task = LoadTask(std::filesystem::path(KFORGE_TEST_TASKS_DIR) / key);
     ASSERT_TRUE(task.ok()) << task.status().ToString();
     auto p = Instantiate(*task, 2, task->dtypes.front(), task->check_sizes.back(), true);

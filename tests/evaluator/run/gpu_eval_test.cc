@@ -191,6 +191,7 @@ TEST_F(GpuEvalTest, BaselineAgainstItselfTimesStably) {
   const Task& t = Find("allreduce");
   EvalOptions o;
   o.trusted = true;
+  o.baseline_reuse_s = 0;  // timed before, beside and after, as in a one-off evaluation
   o.bench_sizes = {t.bench_sizes.front().label};
   auto doc = Eval(t, t.reference, 2, o);
   ASSERT_EQ(doc.value("status", ""), "passed") << RenderEvalReport(doc);
@@ -214,6 +215,45 @@ TEST_F(GpuEvalTest, BaselineAgainstItselfTimesStably) {
   EXPECT_NEAR(e["baseline_drift"].get<double>(), 0.0, 0.15);
 }
 
+// An evaluator reuses the baseline it timed for a size (no baseline before the
+// candidate, a short confirming block after it), and the reused one gives the
+// speedup a fresh one gives; with reuse off every evaluation times its own.
+TEST_F(GpuEvalTest, ABaselineIsReusedAcrossEvaluationsOfASize) {
+  const Task& t = Find("allreduce");
+  const auto kernel = t.dir / "solutions" / "oneshot.cu";
+  EvalOptions o;
+  o.bench_sizes = {"1MiB"};
+  o.timing_precision = 0.0049;  // a timing rule no other test uses: the first is fresh
+  auto first = Eval(t, kernel, 2, o);
+  auto second = Eval(t, kernel, 2, o);
+  o.baseline_reuse_s = 0;
+  auto third = Eval(t, kernel, 2, o);
+  for (const auto* d : {&first, &second, &third})
+    ASSERT_EQ(d->value("status", ""), "passed") << RenderEvalReport(*d);
+  const auto &e1 = first["timing"][0], &e2 = second["timing"][0], &e3 = third["timing"][0];
+  EXPECT_TRUE(e1["baseline_reused"].is_null());
+  ASSERT_TRUE(e2["baseline_reused"].is_object()) << e2.dump();
+  EXPECT_EQ(e2["baseline_reused"]["uses"], 1);
+  EXPECT_GT(e2["baseline_reused"]["age_s"].get<double>(), 0);
+  EXPECT_TRUE(e3["baseline_reused"].is_null());
+  EXPECT_TRUE(first["phases_s"].contains("baseline_before"));
+  EXPECT_TRUE(first["phases_s"].contains("reference_start"));
+  EXPECT_FALSE(second["phases_s"].contains("baseline_before"));
+  EXPECT_TRUE(third["phases_s"].contains("baseline_before"));
+  // Confirmed by a fresh block of the reference after the candidate.
+  EXPECT_GT(e2["baseline_reused"]["confirm_median_us"].get<double>(), 0);
+  // The same calls, so the same statistics.
+  EXPECT_EQ(e2["baseline"]["median_us"], e1["baseline"]["median_us"]);
+  EXPECT_EQ(e2["baseline"]["iters"], e1["baseline"]["iters"]);
+  const double s1 = e1["speedup"], s2 = e2["speedup"], s3 = e3["speedup"];
+  std::printf("reuse: speedup fresh %.3f, reused %.3f, fresh again %.3f; seconds %.2f %.2f %.2f\n",
+              s1, s2, s3, first.value("seconds", 0.0), second.value("seconds", 0.0),
+              third.value("seconds", 0.0));
+  EXPECT_NEAR(s2 / s1, 1.0, 0.1);
+  EXPECT_NEAR(s3 / s1, 1.0, 0.1);
+  EXPECT_LT(second.value("seconds", 0.0), third.value("seconds", 0.0));
+}
+
 // Exploit kernels (tests/adversarial/kernels/, each says what it tries): every
 // one is rejected for its own reason, and the honest control passes with its
 // timing believed.
@@ -235,6 +275,7 @@ TEST_F(GpuEvalTest, ExploitKernelsAreRejectedForTheirReason) {
       {"proc_probe.cu", "passed", ""},
       {"skip_after_warmup.cu", "mismatch", ""},
       {"cache_by_address.cu", "mismatch", ""},
+      {"elf_walk_collective.cu", "policy_violation", ""},
   };
   const Task& t = Find("allreduce");
   for (const Exploit& e : cases) {

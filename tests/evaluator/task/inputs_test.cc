@@ -214,6 +214,57 @@ TEST(Inputs, PiecesOfAShardedInputFollowTheGlobalIndex) {
   }
 }
 
+// column_std: every element of a column (last dimension) shares one offset,
+// drawn per trial and the same on every rank, on top of the per-element draw.
+TEST(Inputs, ColumnOffsetsAreSharedByAColumnAndByEveryRank) {
+  auto toml = [](const std::string& init) {
+    return Replace(WithInit(Named("ttsum"), init, "f64"),
+                   "name = \"x\"\ndtype = \"f64\"\nshape = [\"N\"]",
+                   "name = \"x\"\ndtype = \"f64\"\nshape = [\"N / 50\", \"50\"]");
+  };
+  // Only the offset: every row is the same, and so is every rank.
+  Fixture only(toml(R"({ kind = "normal", std = 0.0, column_std = 2.0 })"), 50 * 400);
+  const auto a = only.Values(only.Gen(0, 21));
+  std::vector<double> column(a.begin(), a.begin() + 50);
+  for (size_t row = 1; row < 400; ++row)
+    ASSERT_TRUE(std::equal(column.begin(), column.end(), a.begin() + row * 50)) << row;
+  EXPECT_EQ(only.Gen(3, 21), only.Gen(0, 21));
+  EXPECT_NE(only.Gen(0, 22), only.Gen(0, 21));  // fresh every trial
+  const auto [lo, hi] = std::minmax_element(column.begin(), column.end());
+  EXPECT_GT(*hi - *lo, 2.0);  // 50 draws of std 2 spread well beyond it
+
+  // With the per-element draw: column means follow the offsets, ranks differ.
+  Fixture both(toml(R"({ kind = "normal", std = 1.0, column_std = 1.0 })"), 50 * 4000);
+  const auto v = both.Values(both.Gen(1, 21));
+  const auto o = only.Values(only.Gen(1, 21));
+  EXPECT_NE(both.Gen(0, 21), both.Gen(1, 21));
+  for (size_t c = 0; c < 50; ++c) {
+    double mean = 0;
+    for (size_t row = 0; row < 4000; ++row) mean += v[row * 50 + c];
+    mean /= 4000;
+    // The same stream as `only` (std 2 there, 1 here): half its offset.
+    EXPECT_NEAR(mean, o[c] / 2, 0.08) << c;
+  }
+}
+
+TEST(Inputs, ColumnStdIsRefusedWhereItMeansNothing) {
+  TempDir tmp;
+  auto uniform = LoadTask(testing::WriteTask(
+      tmp.path(), "001_ttsum",
+      WithInit(Named("ttsum"),
+               R"({ kind = "uniform", low = 0.0, high = 1.0, column_std = 1.0 })")));
+  ASSERT_FALSE(uniform.ok());
+  EXPECT_NE(uniform.status().message().find("column_std"), std::string::npos)
+      << uniform.status().ToString();
+  TempDir tmp2;
+  auto negative = LoadTask(
+      testing::WriteTask(tmp2.path(), "001_ttsum",
+                         WithInit(Named("ttsum"), R"({ kind = "normal", column_std = -1.0 })")));
+  ASSERT_FALSE(negative.ok());
+  EXPECT_NE(negative.status().message().find("column_std: must be >= 0"), std::string::npos)
+      << negative.status().ToString();
+}
+
 TEST(Inputs, PieceBoundsOutsideTheTensorOrOutOfOrderAreRefused) {
   TempDir tmp;
   const std::string beyond = WithInit(

@@ -28,8 +28,8 @@ struct RunConfig {
   bool compile_only = false;
   Budgets budgets;
   std::optional<double> deadline_unix;
-  int llm_concurrency = 4;   // per model
-  int compile_jobs = 0;      // 0: the number of CPU cores
+  int llm_concurrency = 4;  // per model
+  int compile_jobs = 0;     // 0: the CPU cores the GPU evaluations leave (agent/src/local_pools.cc)
   std::string out = "runs";  // runs/<name>/
   std::string tasks_dir;     // empty: the default tasks folder
   // Model registry files read after the built-in registry and the user's

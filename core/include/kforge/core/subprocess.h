@@ -17,6 +17,7 @@ struct ProcessOptions {
   std::filesystem::path cwd;               // empty: inherit
   std::map<std::string, std::string> env;  // added to (or overriding) the parent's environment
   size_t max_output_bytes = 4 << 20;       // each of stdout/stderr is truncated past this
+  int nice = 0;                            // > 0: the child runs at this lower CPU priority
 };
 
 struct ProcessResult {

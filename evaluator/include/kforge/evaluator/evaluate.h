@@ -31,6 +31,11 @@ struct EvalOptions {
   // within +-timing_precision of it, or timing_cap_s wall seconds are spent.
   double timing_precision = 0.005;
   double timing_cap_s = 0.5;
+  // A bench size's baseline timed by this evaluator at most this long ago
+  // (same task, reference, size, dtype, W, GPUs and timing rule) is reused
+  // instead of timed again around the candidate; 0: time it every evaluation.
+  // The baseline is re-timed anyway when the candidate saw other SM clocks.
+  double baseline_reuse_s = 600;
   double setup_deadline_s = 60;
   double check_deadline_s = 60;
   double timing_deadline_s = 300;

@@ -75,6 +75,9 @@ struct InitSpec {
   std::string low = "-1", high = "1";           // uniform
   std::string int_low = "0", int_high = "100";  // int
   std::vector<InitPieceSpec> pieces;            // normal, uniform: by element range
+  // normal: the std of a per-column offset (a column is an index along the
+  // last dimension), drawn once per trial and the same on every rank; "0": none.
+  std::string column_std = "0";
 };
 
 struct TensorSpec {
@@ -154,6 +157,7 @@ struct ConcreteTensor {
   // normal, low/high for uniform and int), and how values relate across ranks.
   InitSpec::Kind init = InitSpec::Kind::kNormal;
   double init_a = 0, init_b = 1;
+  double init_column_std = 0;  // normal: see InitSpec::column_std
   // Normal and uniform inputs with pieces: element ranges [previous until,
   // until) with their own a, b (the last one's until is kRest); empty: init_a,
   // init_b everywhere.

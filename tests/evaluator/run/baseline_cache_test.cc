@@ -1,0 +1,136 @@
+// Which baselines an evaluator may reuse: only one timed for exactly this
+// size, reference, dtype, world, GPUs and timing rule, and only while fresh.
+#include "run/baseline_cache.h"
+
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "task_fixture.h"
+
+namespace kforge::eval {
+namespace {
+
+struct Fixture {
+  testing::TempDir tmp;
+  Task task = testing::LoadOrDie(tmp.path(), "001_sum", testing::SumToml());
+  EvalOptions options;
+  EvalSession s;
+  BaselineCache cache;
+  Fixture() {
+    s.task = &task;
+    s.dtype = Dtype::kF32;
+    s.world = 2;
+    s.devices = {0, 0};
+    s.emulated = true;
+    s.options = &options;
+    s.baselines = &cache;
+    s.reference_object = "/cache/trusted/kernels/ab12/kernel.so";
+    SizePlan plan;
+    plan.size = task.bench_sizes.front();
+    auto p = Instantiate(task, 2, Dtype::kF32, plan.size, false);
+    EXPECT_TRUE(p.ok()) << p.status().ToString();
+    plan.problem = *p;
+    plan.sets = 3;
+    s.plans.push_back(plan);
+  }
+  // A baseline as TimeBaselines leaves it.
+  void TimeIt(double before_us, double after_us) {
+    SizePlan& plan = s.plans[0];
+    plan.baseline.claimed_us = {before_us, after_us};
+    plan.baseline.wall_us = {before_us + 8, after_us + 8};
+    plan.baseline.sm_clock_mhz = {1980, 1980};
+    plan.baseline_before_us = before_us;
+    plan.baseline_after_us = after_us;
+    plan.warmup = 7;
+    plan.call_wall_us = 40;
+  }
+  void Reset() {
+    SizePlan& plan = s.plans[0];
+    plan.baseline = Side{};
+    plan.candidate = Side{};
+    plan.baseline_before_us = plan.baseline_after_us = plan.call_wall_us = 0;
+    plan.warmup = 0;
+    plan.reused_baseline_age_s = -1;
+    plan.reused_baseline_uses = 0;
+  }
+};
+
+TEST(BaselineCache, AFreshRecordIsReusedWithItsCallsAndCounted) {
+  Fixture f;
+  EXPECT_EQ(ReuseBaselines(f.s), 1);  // nothing recorded yet
+  f.TimeIt(30.0, 31.0);
+  RecordBaselines(f.s);
+  ASSERT_EQ(f.cache.size(), 1u);
+  f.Reset();
+  EXPECT_EQ(ReuseBaselines(f.s), 0);
+  const SizePlan& plan = f.s.plans[0];
+  EXPECT_TRUE(plan.BaselineReused());
+  EXPECT_EQ(plan.reused_baseline_uses, 1);
+  EXPECT_EQ(plan.baseline.claimed_us, (std::vector<double>{30.0, 31.0}));
+  EXPECT_EQ(plan.baseline_before_us, 30.0);
+  EXPECT_EQ(plan.baseline_after_us, 31.0);
+  EXPECT_EQ(plan.warmup, 7);
+  EXPECT_EQ(plan.call_wall_us, 40);
+  // A reused baseline is not recorded again as if it were fresh.
+  RecordBaselines(f.s);
+  f.Reset();
+  ASSERT_EQ(ReuseBaselines(f.s), 0);
+  EXPECT_EQ(f.s.plans[0].reused_baseline_uses, 2);
+}
+
+TEST(BaselineCache, AnythingTheTimeDependsOnMakesAnotherKey) {
+  Fixture f;
+  const std::string key = BaselineCache::Key(f.s, f.s.plans[0]);
+  auto differs = [&](auto&& change) {
+    Fixture g;
+    change(g);
+    return BaselineCache::Key(g.s, g.s.plans[0]) != key;
+  };
+  EXPECT_FALSE(differs([](Fixture&) {}));
+  EXPECT_TRUE(differs([](Fixture& g) { g.s.dtype = Dtype::kBF16; }));
+  EXPECT_TRUE(differs([](Fixture& g) { g.s.devices = {0, 1}; }));
+  EXPECT_TRUE(differs([](Fixture& g) { g.s.emulated = false; }));
+  EXPECT_TRUE(differs([](Fixture& g) { g.s.plans[0].sets = 4; }));
+  EXPECT_TRUE(differs([](Fixture& g) { g.options.timing_cap_s = 1.0; }));
+  EXPECT_TRUE(differs([](Fixture& g) { g.options.timing_precision = 0.01; }));
+  EXPECT_TRUE(differs([](Fixture& g) { g.s.reference_object = "/other/kernel.so"; }));
+  EXPECT_TRUE(differs([](Fixture& g) { g.s.plans[0].problem.perf_bytes += 1; }));
+  EXPECT_TRUE(differs([](Fixture& g) { g.s.plans[0].problem.inputs[0].shape[0] += 1; }));
+}
+
+TEST(BaselineCache, OldRecordsAndAZeroReuseWindowAreNeverReused) {
+  Fixture f;
+  f.options.baseline_reuse_s = 0.05;
+  f.TimeIt(30.0, 31.0);
+  RecordBaselines(f.s);
+  std::this_thread::sleep_for(std::chrono::milliseconds(120));
+  f.Reset();
+  EXPECT_EQ(ReuseBaselines(f.s), 1);
+  EXPECT_EQ(f.cache.size(), 0u);  // dropped when found stale
+
+  Fixture off;
+  off.options.baseline_reuse_s = 0;
+  off.TimeIt(30.0, 31.0);
+  RecordBaselines(off.s);
+  EXPECT_EQ(off.cache.size(), 0u);
+}
+
+TEST(BaselineCache, AReusedBaselineTimedAtOtherClocksIsDropped) {
+  Fixture f;
+  f.TimeIt(30.0, 31.0);
+  RecordBaselines(f.s);
+  f.Reset();
+  ASSERT_EQ(ReuseBaselines(f.s), 0);
+  f.s.plans[0].candidate.sm_clock_mhz = {1975, 1990};  // within 3%
+  EXPECT_EQ(DropStaleBaselines(f.s), 0);
+  EXPECT_TRUE(f.s.plans[0].BaselineReused());
+  f.s.plans[0].candidate.sm_clock_mhz = {1750, 1760};  // throttled since
+  EXPECT_EQ(DropStaleBaselines(f.s), 1);
+  EXPECT_FALSE(f.s.plans[0].BaselineReused());
+  EXPECT_TRUE(f.s.plans[0].baseline.claimed_us.empty());
+  EXPECT_EQ(f.s.plans[0].baseline_before_us, 0);
+}
+
+}  // namespace
+}  // namespace kforge::eval
