@@ -1,5 +1,8 @@
 // The two executors: real threads, and a discrete-event simulation for tests
 // and benchmarks on fake time.
+#include <pthread.h>
+#include <sched.h>
+
 #include <chrono>
 #include <condition_variable>
 #include <map>
@@ -12,15 +15,30 @@
 namespace kforge::agent {
 namespace {
 
+// Pins the calling thread (and what it forks from now on) to `cpus`.
+void PinThisThread(const std::vector<int>& cpus) {
+  if (cpus.empty()) return;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (int c : cpus) {
+    if (c >= 0 && c < CPU_SETSIZE) CPU_SET(c, &set);
+  }
+  (void)pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+}
+
 class ThreadExecutor final : public Executor {
  public:
+  explicit ThreadExecutor(std::vector<std::vector<int>> cpus) : cpus_(std::move(cpus)) {}
   ~ThreadExecutor() override {
     for (auto& [id, t] : threads_) t.join();
   }
 
-  void Start(uint64_t id, Pool, std::function<double()> work) override {
+  void Start(uint64_t id, Pool pool, std::function<double()> work) override {
     std::lock_guard<std::mutex> lock(mu_);
-    threads_.emplace(id, std::thread([this, id, work = std::move(work)] {
+    const size_t p = static_cast<size_t>(pool);
+    std::vector<int> cpus = p < cpus_.size() ? cpus_[p] : std::vector<int>{};
+    threads_.emplace(id, std::thread([this, id, cpus = std::move(cpus), work = std::move(work)] {
+                       PinThisThread(cpus);
                        work();
                        std::lock_guard<std::mutex> l(mu_);
                        done_.push_back(id);
@@ -62,6 +80,7 @@ class ThreadExecutor final : public Executor {
   }
 
  private:
+  std::vector<std::vector<int>> cpus_;  // [pool]
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::map<uint64_t, std::thread> threads_;
@@ -112,7 +131,9 @@ class SimExecutor final : public Executor {
 
 }  // namespace
 
-std::unique_ptr<Executor> MakeThreadExecutor() { return std::make_unique<ThreadExecutor>(); }
+std::unique_ptr<Executor> MakeThreadExecutor(std::vector<std::vector<int>> cpus_by_pool) {
+  return std::make_unique<ThreadExecutor>(std::move(cpus_by_pool));
+}
 
 std::unique_ptr<Executor> MakeSimExecutor(FakeClock& clock,
                                           std::function<double(Pool)> extra_seconds) {

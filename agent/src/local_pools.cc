@@ -1,4 +1,6 @@
 // This machine's evaluators for a run (run_plan.h).
+#include <sched.h>
+
 #include <algorithm>
 #include <thread>
 
@@ -6,6 +8,26 @@
 #include "kforge/agent/run_plan.h"
 
 namespace kforge::agent {
+namespace {
+
+// The CPUs this process may run on (a cgroup or Slurm allocation may allow
+// fewer than the machine has).
+std::vector<int> AllowedCpus() {
+  std::vector<int> out;
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    for (int c = 0; c < CPU_SETSIZE; ++c) {
+      if (CPU_ISSET(c, &set)) out.push_back(c);
+    }
+  }
+  if (out.empty()) {
+    for (unsigned c = 0; c < std::max(1u, std::thread::hardware_concurrency()); ++c)
+      out.push_back(static_cast<int>(c));
+  }
+  return out;
+}
+
+}  // namespace
 
 Result<std::unique_ptr<EvalPools>> LocalEvalPools(const RunConfig& cfg,
                                                   const std::vector<eval::Task>* tasks) {
@@ -37,12 +59,19 @@ Result<std::unique_ptr<EvalPools>> LocalEvalPools(const RunConfig& cfg,
       p->gpu.push_back(p->owned.back().get());
     }
   }
-  // Compile slots, by default the cores the evaluations leave: each rank of a
-  // GPU set has a harness, a candidate and a reference process, plus the
-  // coordinator. Compiles beside timed calls also run at a lower priority.
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  // Cores for the evaluations, the rest for compiles: each rank of a GPU set
+  // has a harness, a candidate and a reference process, plus 2 for the
+  // coordinator and the MPS server. Where the machine has at least 2 cores
+  // more, the two sets are disjoint (threads pinned, docs/agent.md); compiles
+  // also run at a lower priority.
+  const std::vector<int> cpus = AllowedCpus();
+  const int cores = static_cast<int>(cpus.size());
   const int timing_cores =
       p->compile_only ? 0 : 3 * std::max(1, cfg.world) * static_cast<int>(p->gpu.size()) + 2;
+  if (timing_cores > 0 && cores >= timing_cores + 2) {
+    p->gpu_cpus.assign(cpus.begin(), cpus.begin() + timing_cores);
+    p->compile_cpus.assign(cpus.begin() + timing_cores, cpus.end());
+  }
   int compile_jobs = cfg.compile_jobs > 0 ? cfg.compile_jobs : std::max(1, cores - timing_cores);
   for (int i = 0; i < compile_jobs; ++i) {
     p->owned.push_back(MakeEvaluatorPort(tasks, {}));

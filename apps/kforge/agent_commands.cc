@@ -207,7 +207,11 @@ int RunRun(const RunArgs& a) {
   if (!plan_or.ok()) return FailWith("run", plan_or.status());
   agent::RunPlan& plan = **plan_or;
   for (const auto& notice : plan.notices) std::fprintf(stderr, "kforge run: %s\n", notice.c_str());
-  auto executor = agent::MakeThreadExecutor();
+  std::vector<std::vector<int>> cpus(3);
+  cpus[static_cast<size_t>(agent::Pool::kGpu)] = plan.pools->gpu_cpus;
+  cpus[static_cast<size_t>(agent::Pool::kCompile)] = plan.pools->compile_cpus;
+  cpus[static_cast<size_t>(agent::Pool::kLlm)] = plan.pools->compile_cpus;
+  auto executor = agent::MakeThreadExecutor(std::move(cpus));
   agent::ProgressView progress(
       stderr, agent::WantsLiveView(isatty(fileno(stderr)) != 0, std::getenv("TERM")), RealClock());
   agent::RunDeps deps = plan.Deps();
@@ -222,6 +226,13 @@ int RunRun(const RunArgs& a) {
                plan.strategy.name.c_str(), c.world, store.c_str());
   if (plan.pools->remote)
     std::fprintf(stderr, "kforge run: evaluating on %s\n", plan.pools->where.c_str());
+  if (!plan.pools->gpu_cpus.empty()) {
+    std::fprintf(stderr,
+                 "kforge run: GPU evaluations pinned to %zu CPUs (%d..%d), compiles and model "
+                 "calls to the other %zu\n",
+                 plan.pools->gpu_cpus.size(), plan.pools->gpu_cpus.front(),
+                 plan.pools->gpu_cpus.back(), plan.pools->compile_cpus.size());
+  }
   auto summary = agent::ExecuteRun(plan.spec, deps);
   if (!summary.ok()) {
     std::fprintf(stderr, "kforge run: %s (the run is resumable: kforge run --resume %s)\n",

@@ -1,6 +1,9 @@
 #include "kforge/agent/scheduler.h"
 
 #include <gtest/gtest.h>
+#include <sched.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -150,6 +153,65 @@ TEST(ThreadExecutor, RunsWorkOnThreadsAndReportsCompletion) {
   EXPECT_EQ(done, (std::vector<uint64_t>{1, 2, 3}));
   EXPECT_EQ(ran.load(), 3);
   EXPECT_EQ(ex->in_flight(), 0u);
+}
+
+// A pool's jobs run pinned to its CPUs, and so do the processes they start
+// (a child inherits its thread's mask): a GPU evaluation's ranks keep cores no
+// compile can take. Another pool's jobs are not pinned.
+TEST(ThreadExecutor, PinsEachPoolsJobsToItsCpus) {
+  cpu_set_t allowed;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(allowed), &allowed), 0);
+  int last = -1;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &allowed)) last = c;
+  }
+  ASSERT_GE(last, 0);
+  std::vector<std::vector<int>> cpus(3);
+  cpus[static_cast<size_t>(Pool::kGpu)] = {last};
+  auto ex = MakeThreadExecutor(cpus);
+  auto mask_in = [&](Pool pool, bool in_child) {
+    std::atomic<int> count{-1};
+    std::atomic<bool> only_last{false};
+    ex->Start(1, pool, [&] {
+      cpu_set_t set;
+      if (in_child) {
+        int fds[2];
+        if (pipe(fds) != 0) return 0.0;
+        pid_t pid = fork();
+        if (pid == 0) {
+          sched_getaffinity(0, sizeof(set), &set);
+          const int n = CPU_COUNT(&set);
+          const char b = static_cast<char>(n == 1 && CPU_ISSET(last, &set) ? 1 : n > 1 ? 2 : 0);
+          (void)!write(fds[1], &b, 1);
+          _exit(0);
+        }
+        char b = 0;
+        (void)!read(fds[0], &b, 1);
+        waitpid(pid, nullptr, 0);
+        close(fds[0]);
+        close(fds[1]);
+        count = b == 2 ? 2 : 1;
+        only_last = b == 1;
+        return 0.0;
+      }
+      sched_getaffinity(0, sizeof(set), &set);
+      count = CPU_COUNT(&set);
+      only_last = CPU_ISSET(last, &set);
+      return 0.0;
+    });
+    while (ex->Wait(std::nullopt).empty()) {
+    }
+    return std::pair<int, bool>(count.load(), only_last.load());
+  };
+  auto [n_gpu, last_gpu] = mask_in(Pool::kGpu, false);
+  EXPECT_EQ(n_gpu, 1);
+  EXPECT_TRUE(last_gpu);
+  auto [n_child, last_child] = mask_in(Pool::kGpu, true);
+  EXPECT_EQ(n_child, 1);
+  EXPECT_TRUE(last_child);
+  auto [n_compile, unused] = mask_in(Pool::kCompile, false);
+  (void)unused;
+  EXPECT_EQ(n_compile, CPU_COUNT(&allowed));
 }
 
 // Regression: a job that has finished but not yet been collected by Wait() is

@@ -32,6 +32,10 @@ struct EvalPools {
   nlohmann::json card = nlohmann::json::object();  // the probed (or a server's) hardware card
   bool remote = false;
   std::string where;  // "this machine" or "3 eval-server(s): ..."
+  // CPUs the jobs of each pool run on (threads pinned, children inherit it):
+  // local GPU evaluations get cores no compile can take, so that timed calls
+  // are never delayed by the scheduler. Empty: any.
+  std::vector<int> gpu_cpus, compile_cpus;
   // Runs when the run is over (e.g. stopping the servers started for it).
   std::function<void()> release;
   EvalPools() = default;

@@ -100,8 +100,10 @@ class Executor {
   virtual size_t in_flight() const = 0;
 };
 
-// One thread per job; Wait blocks on the real clock.
-std::unique_ptr<Executor> MakeThreadExecutor();
+// One thread per job; Wait blocks on the real clock. A job of a pool with CPUs
+// listed in `cpus_by_pool` ([pool] -> CPU ids, empty: any) runs pinned to them,
+// and so does every process it starts.
+std::unique_ptr<Executor> MakeThreadExecutor(std::vector<std::vector<int>> cpus_by_pool = {});
 
 // Discrete-event simulation on a FakeClock: work runs at Start, completes at
 // start + its reported seconds (plus `extra(pool)` when given); Wait advances
