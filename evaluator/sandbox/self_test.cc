@@ -53,6 +53,11 @@ long Opened(const std::string& path, int flags) {
   note("execve(/bin/sh)", RawSyscall(SYS_execve, reinterpret_cast<long>("/bin/sh"), 0, 0));
   note("open(parent mem, rw)", Opened(p + "/mem", O_RDWR));
   note("open(parent environ)", Opened(p + "/environ", O_RDONLY));
+  // Its own memory through /proc/self. (/proc/self/task/<tid>/mem stays
+  // writable: the CUDA driver needs write access under /proc/self/task. That
+  // is no more than the code already running in this process can do, and
+  // nothing this process holds is trusted: docs/integrity.md.)
+  note("open(own mem, rw)", Opened("/proc/self/mem", O_RDWR));
   note("open(/tmp/x, create)", Opened("/tmp/kforge-sandbox-check", O_WRONLY | O_CREAT));
   (void)ch.Send({{"attempts", r}});
   _exit(0);
