@@ -26,7 +26,7 @@ TEST(SandboxTest, AConfinedProcessCannotEscape) {
     EXPECT_TRUE(r->killed_by_sigsys);
     return;
   }
-  ASSERT_EQ(r->attempts.size(), 7u);
+  ASSERT_EQ(r->attempts.size(), 8u);
   for (const Attempt& a : r->attempts) EXPECT_TRUE(a.refused) << a.what << " returned " << a.result;
   EXPECT_EQ(r->attempts[0].result, -EPERM);  // fork: refused by seccomp, and reported
   auto has = [&](const std::string& n) {
