@@ -1,8 +1,5 @@
 // The two executors: real threads, and a discrete-event simulation for tests
 // and benchmarks on fake time.
-#include <pthread.h>
-#include <sched.h>
-
 #include <chrono>
 #include <condition_variable>
 #include <map>
@@ -10,21 +7,11 @@
 #include <queue>
 #include <thread>
 
+#include "kforge/agent/cpus.h"
 #include "kforge/agent/scheduler.h"
 
 namespace kforge::agent {
 namespace {
-
-// Pins the calling thread (and what it forks from now on) to `cpus`.
-void PinThisThread(const std::vector<int>& cpus) {
-  if (cpus.empty()) return;
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  for (int c : cpus) {
-    if (c >= 0 && c < CPU_SETSIZE) CPU_SET(c, &set);
-  }
-  (void)pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
-}
 
 class ThreadExecutor final : public Executor {
  public:

@@ -1,33 +1,12 @@
 // This machine's evaluators for a run (run_plan.h).
-#include <sched.h>
-
 #include <algorithm>
 #include <thread>
 
 #include "kforge/agent/adapters.h"
+#include "kforge/agent/cpus.h"
 #include "kforge/agent/run_plan.h"
 
 namespace kforge::agent {
-namespace {
-
-// The CPUs this process may run on (a cgroup or Slurm allocation may allow
-// fewer than the machine has).
-std::vector<int> AllowedCpus() {
-  std::vector<int> out;
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
-    for (int c = 0; c < CPU_SETSIZE; ++c) {
-      if (CPU_ISSET(c, &set)) out.push_back(c);
-    }
-  }
-  if (out.empty()) {
-    for (unsigned c = 0; c < std::max(1u, std::thread::hardware_concurrency()); ++c)
-      out.push_back(static_cast<int>(c));
-  }
-  return out;
-}
-
-}  // namespace
 
 Result<std::unique_ptr<EvalPools>> LocalEvalPools(const RunConfig& cfg,
                                                   const std::vector<eval::Task>* tasks) {
@@ -59,19 +38,15 @@ Result<std::unique_ptr<EvalPools>> LocalEvalPools(const RunConfig& cfg,
       p->gpu.push_back(p->owned.back().get());
     }
   }
-  // Cores for the evaluations, the rest for compiles: each rank of a GPU set
-  // has a harness, a candidate and a reference process, plus 2 for the
-  // coordinator and the MPS server. Where the machine has at least 2 cores
-  // more, the two sets are disjoint (threads pinned, docs/agent.md); compiles
+  // Cores for the evaluations, the rest for compiles (agent/cpus.h); compiles
   // also run at a lower priority.
   const std::vector<int> cpus = AllowedCpus();
   const int cores = static_cast<int>(cpus.size());
-  const int timing_cores =
-      p->compile_only ? 0 : 3 * std::max(1, cfg.world) * static_cast<int>(p->gpu.size()) + 2;
-  if (timing_cores > 0 && cores >= timing_cores + 2) {
-    p->gpu_cpus.assign(cpus.begin(), cpus.begin() + timing_cores);
-    p->compile_cpus.assign(cpus.begin() + timing_cores, cpus.end());
-  }
+  const int gpu_sets = p->compile_only ? 0 : static_cast<int>(p->gpu.size());
+  const CpuSplit split = SplitCpus(cfg.world, gpu_sets, cpus);
+  p->gpu_cpus = split.gpu;
+  p->compile_cpus = split.compile;
+  const int timing_cores = gpu_sets > 0 ? 3 * std::max(1, cfg.world) * gpu_sets + 2 : 0;
   int compile_jobs = cfg.compile_jobs > 0 ? cfg.compile_jobs : std::max(1, cores - timing_cores);
   for (int i = 0; i < compile_jobs; ++i) {
     p->owned.push_back(MakeEvaluatorPort(tasks, {}));

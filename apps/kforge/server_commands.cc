@@ -10,6 +10,7 @@
 #include "command.h"
 #include "exit_codes.h"
 #include "kforge/agent/adapters.h"
+#include "kforge/agent/cpus.h"
 #include "kforge/agent/task_select.h"
 #include "kforge/core/log.h"
 #include "kforge/core/strings.h"
@@ -120,8 +121,12 @@ int RunServer(const ServerArgs& a) {
   if (!sets.ok()) return FailWith("eval-server", sets.status());
   o.gpu_sets = *sets;
   o.world = a.world;
-  o.compile_slots = a.compile_jobs > 0
-                        ? a.compile_jobs
+  const agent::CpuSplit cpus = agent::SplitCpus(a.world, static_cast<int>(o.gpu_sets.size()));
+  o.gpu_cpus = cpus.gpu;
+  o.compile_cpus = cpus.compile;
+  o.compile_slots = a.compile_jobs > 0 ? a.compile_jobs
+                    : !cpus.compile.empty()
+                        ? static_cast<int>(cpus.compile.size())
                         : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   o.max_queue = static_cast<size_t>(a.max_queue);
   o.per_token = a.per_token;

@@ -6,6 +6,8 @@
 #include <exception>
 #include <string>
 
+#include "kforge/agent/cpus.h"
+
 namespace kforge::remote {
 namespace {
 
@@ -63,6 +65,7 @@ Admission JobQueue::Submit(const agent::EvalJob& job, int token,
 }
 
 void JobQueue::Work(bool compile, int slot) {
+  agent::PinThisThread(compile ? options_.compile_cpus : options_.gpu_cpus);
   Pool& pool = compile ? compile_ : gpu_;
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {

@@ -20,8 +20,9 @@
 namespace kforge::remote {
 
 struct JobQueueOptions {
-  size_t max_queue = 64;  // jobs waiting (not running), both pools together
-  int per_token = 16;     // jobs queued or running per token; 0: no cap
+  size_t max_queue = 64;                    // jobs waiting (not running), both pools together
+  int per_token = 16;                       // jobs queued or running per token; 0: no cap
+  std::vector<int> gpu_cpus, compile_cpus;  // the slots' threads are pinned here (empty: any)
 };
 
 enum class Admission { kAdmitted, kQueueFull, kTokenLimit, kDraining, kNoSlot };

@@ -308,8 +308,9 @@ Result<std::unique_ptr<EvalServer>> EvalServer::Start(const EvalServerOptions& o
   std::vector<std::unique_ptr<agent::EvalPort>> gpu, compile;
   for (const auto& set : options.gpu_sets) gpu.push_back(factory(set));
   for (int i = 0; i < options.compile_slots; ++i) compile.push_back(factory({}));
-  impl->queue = std::make_unique<JobQueue>(JobQueueOptions{options.max_queue, options.per_token},
-                                           std::move(gpu), std::move(compile));
+  impl->queue = std::make_unique<JobQueue>(
+      JobQueueOptions{options.max_queue, options.per_token, options.gpu_cpus, options.compile_cpus},
+      std::move(gpu), std::move(compile));
   Impl* self = impl.get();
   self->Routes();
   self->http.set_payload_max_length(options.max_upload_bytes);

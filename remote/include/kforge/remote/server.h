@@ -38,13 +38,16 @@ struct EvalServerOptions {
   std::vector<std::vector<int>> gpu_sets;  // one GPU slot each; empty: compile-only server
   int world = 0;                           // the world size GPU jobs must ask for
   int compile_slots = 1;                   // compile-only evaluations at once
-  size_t max_queue = 64;                   // jobs waiting, both pools together
-  int per_token = 16;                      // jobs queued or running per token; 0: no cap
-  size_t max_upload_bytes = 4 << 20;       // a request body larger than this is refused (413)
-  std::string task_suite_hash;             // what clients must send
-  std::string tasks_dir;                   // for messages
-  std::set<std::string> task_keys;         // the tasks jobs may name
-  nlohmann::json hardware;                 // the hardware card for /v1/info; null: none
+  // The CPUs the GPU slots' and the compile slots' threads (and the processes
+  // they start) are pinned to (agent/cpus.h); empty: any.
+  std::vector<int> gpu_cpus, compile_cpus;
+  size_t max_queue = 64;              // jobs waiting, both pools together
+  int per_token = 16;                 // jobs queued or running per token; 0: no cap
+  size_t max_upload_bytes = 4 << 20;  // a request body larger than this is refused (413)
+  std::string task_suite_hash;        // what clients must send
+  std::string tasks_dir;              // for messages
+  std::set<std::string> task_keys;    // the tasks jobs may name
+  nlohmann::json hardware;            // the hardware card for /v1/info; null: none
   // Written (atomically) once the server accepts connections, removed when
   // it starts draining: {url, host, pid, slots, ...} (rendezvous.h).
   std::filesystem::path register_file;

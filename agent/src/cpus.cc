@@ -1,0 +1,46 @@
+#include "kforge/agent/cpus.h"
+
+#include <pthread.h>
+#include <sched.h>
+
+#include <algorithm>
+#include <thread>
+
+namespace kforge::agent {
+
+std::vector<int> AllowedCpus() {
+  std::vector<int> out;
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    for (int c = 0; c < CPU_SETSIZE; ++c) {
+      if (CPU_ISSET(c, &set)) out.push_back(c);
+    }
+  }
+  if (out.empty()) {
+    for (unsigned c = 0; c < std::max(1u, std::thread::hardware_concurrency()); ++c)
+      out.push_back(static_cast<int>(c));
+  }
+  return out;
+}
+
+CpuSplit SplitCpus(int world, int gpu_sets, const std::vector<int>& allowed) {
+  CpuSplit s;
+  if (gpu_sets <= 0) return s;
+  const size_t timing = static_cast<size_t>(3 * std::max(1, world) * gpu_sets + 2);
+  if (allowed.size() < timing + 2) return s;
+  s.gpu.assign(allowed.begin(), allowed.begin() + static_cast<long>(timing));
+  s.compile.assign(allowed.begin() + static_cast<long>(timing), allowed.end());
+  return s;
+}
+
+void PinThisThread(const std::vector<int>& cpus) {
+  if (cpus.empty()) return;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (int c : cpus) {
+    if (c >= 0 && c < CPU_SETSIZE) CPU_SET(c, &set);
+  }
+  (void)pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+}
+
+}  // namespace kforge::agent
