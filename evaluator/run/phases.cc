@@ -360,12 +360,13 @@ Status TimeBaselines(EvalSession& s, bool after) {
 
 // A reused baseline is believed only where a short block of the reference,
 // timed now (after the candidate, on the same path), agrees with it: the
-// record's median must lie within the block's 95% interval widened by 1%.
+// record's median must lie within the block's 95% interval widened by 1%
+// (EvalOptions::baseline_confirm_slack).
 // A record timed on a busy host (or at other clocks) fails this and is timed
 // again in full.
 Status ConfirmBaselines(EvalSession& s) {
   constexpr int kConfirmCalls = 20;
-  constexpr double kConfirmSlack = 0.01;
+  const double slack = s.options->baseline_confirm_slack;
   for (SizePlan& plan : s.plans) {
     if (!plan.BaselineReused()) continue;
     KF_RETURN_IF_ERROR(Prepare(s, plan, s.reference));
@@ -375,8 +376,8 @@ Status ConfirmBaselines(EvalSession& s) {
     const TimingStats st = Summarize(now.claimed_us, now.wall_us);
     const double recorded = Quantile(plan.baseline.claimed_us, 0.5);
     plan.confirm_median_us = st.median_us;
-    if (recorded >= st.ci_lo_us * (1 - kConfirmSlack) &&
-        recorded <= st.ci_hi_us * (1 + kConfirmSlack))
+    if (slack >= 0 && recorded >= st.ci_lo_us * (1 - slack) &&
+        recorded <= st.ci_hi_us * (1 + slack))
       continue;
     LogInfo("evaluator",
             "size {}: the reused baseline's median {:.2f} us is outside a fresh block's "

@@ -217,43 +217,53 @@ TEST_F(GpuEvalTest, BaselineAgainstItselfTimesStably) {
 
 // An evaluator reuses the baseline it timed for a size (no baseline before the
 // candidate, a short confirming block after it), and the reused one gives the
-// speedup a fresh one gives; with reuse off every evaluation times its own.
+// speedup a fresh one gives; a record the block does not confirm is timed
+// again in full; with reuse off every evaluation times its own.
 TEST_F(GpuEvalTest, ABaselineIsReusedAcrossEvaluationsOfASize) {
   const Task& t = Find("allreduce");
   const auto kernel = t.dir / "solutions" / "oneshot.cu";
   EvalOptions o;
-  // A large size: its time is stable across evaluations (a 1 MiB call's median
-  // moves by a few % between evaluations, and a record that far off is
-  // rightly timed again).
+  // A large size, whose time is stable across evaluations, and a tolerance
+  // wider than its run-to-run spread (0.978-1.018 measured): a 1 MiB median
+  // moves by 3-7% between evaluations, and a record that far off is rightly
+  // timed again (the default slack is 1%).
   o.bench_sizes = {"256MiB"};
+  o.baseline_confirm_slack = 0.05;
   o.timing_precision = 0.0049;  // a timing rule no other test uses: the first is fresh
   auto first = Eval(t, kernel, 2, o);
   auto second = Eval(t, kernel, 2, o);
-  o.baseline_reuse_s = 0;
-  auto third = Eval(t, kernel, 2, o);
-  for (const auto* d : {&first, &second, &third})
+  EvalOptions never = o;
+  never.baseline_confirm_slack = -1;  // no block can confirm the record
+  auto refused = Eval(t, kernel, 2, never);
+  EvalOptions off = o;
+  off.baseline_reuse_s = 0;
+  auto third = Eval(t, kernel, 2, off);
+  for (const auto* d : {&first, &second, &refused, &third})
     ASSERT_EQ(d->value("status", ""), "passed") << RenderEvalReport(*d);
   const auto &e1 = first["timing"][0], &e2 = second["timing"][0], &e3 = third["timing"][0];
+  const auto& er = refused["timing"][0];
   EXPECT_TRUE(e1["baseline_reused"].is_null());
   ASSERT_TRUE(e2["baseline_reused"].is_object()) << e2.dump();
   EXPECT_EQ(e2["baseline_reused"]["uses"], 1);
   EXPECT_GT(e2["baseline_reused"]["age_s"].get<double>(), 0);
+  EXPECT_GT(e2["baseline_reused"]["confirm_median_us"].get<double>(), 0);
+  EXPECT_TRUE(er["baseline_reused"].is_null()) << er.dump();
   EXPECT_TRUE(e3["baseline_reused"].is_null());
   EXPECT_TRUE(first["phases_s"].contains("baseline_before"));
-  EXPECT_TRUE(first["phases_s"].contains("reference_start"));
   EXPECT_FALSE(second["phases_s"].contains("baseline_before"));
+  EXPECT_FALSE(refused["phases_s"].contains("baseline_before"));
   EXPECT_TRUE(third["phases_s"].contains("baseline_before"));
-  // Confirmed by a fresh block of the reference after the candidate.
-  EXPECT_GT(e2["baseline_reused"]["confirm_median_us"].get<double>(), 0);
-  // The same calls, so the same statistics.
+  // The same calls, so the same statistics; the refused record was replaced.
   EXPECT_EQ(e2["baseline"]["median_us"], e1["baseline"]["median_us"]);
   EXPECT_EQ(e2["baseline"]["iters"], e1["baseline"]["iters"]);
-  const double s1 = e1["speedup"], s2 = e2["speedup"], s3 = e3["speedup"];
-  std::printf("reuse: speedup fresh %.3f, reused %.3f, fresh again %.3f; seconds %.2f %.2f %.2f\n",
-              s1, s2, s3, first.value("seconds", 0.0), second.value("seconds", 0.0),
-              third.value("seconds", 0.0));
-  EXPECT_NEAR(s2 / s1, 1.0, 0.1);
-  EXPECT_NEAR(s3 / s1, 1.0, 0.1);
+  EXPECT_NE(er["baseline"]["median_us"], e1["baseline"]["median_us"]);
+  const double s1 = e1["speedup"], s2 = e2["speedup"], sr = er["speedup"], s3 = e3["speedup"];
+  std::printf(
+      "reuse at 256MiB: speedup fresh %.3f, reused %.3f, refused and re-timed %.3f, reuse off "
+      "%.3f; seconds %.2f %.2f %.2f %.2f\n",
+      s1, s2, sr, s3, first.value("seconds", 0.0), second.value("seconds", 0.0),
+      refused.value("seconds", 0.0), third.value("seconds", 0.0));
+  for (double s : {s2, sr, s3}) EXPECT_NEAR(s / s1, 1.0, 0.05);
   EXPECT_LT(second.value("seconds", 0.0), third.value("seconds", 0.0));
 }
 
