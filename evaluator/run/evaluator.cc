@@ -3,6 +3,7 @@
 // evaluations, run the phases, and write the kforge.eval/1 document.
 #include <sys/prctl.h>
 
+#include <algorithm>
 #include <future>
 
 #include "compile/policy.h"
@@ -77,7 +78,9 @@ Status RunSession(EvalSession& s, Attempt& a, const Objects& objects) {
   a.Restart();
   StopServed(s, s.candidate);
   a.Mark("candidate_stop");
-  if (st.ok() && s.options->timing) {
+  const bool bench =
+      std::any_of(s.plans.begin(), s.plans.end(), [](const SizePlan& p) { return !p.check; });
+  if (st.ok() && s.options->timing && bench) {
     DropStaleBaselines(s);
     if (!s.reference.alive()) {
       st = StartReference(s, objects);
