@@ -73,8 +73,12 @@ class ProviderLlm final : public LlmPort {
 
 class EvaluatorPort final : public EvalPort {
  public:
-  EvaluatorPort(const std::vector<eval::Task>* tasks, std::vector<int> gpus)
-      : tasks_(tasks), gpus_(std::move(gpus)), evaluator_(eval::MakeEvaluator()) {}
+  EvaluatorPort(const std::vector<eval::Task>* tasks, std::vector<int> gpus,
+                double baseline_reuse_s)
+      : tasks_(tasks),
+        gpus_(std::move(gpus)),
+        baseline_reuse_s_(baseline_reuse_s),
+        evaluator_(eval::MakeEvaluator()) {}
 
   Result<nlohmann::json> Evaluate(const EvalJob& job) override {
     const eval::Task* task = eval::FindTask(*tasks_, job.task);
@@ -83,6 +87,7 @@ class EvaluatorPort final : public EvalPort {
     o.world = job.world;
     o.gpus = gpus_;
     o.compile_only = job.compile_only;
+    o.baseline_reuse_s = baseline_reuse_s_;
     if (!job.dtype.empty()) {
       KF_ASSIGN_OR_RETURN(eval::Dtype dt, eval::ParseDtype(job.dtype));
       o.dtype = dt;
@@ -93,6 +98,7 @@ class EvaluatorPort final : public EvalPort {
  private:
   const std::vector<eval::Task>* tasks_;
   std::vector<int> gpus_;
+  double baseline_reuse_s_;
   std::unique_ptr<eval::Evaluator> evaluator_;
 };
 
@@ -237,8 +243,8 @@ Result<std::unique_ptr<LlmPort>> MakeProviderLlmFor(const std::vector<std::strin
 }
 
 std::unique_ptr<EvalPort> MakeEvaluatorPort(const std::vector<eval::Task>* tasks,
-                                            std::vector<int> gpus) {
-  return std::make_unique<EvaluatorPort>(tasks, std::move(gpus));
+                                            std::vector<int> gpus, double baseline_reuse_s) {
+  return std::make_unique<EvaluatorPort>(tasks, std::move(gpus), baseline_reuse_s);
 }
 
 Result<std::unique_ptr<StorePort>> OpenRunStore(const fs::path& run_dir) {

@@ -34,7 +34,7 @@ Result<std::unique_ptr<EvalPools>> LocalEvalPools(const RunConfig& cfg,
       std::vector<int> set = gpus;
       if (gpus.size() >= world)
         set.assign(gpus.begin() + s * world, gpus.begin() + (s + 1) * world);
-      p->owned.push_back(MakeEvaluatorPort(tasks, set));
+      p->owned.push_back(MakeEvaluatorPort(tasks, set, cfg.baseline_reuse_s));
       p->gpu.push_back(p->owned.back().get());
     }
   }

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <ctime>
 #include <set>
 
@@ -102,7 +103,7 @@ Result<RunConfig> ParseRunFile(std::string_view text, const fs::path& origin) {
                                                "budget",         "tasks_dir",
                                                "registry",       "evaluators",
                                                "evaluators_dir", "eval_token_file",
-                                               "slurm"};
+                                               "slurm",          "baseline_reuse_s"};
   for (const auto& [k, v] : root) {
     if (!kKnown.count(std::string(k.str())))
       return FieldError(origin, &v, k.str(), "unknown field");
@@ -146,6 +147,12 @@ Result<RunConfig> ParseRunFile(std::string_view text, const fs::path& origin) {
   KF_RETURN_IF_ERROR(integer("world", 1, &c.world));
   KF_RETURN_IF_ERROR(integer("llm_concurrency", 1, &c.llm_concurrency));
   KF_RETURN_IF_ERROR(integer("compile_jobs", 0, &c.compile_jobs));
+  if (const toml::node* n = root.get("baseline_reuse_s")) {
+    auto v = n->value<double>();
+    if (!v || !(*v >= 0) || !std::isfinite(*v))
+      return FieldError(origin, n, "baseline_reuse_s", "expected a number of seconds >= 0");
+    c.baseline_reuse_s = *v;
+  }
   if (const toml::node* n = root.get("compile_only")) {
     auto v = n->value<bool>();
     if (!v) return FieldError(origin, n, "compile_only", "expected true or false");
@@ -267,6 +274,7 @@ json RunConfigToJson(const RunConfig& c) {
             {"compile_only", c.compile_only},
             {"llm_concurrency", c.llm_concurrency},
             {"compile_jobs", c.compile_jobs},
+            {"baseline_reuse_s", c.baseline_reuse_s},
             {"out", c.out},
             {"tasks_dir", c.tasks_dir}};
   if (c.turns) j["turns"] = *c.turns;
@@ -304,6 +312,7 @@ Result<RunConfig> RunConfigFromJson(const json& j) {
     c.compile_only = j.value("compile_only", false);
     c.llm_concurrency = j.value("llm_concurrency", 4);
     c.compile_jobs = j.value("compile_jobs", 0);
+    c.baseline_reuse_s = j.value("baseline_reuse_s", 600.0);
     c.out = j.value("out", "runs");
     c.tasks_dir = j.value("tasks_dir", "");
     if (j.contains("turns")) c.turns = j["turns"].get<int>();

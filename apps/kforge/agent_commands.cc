@@ -104,6 +104,7 @@ struct RunArgs {
   std::string run_file, resume, name, models, tasks, strategy, dtype, hardware, deadline,
       out = "runs", tasks_dir;
   int turns = 0, samples = 0, repeats = 0, world = 0, llm_concurrency = 0, compile_jobs = 0;
+  double baseline_reuse_s = -1;
   std::vector<int> gpus;
   std::vector<std::string> registries;
   std::string json;  // --json FILE|-: the summary
@@ -161,6 +162,7 @@ Result<RunConfig> ConfigFromArgs(const RunArgs& a, bool* default_name) {
   if (a.compile_only) c.compile_only = true;
   if (a.llm_concurrency > 0) c.llm_concurrency = a.llm_concurrency;
   if (a.compile_jobs > 0) c.compile_jobs = a.compile_jobs;
+  if (a.baseline_reuse_s >= 0) c.baseline_reuse_s = a.baseline_reuse_s;
   if (!a.evaluators.empty()) c.evaluators = Split(a.evaluators, ',');
   if (!a.evaluators_dir.empty()) c.evaluators_dir = a.evaluators_dir;
   if (!a.eval_token_file.empty()) c.eval_token_file = a.eval_token_file;
@@ -290,8 +292,13 @@ void AddRun(CLI::App& app, int& exit_code) {
   cmd->add_option("--llm-concurrency", a->llm_concurrency,
                   "model calls in flight per model (default 4)")
       ->check(CLI::Range(1, 1024));
-  cmd->add_option("--compile-jobs", a->compile_jobs, "concurrent compiles (default: CPU cores)")
+  cmd->add_option("--compile-jobs", a->compile_jobs,
+                  "concurrent compiles (default: the CPU cores the GPU evaluations leave)")
       ->check(CLI::Range(1, 1024));
+  cmd->add_option("--baseline-reuse", a->baseline_reuse_s,
+                  "seconds a timed baseline is reused, confirmed each time (default 600; 0: "
+                  "time it around every candidate)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--out", a->out, "where run directories go (default runs)");
   cmd->add_option("--tasks-dir", a->tasks_dir, "where tasks live");
   cmd->add_option("--evaluators", a->evaluators,

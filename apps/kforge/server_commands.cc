@@ -29,6 +29,7 @@ struct ServerArgs {
   std::string tokens, gpus, gpu_sets, register_file, advertise, tasks_dir;
   int world = 2;
   int compile_jobs = 0;
+  double baseline_reuse_s = 600;
   int max_queue = 64;
   int per_token = 16;
   int64_t max_upload = 4 << 20;
@@ -147,9 +148,11 @@ int RunServer(const ServerArgs& a) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   const std::vector<eval::Task>* task_list = &*tasks;
-  auto server = remote::EvalServer::Start(o, std::move(*tokens), [task_list](const auto& gpus) {
-    return agent::MakeEvaluatorPort(task_list, gpus);
-  });
+  const double reuse = a.baseline_reuse_s;
+  auto server =
+      remote::EvalServer::Start(o, std::move(*tokens), [task_list, reuse](const auto& gpus) {
+        return agent::MakeEvaluatorPort(task_list, gpus, reuse);
+      });
   if (!server.ok()) return FailWith("eval-server", server.status());
   remote::EvalServer* s = server->get();
   std::thread([stop_signals, s] {
@@ -191,8 +194,12 @@ void AddEvalServer(CLI::App& app, int& exit_code) {
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
   cmd->add_option("--compile-jobs", a->compile_jobs,
-                  "compile-only evaluations at once (default: CPU cores)")
+                  "compile-only evaluations at once (default: the CPU cores the GPU slots leave)")
       ->check(CLI::Range(1, 1024));
+  cmd->add_option("--baseline-reuse", a->baseline_reuse_s,
+                  "seconds a GPU slot reuses a baseline it timed, confirmed each time (0: never)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   cmd->add_option("--max-queue", a->max_queue, "jobs that may wait for a slot")
       ->check(CLI::Range(0, 100000))
       ->capture_default_str();

@@ -68,6 +68,26 @@ TEST(RunConfig, RemoteEvaluationAndSlurmFromARunFile) {
   EXPECT_EQ(just_table->slurm_nodes, 1);  // the table alone means one server
 }
 
+TEST(RunConfig, BaselineReuseIsSecondsAtLeastZero) {
+  auto c = ParseRunFile("models = [\"a:x\"]\ntasks = [\"1\"]\nbaseline_reuse_s = 0\n", "r.toml");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->baseline_reuse_s, 0);
+  auto back = RunConfigFromJson(RunConfigToJson(*c));
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->baseline_reuse_s, 0);
+  auto dflt = ParseRunFile("models = [\"a:x\"]\ntasks = [\"1\"]\n", "r.toml");
+  ASSERT_TRUE(dflt.ok());
+  EXPECT_EQ(dflt->baseline_reuse_s, 600);
+  for (const char* bad : {"-1", "\"long\"", "inf"}) {
+    auto b = ParseRunFile(
+        std::string("models = [\"a:x\"]\ntasks = [\"1\"]\nbaseline_reuse_s = ") + bad + "\n",
+        "r.toml");
+    ASSERT_FALSE(b.ok()) << bad;
+    EXPECT_EQ(b.status().message(), "r.toml:3: baseline_reuse_s: expected a number of seconds >= 0")
+        << bad;
+  }
+}
+
 TEST(RunConfig, ErrorsNameFileLineAndField) {
   auto c = ParseRunFile("models = [\"a\"]\ntasks = [\"1\"]\nworld = 0\n", "r.toml");
   EXPECT_EQ(c.status().message(), "r.toml:3: world: expected an integer >= 1");

@@ -32,8 +32,10 @@ Result<std::unique_ptr<LlmPort>> MakeProviderLlmFor(
 
 // An evaluator over `tasks` (which must outlive it), bound to `gpus`
 // (empty: the evaluator's default). One evaluation at a time.
+// `baseline_reuse_s`: how long a baseline this port's evaluator timed is reused
+// (eval::EvalOptions::baseline_reuse_s; 0: timed around every candidate).
 std::unique_ptr<EvalPort> MakeEvaluatorPort(const std::vector<eval::Task>* tasks,
-                                            std::vector<int> gpus);
+                                            std::vector<int> gpus, double baseline_reuse_s = 600);
 
 // The run store at `run_dir` (results::RunStore).
 Result<std::unique_ptr<StorePort>> OpenRunStore(const std::filesystem::path& run_dir);

@@ -30,6 +30,10 @@ struct RunConfig {
   std::optional<double> deadline_unix;
   int llm_concurrency = 4;  // per model
   int compile_jobs = 0;     // 0: the CPU cores the GPU evaluations leave (agent/src/local_pools.cc)
+  // A bench size's baseline is reused for this long by the evaluator that
+  // timed it, confirmed by a short block each time (docs/methodology.md); 0:
+  // timed around every candidate.
+  double baseline_reuse_s = 600;
   std::string out = "runs";  // runs/<name>/
   std::string tasks_dir;     // empty: the default tasks folder
   // Model registry files read after the built-in registry and the user's
