@@ -31,6 +31,7 @@ json TensorToJson(const ConcreteTensor& t) {
             {"only_rank", t.only_rank},
             {"atol", t.tolerance.atol},
             {"rtol", t.tolerance.rtol},
+            {"rms", t.tolerance.rms},
             {"inout_of", t.inout_of},
             {"init", static_cast<int>(t.init)},
             {"init_a", t.init_a},
@@ -79,6 +80,7 @@ Result<ConcreteTensor> TensorFromJson(const json& j, int world, const std::strin
   r.Int("only_rank", &t.only_rank, -1, world - 1);
   r.Double("atol", &t.tolerance.atol, 0);
   r.Double("rtol", &t.tolerance.rtol, 0);
+  r.Double("rms", &t.tolerance.rms, 0);
   r.Int("inout_of", &t.inout_of, -1, KF_MAX_TENSORS - 1);
   r.Int("init", &init, 0, static_cast<int>(InitSpec::Kind::kCustom));
   r.Double("init_a", &t.init_a);

@@ -116,6 +116,7 @@ CompareReport CompareOutput(const ConcreteTensor& out, const void* raw,
   std::vector<double> got(n);
   const size_t elem = DtypeSize(out.dtype);
   int64_t poisoned_bad = 0;
+  double sq_err = 0, sq_exp = 0;
   for (size_t i = 0; i < n; ++i) {
     const double g = LoadAsDouble(raw, out.dtype, i);
     const double e = expected[i];
@@ -124,6 +125,8 @@ CompareReport CompareOutput(const ConcreteTensor& out, const void* raw,
     if (std::isfinite(g) && std::isfinite(e)) {
       const double abs_err = std::fabs(g - e);
       rep.max_abs_err = std::max(rep.max_abs_err, abs_err);
+      sq_err += abs_err * abs_err;
+      sq_exp += e * e;
       if (e != 0) rep.max_rel_err = std::max(rep.max_rel_err, abs_err / std::fabs(e));
     }
     if (Close(g, e, out.tolerance)) continue;
@@ -133,8 +136,17 @@ CompareReport CompareOutput(const ConcreteTensor& out, const void* raw,
       rep.first_bad.push_back({Unravel(static_cast<int64_t>(i), out.ShapeOf(ctx.rank)), g, e});
     }
   }
+  rep.rms_rel_err = sq_exp > 0 ? std::sqrt(sq_err / sq_exp) : (sq_err > 0 ? INFINITY : 0);
   rep.passed = rep.bad_count == 0;
   if (!rep.passed) rep.hints = Hints(out, got, expected, ctx, poisoned_bad);
+  const double rms = out.tolerance.rms;
+  if (rep.passed && rms > 0 && rep.numel >= kRmsMinElements && !(rep.rms_rel_err <= rms)) {
+    rep.passed = false;
+    rep.hints.push_back(fmt::format(
+        "every element is within its tolerance, but the output as a whole is off by a relative "
+        "RMS of {:.5f} (allowed {:.5f}), as partial sums carried in int8 or fp8 are",
+        rep.rms_rel_err, rms));
+  }
   return rep;
 }
 
@@ -150,6 +162,7 @@ nlohmann::json ToJson(const CompareReport& r) {
           {"nan_count", r.nan_count},
           {"max_abs_err", Number(r.max_abs_err)},
           {"max_rel_err", Number(r.max_rel_err)},
+          {"rms_rel_err", Number(r.rms_rel_err)},
           {"first_bad", std::move(first_bad)},
           {"hints", r.hints}};
 }

@@ -38,10 +38,13 @@ struct CompareReport {
   std::string output;
   bool passed = true;
   int64_t numel = 0;
-  int64_t bad_count = 0;              // elements outside tolerance (NaN/Inf included)
-  int64_t nan_count = 0;              // NaN elements in the output
-  double max_abs_err = 0;             // over elements where both values are finite
-  double max_rel_err = 0;             // |got-exp| / |exp| over finite, non-zero expected
+  int64_t bad_count = 0;   // elements outside tolerance (NaN/Inf included)
+  int64_t nan_count = 0;   // NaN elements in the output
+  double max_abs_err = 0;  // over elements where both values are finite
+  double max_rel_err = 0;  // |got-exp| / |exp| over finite, non-zero expected
+  // sqrt(mean((got-exp)^2)) / sqrt(mean(exp^2)) over elements where both are
+  // finite: how far the whole output is off, whatever one element does.
+  double rms_rel_err = 0;
   std::vector<BadElement> first_bad;  // up to kMaxFirstBad, in index order
   std::vector<std::string> hints;     // only when failed
 };

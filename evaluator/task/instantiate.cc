@@ -208,10 +208,11 @@ Status ResolveTolerance(const Task& task, const TensorSpec& spec, const ExprVars
   if (tol != nullptr) {
     KF_ASSIGN_OR_RETURN(c.tolerance.atol, Evaluate(tol->atol, vars));
     KF_ASSIGN_OR_RETURN(c.tolerance.rtol, Evaluate(tol->rtol, vars));
-    if (!(c.tolerance.atol >= 0) || !(c.tolerance.rtol >= 0)) {
+    KF_ASSIGN_OR_RETURN(c.tolerance.rms, Evaluate(tol->rms, vars));
+    if (!(c.tolerance.atol >= 0) || !(c.tolerance.rtol >= 0) || !(c.tolerance.rms >= 0)) {
       return Error(ErrorKind::kInvalidInput,
-                   fmt::format("tolerance of '{}' is negative: atol = {}, rtol = {}", spec.name,
-                               c.tolerance.atol, c.tolerance.rtol));
+                   fmt::format("tolerance of '{}' is negative: atol = {}, rtol = {}, rms = {}",
+                               spec.name, c.tolerance.atol, c.tolerance.rtol, c.tolerance.rms));
     }
   } else if (IsFloating(c.dtype)) {
     return Error(ErrorKind::kInvalidInput,

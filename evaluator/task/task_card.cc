@@ -163,8 +163,13 @@ std::string RenderTaskCard(const Task& task, int world, Dtype dtype) {
       exact = true;
     }
     s += exact ? fmt::format("- `{}` ({}): exact\n", t.name, DtypeName(dt))
-               : fmt::format("- `{}` ({}): atol = {}, rtol = {}\n", t.name, DtypeName(dt), tol.atol,
-                             tol.rtol);
+               : fmt::format("- `{}` ({}): atol = {}, rtol = {}{}\n", t.name, DtypeName(dt),
+                             tol.atol, tol.rtol,
+                             tol.rms == "0"
+                                 ? ""
+                                 : fmt::format(", and relative RMS over the output <= {} (outputs "
+                                               "of {}+ elements)",
+                                               tol.rms, kRmsMinElements));
   }
   s += "\nOutputs are overwritten with 0xFF bytes before every call: write every element. Inputs "
        "must be "

@@ -21,7 +21,7 @@ bool IsIdentifier(std::string_view s) {
 
 }  // namespace
 
-// { atol = ..., rtol = ... }: numbers or expressions (e.g. "2^-8 * (W - 1)").
+// { atol = ..., rtol = ..., rms = ... }: numbers or expressions (e.g. "2^-8 * (W - 1)").
 Result<ToleranceSpec> LoadTolerance(const TomlFields& f, const toml::node& n,
                                     const std::string& field) {
   if (!n.is_table()) {
@@ -29,17 +29,19 @@ Result<ToleranceSpec> LoadTolerance(const TomlFields& f, const toml::node& n,
                   fmt::format("expected {{ atol = ..., rtol = ... }}, found {}", TypeName(n)));
   }
   const toml::table& t = *n.as_table();
-  KF_RETURN_IF_ERROR(f.CheckKeys(t, field, {"atol", "rtol"}));
+  KF_RETURN_IF_ERROR(f.CheckKeys(t, field, {"atol", "rtol", "rms"}));
   if (t.empty()) return f.Fail(&n, field, "needs atol and/or rtol");
   ToleranceSpec tol;
   KF_ASSIGN_OR_RETURN(auto atol, f.OptionalExpression(t, field, "atol"));
   KF_ASSIGN_OR_RETURN(auto rtol, f.OptionalExpression(t, field, "rtol"));
   tol.atol = atol.value_or("0");
   tol.rtol = rtol.value_or("0");
-  for (const std::string* e : {&tol.atol, &tol.rtol}) {
+  KF_ASSIGN_OR_RETURN(auto rms, f.OptionalExpression(t, field, "rms"));
+  tol.rms = rms.value_or("0");
+  for (const std::string* e : {&tol.atol, &tol.rtol, &tol.rms}) {
     // A plain number is checked now; an expression when it is instantiated.
     if (auto v = Evaluate(*e, {}); v.ok() && *v < 0) {
-      return f.Fail(&n, field, "atol and rtol must be >= 0");
+      return f.Fail(&n, field, "atol, rtol and rms must be >= 0");
     }
   }
   return tol;

@@ -180,9 +180,11 @@ double Fp8E4M3(double v, double amax) {
 }
 
 // Tolerances scale with W: at every world size the sum NCCL's ring computes
-// (partials rounded to bf16 at every step) passes; fp8 transport (block-scaled,
-// summed in f32) fails at every W, and int8 transport fails at W=2, where a
-// tolerance sized for W=8 used to let it through.
+// (partials rounded to bf16 at every step) passes; fp8 and int8 transport
+// (block-scaled, summed in f32) fail at every W. Element-wise, int8 fails only
+// at W=2; from W=4 on the ring is as far off element-wise, and the relative
+// RMS bound (ring 0.0018/0.0027/0.0037 at W=2/4/8, int8 0.0065 at every W,
+// fp8 0.026) refuses it.
 TEST(CollectiveTasks, ReductionTolerancesScaleWithWorldSize) {
   for (const char* key : {"001_allreduce", "004_reduce", "007_reducescatter"}) {
     Task t = Load(key);
@@ -225,17 +227,26 @@ TEST(CollectiveTasks, ReductionTolerancesScaleWithWorldSize) {
         // at W=4, 0.119 vs 0.076 at W=8), so no element-wise tolerance that
         // accepts the ring can refuse it there. At W=2 the ring rounds once
         // and the tolerance is tight enough that int8 fails.
-        if (w == 2) {
-          EXPECT_FALSE(i8.passed) << key << " W=2 int8 transport passed (max abs err "
-                                  << i8.max_abs_err << ", tolerance atol " << y.tolerance.atol
-                                  << ")";
+        EXPECT_FALSE(i8.passed) << key << " W=" << w << " int8 transport passed (max abs err "
+                                << i8.max_abs_err << ", rms " << i8.rms_rel_err
+                                << ", tolerance atol " << y.tolerance.atol << ", rms "
+                                << y.tolerance.rms << ")";
+        EXPECT_LT(honest.rms_rel_err, y.tolerance.rms / 1.2) << key << " W=" << w << ": no margin";
+        if (w > 2) {
+          // Only the RMS bound refuses it here.
+          EXPECT_EQ(i8.bad_count, 0) << key << " W=" << w;
+          EXPECT_FALSE(i8.hints.empty());
         }
         auto fp8 = QuantisedSum(*p, *io, r, Fp8E4M3);
         EXPECT_FALSE(CompareOutput(local, fp8.data(), expected, ctx).passed)
             << key << " W=" << w << " fp8";
-        std::printf("%s W=%d rank %d: atol %.4f; max abs err ring %.4f, int8 %.4f (%lld bad)\n",
-                    key, w, r, y.tolerance.atol, honest.max_abs_err, i8.max_abs_err,
-                    static_cast<long long>(i8.bad_count));
+        CompareReport f8 = CompareOutput(local, fp8.data(), expected, ctx);
+        std::printf(
+            "%s W=%d rank %d: atol %.4f; max abs err ring %.4f, int8 %.4f (%lld bad); rms rel "
+            "ring %.5f int8 %.5f fp8 %.5f (n %lld)\n",
+            key, w, r, y.tolerance.atol, honest.max_abs_err, i8.max_abs_err,
+            static_cast<long long>(i8.bad_count), honest.rms_rel_err, i8.rms_rel_err,
+            f8.rms_rel_err, static_cast<long long>(local.numel));
         break;  // one checked rank per W is enough
       }
     }

@@ -194,3 +194,44 @@ TEST(Compare, WrongExpectedSizeNeverPasses) {
 
 }  // namespace
 }  // namespace kforge::eval
+
+namespace kforge::eval {
+namespace {
+
+// The relative RMS bound: an output whose every element is within atol but
+// that is off as a whole (a biased, low-precision transport) fails, on outputs
+// large enough for the statistic; an honest one with the same worst element
+// passes.
+TEST(Compare, RelativeRmsBoundRefusesAnOutputOffAsAWhole) {
+  const Tolerance tol{0.01, 0, /*rms=*/0.002};
+  auto make = [](int64_t n, double err_everywhere, double err_at_one) {
+    std::vector<double> expected(static_cast<size_t>(n)), got(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+      expected[static_cast<size_t>(i)] = (i % 2 ? 1.0 : -1.0);
+      got[static_cast<size_t>(i)] = expected[static_cast<size_t>(i)] + err_everywhere;
+    }
+    got[7] += err_at_one;
+    return std::pair{expected, F32(got)};
+  };
+  {
+    auto [e, g] = make(4096, 0.004, 0);  // within atol everywhere, RMS 0.004
+    CompareReport r = CompareOutput(Out({4096}, Dtype::kF32, tol), g.data(), e, {});
+    EXPECT_FALSE(r.passed);
+    EXPECT_EQ(r.bad_count, 0);
+    EXPECT_NEAR(r.rms_rel_err, 0.004, 1e-6);
+    ASSERT_EQ(r.hints.size(), 1u) << Hints(r);
+    EXPECT_NE(r.hints[0].find("relative RMS of 0.00400 (allowed 0.00200)"), std::string::npos);
+  }
+  {
+    auto [e, g] = make(4096, 0, 0.009);  // one element near atol, the rest exact
+    EXPECT_TRUE(CompareOutput(Out({4096}, Dtype::kF32, tol), g.data(), e, {}).passed);
+  }
+  {
+    auto [e, g] = make(kRmsMinElements - 1, 0.004, 0);  // too few elements for the statistic
+    EXPECT_TRUE(
+        CompareOutput(Out({kRmsMinElements - 1}, Dtype::kF32, tol), g.data(), e, {}).passed);
+  }
+}
+
+}  // namespace
+}  // namespace kforge::eval

@@ -17,13 +17,21 @@ namespace kforge::eval {
 struct Tolerance {
   double atol = 0;
   double rtol = 0;
+  // > 0: the output as a whole must also be this close, relative RMS:
+  // sqrt(mean((got-exp)^2) / mean(exp^2)) <= rms, on outputs of at least
+  // kRmsMinElements (a statistic needs elements). It separates transports an
+  // element-wise bound cannot: int8 partial sums sit within the atol that
+  // NCCL's bf16 ring needs at W >= 4, yet are ~2x further off over all.
+  double rms = 0;
 };
+inline constexpr int64_t kRmsMinElements = 1024;
 
 // A tolerance as written in task.toml: numbers or expressions over W, elem,
 // the params and the size variables (so that it can scale with W or K).
 struct ToleranceSpec {
   std::string atol = "0";
   std::string rtol = "0";
+  std::string rms = "0";
 };
 
 // How an input's values relate across ranks.
