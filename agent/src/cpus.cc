@@ -25,9 +25,11 @@ std::vector<int> AllowedCpus() {
 
 CpuSplit SplitCpus(int world, int gpu_sets, const std::vector<int>& allowed) {
   CpuSplit s;
-  if (gpu_sets <= 0) return s;
-  const size_t timing = static_cast<size_t>(3 * std::max(1, world) * gpu_sets + 2);
-  if (allowed.size() < timing + 2) return s;
+  const size_t timing =
+      gpu_sets > 0 ? static_cast<size_t>(3 * std::max(1, world) * gpu_sets + 2) : 0;
+  s.compile_slots =
+      static_cast<int>(std::max<size_t>(1, allowed.size() - std::min(timing, allowed.size())));
+  if (gpu_sets <= 0 || allowed.size() < timing + 2) return s;
   s.gpu.assign(allowed.begin(), allowed.begin() + static_cast<long>(timing));
   s.compile.assign(allowed.begin() + static_cast<long>(timing), allowed.end());
   return s;

@@ -1,6 +1,5 @@
 // This machine's evaluators for a run (run_plan.h).
 #include <algorithm>
-#include <thread>
 
 #include "kforge/agent/adapters.h"
 #include "kforge/agent/cpus.h"
@@ -40,14 +39,11 @@ Result<std::unique_ptr<EvalPools>> LocalEvalPools(const RunConfig& cfg,
   }
   // Cores for the evaluations, the rest for compiles (agent/cpus.h); compiles
   // also run at a lower priority.
-  const std::vector<int> cpus = AllowedCpus();
-  const int cores = static_cast<int>(cpus.size());
-  const int gpu_sets = p->compile_only ? 0 : static_cast<int>(p->gpu.size());
-  const CpuSplit split = SplitCpus(cfg.world, gpu_sets, cpus);
+  const CpuSplit split =
+      SplitCpus(cfg.world, p->compile_only ? 0 : static_cast<int>(p->gpu.size()));
   p->gpu_cpus = split.gpu;
   p->compile_cpus = split.compile;
-  const int timing_cores = gpu_sets > 0 ? 3 * std::max(1, cfg.world) * gpu_sets + 2 : 0;
-  int compile_jobs = cfg.compile_jobs > 0 ? cfg.compile_jobs : std::max(1, cores - timing_cores);
+  int compile_jobs = cfg.compile_jobs > 0 ? cfg.compile_jobs : split.compile_slots;
   for (int i = 0; i < compile_jobs; ++i) {
     p->owned.push_back(MakeEvaluatorPort(tasks, {}));
     p->compile.push_back(p->owned.back().get());

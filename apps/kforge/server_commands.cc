@@ -125,10 +125,7 @@ int RunServer(const ServerArgs& a) {
   const agent::CpuSplit cpus = agent::SplitCpus(a.world, static_cast<int>(o.gpu_sets.size()));
   o.gpu_cpus = cpus.gpu;
   o.compile_cpus = cpus.compile;
-  o.compile_slots = a.compile_jobs > 0 ? a.compile_jobs
-                    : !cpus.compile.empty()
-                        ? static_cast<int>(cpus.compile.size())
-                        : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  o.compile_slots = a.compile_jobs > 0 ? a.compile_jobs : cpus.compile_slots;
   o.max_queue = static_cast<size_t>(a.max_queue);
   o.per_token = a.per_token;
   o.max_upload_bytes = static_cast<size_t>(a.max_upload);

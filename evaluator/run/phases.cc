@@ -333,15 +333,48 @@ Status RunBenchSize(EvalSession& s, SizePlan& plan) {
   return Release(s, plan, s.candidate);
 }
 
+namespace {
+
+// Whether a short block of the reference, timed now, confirms the reused
+// record: its median must lie within the block's 95% interval widened by
+// EvalOptions::baseline_confirm_slack (negative: never).
+bool Confirms(EvalSession& s, SizePlan& plan, const Side& now) {
+  const double slack = s.options->baseline_confirm_slack;
+  const TimingStats st = Summarize(now.claimed_us, now.wall_us);
+  const double recorded = Quantile(plan.baseline.claimed_us, 0.5);
+  plan.confirm_median_us = st.median_us;
+  if (slack >= 0 && recorded >= st.ci_lo_us * (1 - slack) && recorded <= st.ci_hi_us * (1 + slack))
+    return true;
+  LogInfo("evaluator",
+          "size {}: the reused baseline's median {:.2f} us is outside a fresh block's [{:.2f}, "
+          "{:.2f}] us; timing the baseline again",
+          plan.size.label, recorded, st.ci_lo_us, st.ci_hi_us);
+  return false;
+}
+
+}  // namespace
+
 // The reference group is driven exactly like the candidate (the same rounds,
 // verification and mailbox path), so that the baseline's times and the
 // candidate's are measured the same way. Before the candidate, a short probe
-// sizes the warm-up and the blocks of both sides.
+// sizes the warm-up and the blocks of both sides. A reused baseline is not
+// timed before; after, a 20-call block must confirm it, or it is timed in
+// full there and then.
 Status TimeBaselines(EvalSession& s, bool after) {
+  constexpr int kConfirmCalls = 20;
   if (!s.options->timing) return Status::Ok();
   for (SizePlan& plan : s.plans) {
-    if (plan.check || plan.BaselineReused()) continue;
+    if (plan.check || (plan.BaselineReused() && !after)) continue;
     KF_RETURN_IF_ERROR(Prepare(s, plan, s.reference));
+    if (plan.BaselineReused()) {
+      Side now;
+      KF_RETURN_IF_ERROR(DriveBlock(s, s.reference, plan, DriveWarmup(plan), kConfirmCalls, &now));
+      if (Confirms(s, plan, now)) {
+        KF_RETURN_IF_ERROR(Release(s, plan, s.reference));
+        continue;
+      }
+      plan.DropReusedBaseline();
+    }
     if (!after || plan.call_wall_us == 0) {
       Side probe;
       auto p0 = std::chrono::steady_clock::now();
@@ -354,36 +387,6 @@ Status TimeBaselines(EvalSession& s, bool after) {
     (after ? plan.baseline_after_us : plan.baseline_before_us) = Quantile(side.claimed_us, 0.5);
     plan.baseline.Append(side);
     KF_RETURN_IF_ERROR(Release(s, plan, s.reference));
-  }
-  return Status::Ok();
-}
-
-// A reused baseline is believed only where a short block of the reference,
-// timed now (after the candidate, on the same path), agrees with it: the
-// record's median must lie within the block's 95% interval widened by 1%
-// (EvalOptions::baseline_confirm_slack).
-// A record timed on a busy host (or at other clocks) fails this and is timed
-// again in full.
-Status ConfirmBaselines(EvalSession& s) {
-  constexpr int kConfirmCalls = 20;
-  const double slack = s.options->baseline_confirm_slack;
-  for (SizePlan& plan : s.plans) {
-    if (!plan.BaselineReused()) continue;
-    KF_RETURN_IF_ERROR(Prepare(s, plan, s.reference));
-    Side now;
-    KF_RETURN_IF_ERROR(DriveBlock(s, s.reference, plan, DriveWarmup(plan), kConfirmCalls, &now));
-    KF_RETURN_IF_ERROR(Release(s, plan, s.reference));
-    const TimingStats st = Summarize(now.claimed_us, now.wall_us);
-    const double recorded = Quantile(plan.baseline.claimed_us, 0.5);
-    plan.confirm_median_us = st.median_us;
-    if (slack >= 0 && recorded >= st.ci_lo_us * (1 - slack) &&
-        recorded <= st.ci_hi_us * (1 + slack))
-      continue;
-    LogInfo("evaluator",
-            "size {}: the reused baseline's median {:.2f} us is outside a fresh block's "
-            "[{:.2f}, {:.2f}] us; timing the baseline again",
-            plan.size.label, recorded, st.ci_lo_us, st.ci_hi_us);
-    plan.DropReusedBaseline();
   }
   return Status::Ok();
 }

@@ -151,7 +151,8 @@ Status StartServed(EvalSession& s, ServedGroup& g, const std::filesystem::path& 
 void StopServed(EvalSession& s, ServedGroup& g);
 // Times the baseline (the reference group) at every bench size: after =
 // false before any candidate code exists, true after the candidate group is
-// gone.
+// gone (a reused baseline: only after, confirmed by a short block or timed
+// in full).
 Status TimeBaselines(EvalSession& s, bool after);
 
 // Correctness at one check size over options->trials trials, against the
@@ -160,9 +161,6 @@ Status TimeBaselines(EvalSession& s, bool after);
 Status RunCheckSize(EvalSession& s, SizePlan& plan);
 // One bench size: candidate vs baseline outputs, then timed calls, each verified.
 Status RunBenchSize(EvalSession& s, SizePlan& plan);
-// Times a short block of the reference for every bench size whose baseline was
-// reused, and drops the reuse where the record disagrees with it.
-Status ConfirmBaselines(EvalSession& s);
 // The timing entry of a bench size, once both baseline timings are known.
 void FinishTiming(EvalSession& s);
 

@@ -165,6 +165,9 @@ TEST(CpuSplit, GivesEachGpuSetItsRanksCoresAndTheRestToCompiles) {
   CpuSplit s = SplitCpus(2, 1, sixteen);
   EXPECT_EQ(s.gpu, (std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7}));
   EXPECT_EQ(s.compile, (std::vector<int>{8, 9, 10, 11, 12, 13, 14, 15}));
+  EXPECT_EQ(s.compile_slots, 8);
+  EXPECT_EQ(SplitCpus(2, 1, {0, 1}).compile_slots, 1);  // never none
+  EXPECT_EQ(SplitCpus(2, 0, sixteen).compile_slots, 16);
   EXPECT_EQ(SplitCpus(2, 2, sixteen).gpu.size(), 14u);  // two sets: 14, and 2 are left
   EXPECT_EQ(SplitCpus(2, 2, sixteen).compile, (std::vector<int>{14, 15}));
   EXPECT_TRUE(SplitCpus(8, 1, sixteen).gpu.empty());  // W=8 would need 26
