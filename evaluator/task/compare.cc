@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numbers>
 
 namespace kforge::eval {
 namespace {
@@ -136,18 +137,31 @@ CompareReport CompareOutput(const ConcreteTensor& out, const void* raw,
       rep.first_bad.push_back({Unravel(static_cast<int64_t>(i), out.ShapeOf(ctx.rank)), g, e});
     }
   }
-  rep.rms_rel_err = sq_exp > 0 ? std::sqrt(sq_err / sq_exp) : (sq_err > 0 ? INFINITY : 0);
+  rep.rms_rel_err = RmsRelErr(sq_err, sq_exp);
   rep.passed = rep.bad_count == 0;
   if (!rep.passed) rep.hints = Hints(out, got, expected, ctx, poisoned_bad);
-  const double rms = out.tolerance.rms;
-  if (rep.passed && rms > 0 && rep.numel >= kRmsMinElements && !(rep.rms_rel_err <= rms)) {
+  if (rep.passed && RmsExceeded(out.tolerance, rep.numel, rep.rms_rel_err)) {
     rep.passed = false;
     rep.hints.push_back(fmt::format(
         "every element is within its tolerance, but the output as a whole is off by a relative "
         "RMS of {:.5f} (allowed {:.5f}), as partial sums carried in int8 or fp8 are",
-        rep.rms_rel_err, rms));
+        rep.rms_rel_err, out.tolerance.rms));
   }
   return rep;
+}
+
+Tolerance AgainstBaseline(const Tolerance& t) {
+  Tolerance wide = t;
+  wide.rms = t.rms * std::numbers::sqrt2;
+  return wide;
+}
+
+double RmsRelErr(double sq_err, double sq_expected) {
+  return sq_expected > 0 ? std::sqrt(sq_err / sq_expected) : (sq_err > 0 ? INFINITY : 0);
+}
+
+bool RmsExceeded(const Tolerance& t, int64_t numel, double rms_rel_err) {
+  return t.rms > 0 && numel >= kRmsMinElements && !(rms_rel_err <= t.rms);
 }
 
 nlohmann::json ToJson(const CompareReport& r) {

@@ -57,6 +57,22 @@ inline constexpr size_t kMaxFirstBad = 8;
 CompareReport CompareOutput(const ConcreteTensor& out, const void* got,
                             std::span<const double> expected, const CompareContext& ctx);
 
+// The tolerance an output meets against another computation of it (the
+// baseline's output, at bench sizes) instead of the exact oracle. Element-wise
+// bounds stay: they already cover the baseline's own rounding. The relative
+// RMS bound is what one computation may be off from the exact value; two
+// independent ones differ by about sqrt(2) times that, so it is widened by
+// sqrt(2). An int8 transport (0.0065 off) against NCCL's W=8 ring (0.0037)
+// is 0.0075 apart, above 0.00467 * sqrt(2) = 0.0066; two bf16 rings are 0.0052.
+Tolerance AgainstBaseline(const Tolerance& t);
+
+// The relative RMS of CompareReport::rms_rel_err from its two sums.
+double RmsRelErr(double sq_err, double sq_expected);
+
+// Whether an output of `numel` elements whose relative RMS error is `rms_rel_err`
+// breaks the tolerance's RMS bound (never for outputs under kRmsMinElements).
+bool RmsExceeded(const Tolerance& t, int64_t numel, double rms_rel_err);
+
 // One entry of `mismatches` in docs/eval-result.md. Non-finite numbers are null.
 nlohmann::json ToJson(const CompareReport& report);
 

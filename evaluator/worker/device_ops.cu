@@ -36,8 +36,27 @@ __device__ void Record(DeviceCheck* r, uint64_t i) {
   atomicMin(&r->first_bad, static_cast<unsigned long long>(i));
 }
 
+// Grid-stride: at most kCompareBlocks blocks, so that each block's two sums
+// cost one atomic each however large the output.
+constexpr int kCompareBlocks = 2048;
+
+__device__ double BlockSum(double v, double* shared) {
+  for (int off = 16; off > 0; off /= 2) v += __shfl_down_sync(0xffffffffu, v, off);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  v = threadIdx.x < kThreads / 32 ? shared[threadIdx.x] : 0.0;
+  if (warp == 0) {
+    for (int off = 16; off > 0; off /= 2) v += __shfl_down_sync(0xffffffffu, v, off);
+  }
+  __syncthreads();  // `shared` is reused by the next sum
+  return v;
+}
+
 __global__ void CompareKernel(const void* got, const void* expected, int dtype, uint64_t n,
                               double atol, double rtol, DeviceCheck* r) {
+  __shared__ double partial[kThreads / 32];
+  double sq_diff = 0, sq_expected = 0;
   for (uint64_t i = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
     const double g = codec::Load(got, dtype, i);
@@ -45,9 +64,19 @@ __global__ void CompareKernel(const void* got, const void* expected, int dtype, 
     const bool finite =
         !codec::IsNan(g) && !codec::IsInf(g) && !codec::IsNan(e) && !codec::IsInf(e);
     // Same expression as the host's Close(): |g - e| <= atol + rtol * |e|.
-    const bool close = finite && codec::Abs(codec::Add(g, -e)) <=
-                                     codec::Add(atol, codec::Mul(rtol, codec::Abs(e)));
+    const double diff = codec::Abs(codec::Add(g, -e));
+    const bool close = finite && diff <= codec::Add(atol, codec::Mul(rtol, codec::Abs(e)));
     if (!close) Record(r, i);
+    if (finite) {
+      sq_diff += diff * diff;
+      sq_expected += e * e;
+    }
+  }
+  sq_diff = BlockSum(sq_diff, partial);
+  sq_expected = BlockSum(sq_expected, partial);
+  if (threadIdx.x == 0) {
+    atomicAdd(&r->sq_diff, sq_diff);
+    atomicAdd(&r->sq_expected, sq_expected);
   }
 }
 
@@ -97,7 +126,8 @@ Status LaunchPoison(void* dst, size_t bytes, uint32_t pattern, cudaStream_t s) {
 Status LaunchCompare(const void* got, const void* expected, int dtype, uint64_t numel, double atol,
                      double rtol, DeviceCheck* result, cudaStream_t s) {
   if (numel == 0) return Status::Ok();
-  CompareKernel<<<Blocks(numel), kThreads, 0, s>>>(got, expected, dtype, numel, atol, rtol, result);
+  const int blocks = Blocks(numel) < kCompareBlocks ? Blocks(numel) : kCompareBlocks;
+  CompareKernel<<<blocks, kThreads, 0, s>>>(got, expected, dtype, numel, atol, rtol, result);
   KF_CUDA(cudaGetLastError());
   return Status::Ok();
 }

@@ -23,11 +23,15 @@ Status LaunchPoison(void* dst, size_t bytes, uint32_t pattern, cudaStream_t s);
 struct DeviceCheck {
   unsigned long long bad;        // elements outside tolerance (or differing words)
   unsigned long long first_bad;  // the smallest such index (UINT64_MAX if none)
+  double sq_diff;                // LaunchCompare: sum of (got - expected)^2 over finite pairs
+  double sq_expected;            // and of expected^2 over the same pairs
 };
 
 // Counts the elements of `got` (dtype) outside atol + rtol * |expected|, where
-// both are finite; the same rule as eval::CompareOutput. `result` is device
-// memory the caller zeroed the `bad` of and set first_bad to UINT64_MAX.
+// both are finite; the same rule as eval::CompareOutput. Also sums the squared
+// differences and squared expected values of the finite pairs (the relative
+// RMS of eval::CompareOutput). `result` is device memory the caller set to
+// {0, UINT64_MAX, 0, 0}.
 Status LaunchCompare(const void* got, const void* expected, int dtype, uint64_t numel, double atol,
                      double rtol, DeviceCheck* result, cudaStream_t s);
 

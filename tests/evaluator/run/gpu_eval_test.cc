@@ -289,6 +289,7 @@ TEST_F(GpuEvalTest, ExploitKernelsAreRejectedForTheirReason) {
       {"skip_after_warmup.cu", "mismatch", ""},
       {"cache_by_address.cu", "mismatch", ""},
       {"elf_walk_collective.cu", "policy_violation", ""},
+      {"lossy_above_check.cu", "mismatch", ""},
   };
   const Task& t = Find("allreduce");
   for (const Exploit& e : cases) {
