@@ -21,6 +21,7 @@ using nlohmann::json;
 constexpr size_t kMaxDiagnostics = 6;
 constexpr size_t kMaxMismatches = 6;
 constexpr size_t kMaxLogLines = 30;
+constexpr size_t kMaxResourceLines = 6;
 constexpr int64_t kMaxInt = std::numeric_limits<int>::max();
 
 std::string Num(double v) {
@@ -173,6 +174,20 @@ json TimingView(const json& eval, double link_peak_gbps) {
   return rows;
 }
 
+// "name: summary" for each function ptxas reported (compile.resources), the
+// first kMaxResourceLines.
+json ResourcesView(const json& eval) {
+  json lines = json::array();
+  const json compile = eval.value("compile", json::object());
+  const json items = compile.is_object() ? compile.value("resources", json::array()) : json();
+  if (!items.is_array()) return lines;
+  for (const auto& k : items) {
+    if (lines.size() >= kMaxResourceLines) break;
+    if (k.is_object()) lines.push_back(JsonString(k, "name") + ": " + JsonString(k, "summary"));
+  }
+  return lines;
+}
+
 }  // namespace
 
 json FeedbackView(const FeedbackInput& in) {
@@ -210,6 +225,8 @@ json FeedbackView(const FeedbackInput& in) {
   }
   view["mismatch"] = MismatchView(e);
   view["timing"] = TimingView(e, in.link_peak_gbps);
+  view["resources"] = ResourcesView(e);
+  view["has_resources"] = !view["resources"].empty();
   if (e.contains("speedup") && e["speedup"].is_number())
     view["speedup"] = Num(e["speedup"].get<double>());
   return view;

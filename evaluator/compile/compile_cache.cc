@@ -13,7 +13,7 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kRecordName = "record.json";
-constexpr int kRecordVersion = 2;  // 2: the shared object's SHA-256
+constexpr int kRecordVersion = 3;  // 2: the shared object's SHA-256; 3: resources
 
 std::optional<Severity> SeverityFromName(const std::string& name) {
   for (Severity s : {Severity::kError, Severity::kWarning, Severity::kNote, Severity::kRemark}) {
@@ -60,6 +60,11 @@ std::optional<CacheRecord> LoadCacheRecord(const fs::path& entry_dir) {
       d.context = item.value("context", "");
       r.diagnostics.push_back(std::move(d));
     }
+    for (const auto& item : j.at("resources")) {
+      std::optional<KernelResources> k = KernelResources::FromJson(item);
+      if (!k) return Discard(entry_dir);
+      r.resources.push_back(std::move(*k));
+    }
     if (r.ok) {
       // Verified on every hit: an entry whose object changed since it was
       // published (a kernel that wrote into the cache) is never loaded.
@@ -81,9 +86,12 @@ Status PublishCacheEntry(const fs::path& staging, const fs::path& entry_dir,
     item["context"] = d.context;
     diagnostics.push_back(std::move(item));
   }
+  nlohmann::json resources = nlohmann::json::array();
+  for (const KernelResources& k : record.resources) resources.push_back(k.ToJson());
   nlohmann::json j = {{"version", kRecordVersion}, {"ok", record.ok},
                       {"message", record.message}, {"log", record.log},
-                      {"seconds", record.seconds}, {"diagnostics", diagnostics}};
+                      {"seconds", record.seconds}, {"diagnostics", diagnostics},
+                      {"resources", resources}};
   if (record.ok) {
     KF_ASSIGN_OR_RETURN(std::string so, ReadFile(staging / kSharedObjectName));
     j["so_sha256"] = Sha256Hex(so);

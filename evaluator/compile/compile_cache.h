@@ -1,6 +1,6 @@
 // The on-disk compile cache: <cache_dir>/kernels/<key>/ holds kernel.so (when
 // the compile succeeded), the source, and record.json (outcome, diagnostics,
-// log, seconds). An entry is built in a private temp directory beside it and
+// log, resource usage, seconds). An entry is built in a private temp directory beside it and
 // renamed into place, so readers see a whole entry or none, and concurrent
 // compiles of the same source (threads or processes) are safe: the first
 // rename wins and the others discard their copy.
@@ -13,6 +13,7 @@
 
 #include "kforge/core/status.h"
 #include "kforge/evaluator/diagnostics.h"
+#include "kforge/evaluator/resource_usage.h"
 
 namespace kforge::eval {
 
@@ -21,7 +22,8 @@ struct CacheRecord {
   std::string message;  // the compile error's message when !ok
   std::vector<Diagnostic> diagnostics;
   std::string log;
-  double seconds = 0;  // how long the original compile took
+  std::vector<KernelResources> resources;  // ptxas -v, when the compile got that far
+  double seconds = 0;                      // how long the original compile took
 };
 
 inline constexpr const char* kSharedObjectName = "kernel.so";

@@ -35,7 +35,7 @@ namespace {
 using SteadyClock = std::chrono::steady_clock;
 
 // Bumped when the flag set or the cache layout changes meaning.
-constexpr std::string_view kKeySalt = "kforge.compile/1";
+constexpr std::string_view kKeySalt = "kforge.compile/2";
 
 double SecondsSince(SteadyClock::time_point start) {
   return std::chrono::duration<double>(SteadyClock::now() - start).count();
@@ -112,7 +112,13 @@ class DirGuard {
 nlohmann::json CompileResult::ToJson() const {
   nlohmann::json diags = nlohmann::json::array();
   for (const Diagnostic& d : diagnostics) diags.push_back(d.ToJson());
-  return {{"seconds", seconds}, {"cache_hit", cache_hit}, {"diagnostics", diags}, {"log", log}};
+  nlohmann::json res = nlohmann::json::array();
+  for (const KernelResources& k : resources) res.push_back(k.ToJson());
+  return {{"seconds", seconds},
+          {"cache_hit", cache_hit},
+          {"diagnostics", diags},
+          {"log", log},
+          {"resources", res}};
 }
 
 struct Compiler::Impl {
@@ -194,9 +200,10 @@ struct Compiler::Impl {
   // Every nvcc flag that shapes the output; paths (include dir, files) are not
   // part of it so that the key does not depend on where things live.
   static std::vector<std::string> Flags(const CompileJob& job) {
-    std::vector<std::string> flags = {"-arch=" + job.arch, "-O3",        "-std=c++17",
-                                      "-shared",           "-Xcompiler", "-fPIC",
-                                      "-cudart",           "shared",     "-lineinfo"};
+    // -Xptxas -v: every kernel's registers, shared memory and spills (resource_usage.h).
+    std::vector<std::string> flags = {"-arch=" + job.arch, "-O3",     "-std=c++17", "-shared",
+                                      "-Xcompiler",        "-fPIC",   "-cudart",    "shared",
+                                      "-lineinfo",         "-Xptxas", "-v"};
     flags.insert(flags.end(), job.extra_flags.begin(), job.extra_flags.end());
     for (const std::string& lib : job.libraries) flags.push_back("-l" + lib);
     return flags;
@@ -266,6 +273,8 @@ Status Compiler::Impl::Build(const CompileJob& job, const fs::path& nvcc_path,
   }
   std::string log = run->out + run->err;
   ReplaceAll(log, staging.string() + "/", "");
+  record.resources = ParseResourceUsage(log);
+  log = StripResourceUsage(log);
   ParseOptions parse;
   parse.display_name = job.display_name;
   parse.source_paths = {file_name, (staging / file_name).string()};
@@ -339,6 +348,7 @@ CompileResult Compiler::Impl::Compile(const CompileJob& job) {
   auto from_record = [&](const CacheRecord& r) {
     result.diagnostics = r.diagnostics;
     result.log = r.log;
+    result.resources = r.resources;
     if (!r.ok) return finish(Error(ErrorKind::kCompileError, r.message));
     result.shared_object = entry / kSharedObjectName;
     return finish(Status::Ok());

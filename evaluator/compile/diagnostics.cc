@@ -1,6 +1,5 @@
 #include "kforge/evaluator/diagnostics.h"
 
-#include <cxxabi.h>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -13,6 +12,7 @@
 #include <tuple>
 #include <vector>
 
+#include "demangle.h"
 #include "kforge/core/scan.h"
 #include "kforge/core/strings.h"
 
@@ -46,12 +46,8 @@ std::string DemangleQuoted(std::string_view text) {
     if (!scan::At(text, open + 1, "_Z")) continue;
     size_t close = scan::SkipWhile(text, open + 3, scan::IsWordChar);
     if (close == open + 3 || close == text.size() || text[close] != '\'') continue;
-    std::string mangled(text.substr(open + 1, close - open - 1));
-    int status = 0;
-    char* plain = abi::__cxa_demangle(mangled.c_str(), nullptr, nullptr, &status);
     out.append(text.substr(last, open - last));
-    out += "'" + (status == 0 && plain != nullptr ? std::string(plain) : mangled) + "'";
-    std::free(plain);
+    out += "'" + Demangle(text.substr(open + 1, close - open - 1)) + "'";
     last = close + 1;
     open = close;  // matches do not overlap
   }

@@ -1,21 +1,12 @@
 #include "link_check.h"
 
-#include <cxxabi.h>
-
-#include <cstdlib>
 #include <deque>
+
+#include "demangle.h"
 
 namespace kforge::eval {
 namespace fs = std::filesystem;
 namespace {
-
-std::string Demangle(const std::string& name) {
-  int status = 0;
-  char* plain = abi::__cxa_demangle(name.c_str(), nullptr, nullptr, &status);
-  std::string out = status == 0 && plain != nullptr ? plain : name;
-  std::free(plain);
-  return out;
-}
 
 Diagnostic LinkError(std::string message) {
   Diagnostic d;

@@ -5,6 +5,11 @@
 #include "kforge/evaluator/dtype.h"
 
 namespace kforge::eval {
+namespace {
+
+constexpr size_t kReportedKernels = 8;  // compile.resources lines in the report
+
+}  // namespace
 
 int ExitCodeFor(const std::string& status) {
   if (status == "passed" || status == "compiled") return 0;
@@ -34,6 +39,14 @@ std::string RenderEvalReport(const nlohmann::json& d) {
       if (diag.value("severity", "") != "error" || shown++ >= 5) continue;
       out += fmt::format("  {}:{}:{}: error: {}\n", diag.value("file", "?"), diag.value("line", 0),
                          diag.value("column", 0), diag.value("message", ""));
+    }
+    const auto resources = c.value("resources", nlohmann::json::array());
+    for (size_t i = 0; i < resources.size() && i < kReportedKernels; ++i) {
+      out += fmt::format("  {}: {}\n", resources[i].value("name", "?"),
+                         resources[i].value("summary", ""));
+    }
+    if (resources.size() > kReportedKernels) {
+      out += fmt::format("  ({} more functions)\n", resources.size() - kReportedKernels);
     }
   }
   if (d.contains("policy")) {

@@ -122,6 +122,39 @@ TEST(Feedback, TimingShowsSpeedupBusbwShareOfPeakAndSkew) {
   EXPECT_NE(fb.find("speedup 0.8x"), std::string::npos);
 }
 
+// What ptxas said of each kernel (compile.resources) reaches the model when
+// it is asked to go faster, capped at six functions.
+TEST(Feedback, SlowAndFastShowWhatPtxasReportedOfEachKernel) {
+  json resources = json::array();
+  resources.push_back({{"name", "void ring<8>(bf16*, int)"},
+                       {"summary",
+                        "255 registers (at most 8 of 64 warps per SM); spills 96 B "
+                        "stored, 96 B loaded"}});
+  for (int i = 0; i < 9; ++i) {
+    resources.push_back({{"name", "k" + std::to_string(i) + "()"}, {"summary", "12 registers"}});
+  }
+  resources.push_back("not an object");
+  for (Outcome o : {Outcome::kSlow, Outcome::kFast}) {
+    FeedbackInput in;
+    in.outcome = o;
+    in.turns = 3;
+    in.eval = {{"status", "passed"}, {"speedup", 0.8}, {"compile", {{"resources", resources}}}};
+    std::string fb = Compose(in);
+    EXPECT_NE(fb.find("As compiled (ptxas"), std::string::npos) << fb;
+    EXPECT_NE(fb.find("- void ring<8>(bf16*, int): 255 registers (at most 8 of 64 warps per SM); "
+                      "spills 96 B stored, 96 B loaded"),
+              std::string::npos)
+        << fb;
+    EXPECT_NE(fb.find("- k4(): 12 registers"), std::string::npos) << fb;
+    EXPECT_EQ(fb.find("k5()"), std::string::npos) << fb;  // six lines at most
+  }
+  // No resources (an older document, or a failed compile): no section.
+  FeedbackInput bare;
+  bare.outcome = Outcome::kSlow;
+  bare.eval = {{"status", "passed"}, {"speedup", 0.8}, {"compile", {{"resources", "odd"}}}};
+  EXPECT_EQ(Compose(bare).find("As compiled"), std::string::npos);
+}
+
 TEST(Feedback, LastTurnDropsTheRequestForAnotherKernel) {
   FeedbackInput in;
   in.outcome = Outcome::kPolicyViolation;

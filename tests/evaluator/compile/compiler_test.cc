@@ -61,6 +61,16 @@ TEST(CompilerTest, GoodKernelBuildsASharedObjectExportingTheAbi) {
   EXPECT_TRUE(j.at("cache_hit").is_boolean());
   EXPECT_TRUE(j.at("diagnostics").is_array());
   EXPECT_TRUE(j.at("log").is_string());
+  // ptxas -v: every kernel's resources, and none of its info lines in the log.
+  ASSERT_FALSE(r.resources.empty()) << r.log;
+  for (const KernelResources& k : r.resources) {
+    EXPECT_FALSE(k.name.empty());
+    EXPECT_EQ(k.arch, "sm_90a") << k.name;
+    EXPECT_GT(k.registers, 0) << k.name;
+    EXPECT_EQ(k.spill_store_bytes, 0) << k.name;
+  }
+  EXPECT_EQ(j.at("resources").size(), r.resources.size());
+  EXPECT_EQ(r.log.find("ptxas info"), std::string::npos) << r.log;
 }
 
 TEST(CompilerTest, SyntaxErrorsAreParsedAgainstTheDisplayName) {
@@ -142,6 +152,8 @@ TEST(CompilerTest, SecondCompileIsACacheHitAndFaster) {
   EXPECT_TRUE(warm.cache_hit);
   EXPECT_EQ(warm.shared_object, cold.shared_object);
   EXPECT_EQ(warm.key, cold.key);
+  EXPECT_FALSE(cold.resources.empty());
+  EXPECT_EQ(warm.resources, cold.resources);  // kept in the cache entry
   EXPECT_LT(warm.seconds * 10, cold.seconds)
       << "cold " << cold.seconds << " s, warm " << warm.seconds << " s";
   // A fresh compiler (another process) sees the same entry; no staging directories are left behind.

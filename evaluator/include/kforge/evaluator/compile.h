@@ -18,6 +18,7 @@
 #include "kforge/core/status.h"
 #include "kforge/core/subprocess.h"
 #include "kforge/evaluator/diagnostics.h"
+#include "kforge/evaluator/resource_usage.h"
 
 namespace kforge::eval {
 
@@ -62,6 +63,7 @@ struct CompileResult {
   double seconds = 0;  // wall time of this call (a cache hit costs milliseconds)
   std::vector<Diagnostic> diagnostics;
   std::string log;  // nvcc's output, temp paths replaced by the display name, truncated
+  std::vector<KernelResources> resources;  // what ptxas reported of each kernel
   std::string key;  // the cache key (hex SHA-256); empty when it could not be computed
 
   // The `compile` object of docs/eval-result.md.
