@@ -1,0 +1,91 @@
+// The host's share of a correctness check: for every task, world size and
+// check size, the seconds the coordinator spends per trial generating every
+// rank's inputs, building the oracle's view and running the oracle (what
+// RunCheckSize does after each candidate call). Not a test.
+//
+//   build/tests/tasks/oracle_bench [tasks_dir] [--world W ...] [--trials N]
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "kforge/evaluator/task.h"
+#include "task/inputs.h"
+
+namespace {
+
+using kforge::eval::Problem;
+using Clock = std::chrono::steady_clock;
+
+double Since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::filesystem::path dir = KFORGE_BENCH_TASKS_DIR;
+  std::vector<int> worlds;
+  int trials = 5;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--world" && i + 1 < argc) {
+      worlds.push_back(std::atoi(argv[++i]));
+    } else if (a == "--trials" && i + 1 < argc) {
+      trials = std::atoi(argv[++i]);
+    } else {
+      dir = a;
+    }
+  }
+  if (worlds.empty()) worlds = {2, 8};
+  auto tasks = kforge::eval::LoadTasks(dir);
+  if (!tasks.ok()) {
+    std::fprintf(stderr, "%s\n", tasks.status().ToString().c_str());
+    return 1;
+  }
+  std::printf(
+      "| task | W | dtype | check sizes | inputs s | oracle s | per evaluation s (%d trials) |\n",
+      trials);
+  std::printf("|---|---:|---|---:|---:|---:|---:|\n");
+  double total_by_w[16] = {};
+  for (const auto& t : *tasks) {
+    for (int w : worlds) {
+      if (std::find(t.world_sizes.begin(), t.world_sizes.end(), w) == t.world_sizes.end()) continue;
+      const kforge::eval::Dtype dt = t.dtypes.front();
+      double gen_s = 0, oracle_s = 0;
+      int sizes = 0;
+      for (const auto& size : t.check_sizes) {
+        auto p = kforge::eval::Instantiate(t, w, dt, size, true);
+        if (!p.ok()) continue;
+        ++sizes;
+        for (int trial = 0; trial < trials; ++trial) {
+          const uint64_t seed = 1000 + static_cast<uint64_t>(trial);
+          auto t0 = Clock::now();
+          auto inputs = kforge::eval::GenerateAllInputs(*p, seed);
+          if (!inputs.ok()) return 1;
+          std::vector<std::vector<const void*>> ptrs(static_cast<size_t>(w));
+          for (int r = 0; r < w; ++r) {
+            for (const auto& b : (*inputs)[static_cast<size_t>(r)])
+              ptrs[static_cast<size_t>(r)].push_back(b.data());
+          }
+          auto io = kforge::eval::BuildOracleIo(*p, seed, ptrs);
+          if (!io.ok()) return 1;
+          gen_s += Since(t0);
+          auto t1 = Clock::now();
+          if (!kforge::eval::RunOracle(*p, *io).ok()) return 1;
+          oracle_s += Since(t1);
+        }
+      }
+      total_by_w[w % 16] += gen_s + oracle_s;
+      std::printf("| %s | %d | %s | %d | %.3f | %.3f | %.3f |\n", t.key.c_str(), w,
+                  std::string(kforge::eval::DtypeName(dt)).c_str(), sizes, gen_s, oracle_s,
+                  gen_s + oracle_s);
+    }
+  }
+  for (int w : worlds) std::printf("total at W=%d: %.2f s\n", w, total_by_w[w % 16]);
+  return 0;
+}
