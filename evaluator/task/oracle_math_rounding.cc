@@ -2,6 +2,8 @@
 // contracts are in kforge/oracle_math.h.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <limits>
 
 #include "kforge/oracle_math.h"
@@ -17,17 +19,35 @@ using internal::CheckSize;
 
 // Round-to-nearest-even onto a binary floating format with `mant_bits`
 // fraction bits and smallest normal exponent `emin`; no overflow handling
-// (the caller decides between saturation and infinity). Exact: the quotient
-// by a power of two and the integer rounding are exact in double.
+// (the caller decides between saturation and infinity). On the double's bits:
+// the significand's low bits are rounded off in integer arithmetic and the
+// result scaled by a power of two, both exact (the fp8 oracles round every
+// element of every rank, so this is on their hot path).
 double RoundToGrid(double x, int mant_bits, int emin) {
   if (x == 0.0 || !std::isfinite(x)) return x;
-  const double a = std::fabs(x);
-  int e2 = 0;
-  std::frexp(a, &e2);  // a = f * 2^e2, f in [0.5, 1)
-  const int e = std::max(e2 - 1, emin);
-  const int shift = e - mant_bits;
-  const double r = std::ldexp(RoundHalfEven(std::ldexp(a, -shift)), shift);
-  return std::copysign(r, x);
+  uint64_t bits = 0;
+  std::memcpy(&bits, &x, sizeof bits);
+  const int biased = static_cast<int>((bits >> 52) & 0x7ff);
+  uint64_t sig = bits & ((uint64_t{1} << 52) - 1);
+  int e = biased - 1023;  // x = sig * 2^(e - 52), sig with its leading one
+  if (biased == 0) {
+    e = -1022;  // a double subnormal: no leading one
+  } else {
+    sig |= uint64_t{1} << 52;
+  }
+  const int shift = std::max(e, emin) - mant_bits;  // the result is a multiple of 2^shift
+  const int drop = shift - (e - 52);                // low bits of sig below 2^shift
+  if (drop <= 0) return x;                          // already on the grid
+  if (drop > 54) return std::copysign(0.0, x);      // under half a step
+  const uint64_t rem = sig & ((uint64_t{1} << drop) - 1), half = uint64_t{1} << (drop - 1);
+  uint64_t q = sig >> drop;
+  if (rem > half || (rem == half && (q & 1) != 0)) ++q;
+  // q <= 2^(mant_bits + 1) is exact in a double, and so is the power of two
+  // (shift >= -1022 for every format here).
+  uint64_t scale_bits = static_cast<uint64_t>(shift + 1023) << 52;
+  double scale = 0;
+  std::memcpy(&scale, &scale_bits, sizeof scale);
+  return std::copysign(static_cast<double>(q) * scale, x);
 }
 
 // IEEE round-to-nearest with overflow to infinity: anything that rounds past

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -475,6 +476,72 @@ TEST(OracleMathRound, Bf16AndF16) {
   EXPECT_EQ(RoundToF16(std::ldexp(3, -26)), std::ldexp(1, -24));
   EXPECT_TRUE(std::isnan(RoundToF16(kNan)));
   EXPECT_TRUE(std::isnan(RoundToBf16(kNan)));
+}
+
+// The rounding works on the double's bits; this is the plain definition
+// (frexp, scale, round half to even, scale back) it must agree with.
+double GridByDefinition(double x, int mant_bits, int emin) {
+  if (x == 0.0 || !std::isfinite(x)) return x;
+  int e2 = 0;
+  std::frexp(std::fabs(x), &e2);
+  const int shift = std::max(e2 - 1, emin) - mant_bits;
+  return std::copysign(std::ldexp(RoundHalfEven(std::ldexp(std::fabs(x), -shift)), shift), x);
+}
+
+TEST(OracleMathRound, BitRoundingAgreesWithTheDefinitionEverywhere) {
+  struct Format {
+    const char* name;
+    double (*round)(double);
+    int mant_bits, emin;
+    double max_finite;
+    bool saturates;  // e4m3fn saturates, the IEEE formats overflow to inf
+  };
+  const Format formats[] = {
+      {"e4m3", RoundToE4M3, 3, -6, 448.0, true},
+      {"e5m2", RoundToE5M2, 2, -14, 57344.0, false},
+      {"bf16", RoundToBf16, 7, -126, std::ldexp(255.0 / 128.0, 127), false},
+      {"f16", RoundToF16, 10, -14, 65504.0, false},
+  };
+  uint64_t state = 0x243f6a8885a308d3ull;
+  auto next = [&state] {
+    state += 0x9e3779b97f4a7c15ull;
+    uint64_t z = state;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  };
+  for (const Format& f : formats) {
+    const double max_exp = std::ilogb(f.max_finite) + 2;
+    for (int i = 0; i < 400000; ++i) {
+      const uint64_t r = next();
+      // Exponents from far below the smallest subnormal to past the largest
+      // value; a quarter of the values are exact ties of normal numbers, a
+      // quarter exactly on the grid.
+      const int e =
+          static_cast<int>(r % static_cast<uint64_t>(max_exp - f.emin + f.mant_bits + 8)) + f.emin -
+          f.mant_bits - 6;
+      double m = 1.0 + static_cast<double>(next() >> 12) * 0x1p-52;
+      const double steps = std::ldexp(1.0, f.mant_bits);  // grid points per octave
+      if (i % 4 == 0) m = 1.0 + (std::floor((m - 1) * steps) + 0.5) / steps;  // a tie
+      if (i % 4 == 1) m = 1.0 + std::floor((m - 1) * steps) / steps;          // on the grid
+      const double x = std::copysign(std::ldexp(m, e), (r >> 63) != 0 ? -1.0 : 1.0);
+      double want = GridByDefinition(x, f.mant_bits, f.emin);
+      if (std::fabs(want) > f.max_finite)
+        want = std::copysign(f.saturates ? f.max_finite : INFINITY, x);
+      const double got = f.round(x);
+      ASSERT_EQ(got, want) << f.name << " x = " << std::hexfloat << x;
+      ASSERT_EQ(std::signbit(got), std::signbit(x)) << f.name << " x = " << std::hexfloat << x;
+    }
+    // Double subnormals and the extremes.
+    for (double x : {std::numeric_limits<double>::denorm_min(), -std::numeric_limits<double>::min(),
+                     std::numeric_limits<double>::max(), -0.0}) {
+      double want = GridByDefinition(x, f.mant_bits, f.emin);
+      if (std::fabs(want) > f.max_finite)
+        want = std::copysign(f.saturates ? f.max_finite : INFINITY, x);
+      EXPECT_EQ(f.round(x), want) << f.name << " x = " << std::hexfloat << x;
+      EXPECT_EQ(std::signbit(f.round(x)), std::signbit(x)) << f.name;
+    }
+  }
 }
 
 TEST(OracleMathRound, HalfEven) {
