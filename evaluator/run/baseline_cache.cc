@@ -47,11 +47,7 @@ int ReuseBaselines(EvalSession& s) {
       ++to_time;
       continue;
     }
-    plan.baseline = r->side;
-    plan.baseline_before_us = r->before_us;
-    plan.baseline_after_us = r->after_us;
-    plan.warmup = r->warmup;
-    plan.call_wall_us = r->call_wall_us;
+    plan.baseline = r->timing;
     plan.reused_baseline_age_s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - r->measured).count();
     plan.reused_baseline_uses = ++r->uses;
@@ -63,10 +59,10 @@ int DropStaleBaselines(EvalSession& s) {
   constexpr double kClockChange = 0.03;
   int dropped = 0;
   for (SizePlan& plan : s.plans) {
-    if (!plan.BaselineReused() || plan.baseline.sm_clock_mhz.empty() ||
+    if (!plan.BaselineReused() || plan.baseline.side.sm_clock_mhz.empty() ||
         plan.candidate.sm_clock_mhz.empty())
       continue;
-    const double then = Quantile(plan.baseline.sm_clock_mhz, 0.5);
+    const double then = Quantile(plan.baseline.side.sm_clock_mhz, 0.5);
     const double now = Quantile(plan.candidate.sm_clock_mhz, 0.5);
     if (then > 0 && std::abs(now / then - 1) <= kClockChange) continue;
     LogInfo("evaluator",
@@ -82,13 +78,9 @@ int DropStaleBaselines(EvalSession& s) {
 void RecordBaselines(EvalSession& s) {
   if (s.baselines == nullptr || s.options->baseline_reuse_s <= 0) return;
   for (const SizePlan& plan : s.plans) {
-    if (plan.check || plan.BaselineReused() || plan.baseline.claimed_us.empty()) continue;
+    if (plan.check || plan.BaselineReused() || plan.baseline.side.claimed_us.empty()) continue;
     BaselineRecord r;
-    r.side = plan.baseline;
-    r.before_us = plan.baseline_before_us;
-    r.after_us = plan.baseline_after_us;
-    r.warmup = plan.warmup;
-    r.call_wall_us = plan.call_wall_us;
+    r.timing = plan.baseline;
     r.measured = std::chrono::steady_clock::now();
     s.baselines->Store(BaselineCache::Key(s, plan), std::move(r));
   }

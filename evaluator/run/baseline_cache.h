@@ -14,10 +14,7 @@
 namespace kforge::eval {
 
 struct BaselineRecord {
-  Side side;                           // the reference group's timed calls
-  double before_us = 0, after_us = 0;  // medians around the candidate it was timed with
-  int warmup = 0;                      // what the probe before it decided
-  double call_wall_us = 0;
+  BaselineTiming timing;  // as the plan it was timed for held it
   std::chrono::steady_clock::time_point measured;
   int uses = 0;  // later evaluations that reused it
 };

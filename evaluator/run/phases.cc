@@ -300,7 +300,7 @@ double SecondsSince(std::chrono::steady_clock::time_point t0) {
 
 // Untimed calls in front of each side's first block: the same for the
 // reference and the candidate.
-int DriveWarmup(const SizePlan& plan) { return std::clamp(plan.warmup / 4, 5, 50); }
+int DriveWarmup(const SizePlan& plan) { return std::clamp(plan.baseline.warmup / 4, 5, 50); }
 
 // Blocks of driven calls until the median of the claimed times is precise
 // enough or the size's cap is spent (run/timing_rule.h). The claims only size
@@ -308,7 +308,7 @@ int DriveWarmup(const SizePlan& plan) { return std::clamp(plan.warmup / 4, 5, 50
 Status TimedCalls(EvalSession& s, ServedGroup& g, SizePlan& plan, Side* out) {
   const TimingRule rule = s.Rule();
   int warmup = DriveWarmup(plan);
-  double spent_s = 0, call_wall_us = plan.call_wall_us;
+  double spent_s = 0, call_wall_us = plan.baseline.call_wall_us;
   for (int block; (block = NextBlock(rule, out->claimed_us, spent_s, call_wall_us)) > 0;) {
     auto t0 = std::chrono::steady_clock::now();
     KF_RETURN_IF_ERROR(DriveBlock(s, g, plan, warmup, block, out));
@@ -341,7 +341,7 @@ namespace {
 bool Confirms(EvalSession& s, SizePlan& plan, const Side& now) {
   const double slack = s.options->baseline_confirm_slack;
   const TimingStats st = Summarize(now.claimed_us, now.wall_us);
-  const double recorded = Quantile(plan.baseline.claimed_us, 0.5);
+  const double recorded = Quantile(plan.baseline.side.claimed_us, 0.5);
   plan.confirm_median_us = st.median_us;
   if (slack >= 0 && recorded >= st.ci_lo_us * (1 - slack) && recorded <= st.ci_hi_us * (1 + slack))
     return true;
@@ -375,17 +375,17 @@ Status TimeBaselines(EvalSession& s, bool after) {
       }
       plan.DropReusedBaseline();
     }
-    if (!after || plan.call_wall_us == 0) {
+    if (!after || plan.baseline.call_wall_us == 0) {
       Side probe;
       auto p0 = std::chrono::steady_clock::now();
       KF_RETURN_IF_ERROR(DriveBlock(s, s.reference, plan, 2, 3, &probe));
-      plan.call_wall_us = SecondsSince(p0) * 1e6 / 5;
-      plan.warmup = WarmupCalls(s.Rule(), plan.call_wall_us);
+      plan.baseline.call_wall_us = SecondsSince(p0) * 1e6 / 5;
+      plan.baseline.warmup = WarmupCalls(s.Rule(), plan.baseline.call_wall_us);
     }
     Side side;
     KF_RETURN_IF_ERROR(TimedCalls(s, s.reference, plan, &side));
-    (after ? plan.baseline_after_us : plan.baseline_before_us) = Quantile(side.claimed_us, 0.5);
-    plan.baseline.Append(side);
+    (after ? plan.baseline.after_us : plan.baseline.before_us) = Quantile(side.claimed_us, 0.5);
+    plan.baseline.side.Append(side);
     KF_RETURN_IF_ERROR(Release(s, plan, s.reference));
   }
   return Status::Ok();

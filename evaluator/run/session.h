@@ -45,26 +45,33 @@ struct Side {
 };
 
 // One size of the evaluation, instantiated once.
+// What the reference group's timing of a bench size established; a reused
+// baseline (run/baseline_cache.h) restores it whole.
+struct BaselineTiming {
+  Side side;                           // its calls, before and after the candidate
+  double before_us = 0, after_us = 0;  // their medians
+  int warmup = 0;                      // the probe's untimed calls before each side's first block
+  double call_wall_us = 0;             // the wall time of one driven call (sizes the blocks)
+};
+
 struct SizePlan {
   SizeSpec size;
   Problem problem;
-  bool check = false;  // a check size (oracle) or a bench size (baseline, timing)
-  int sets = 1;        // input/output sets (rotated so timed calls miss L2)
-  Side baseline;       // the reference group's calls, before and after the candidate
-  double baseline_before_us = 0, baseline_after_us = 0;  // their medians
-  Side candidate;                                        // the candidate's calls
-  int warmup = 0;           // untimed calls before each side's first block
-  double call_wall_us = 0;  // the wall time of one driven call (sizes the blocks)
+  bool check = false;       // a check size (oracle) or a bench size (baseline, timing)
+  int sets = 1;             // input/output sets (rotated so timed calls miss L2)
+  BaselineTiming baseline;  // the reference group's
+  Side candidate;           // the candidate's calls
   // >= 0: the baseline was reused from an earlier evaluation timed this long
   // ago (run/baseline_cache.h), and this is its n-th reuse.
   double reused_baseline_age_s = -1;
   int reused_baseline_uses = 0;
   double confirm_median_us = 0;  // the fresh block that confirmed a reused baseline
   bool BaselineReused() const { return reused_baseline_age_s >= 0; }
-  // Back to "to be timed": the reused record no longer stands.
+  // Back to "to be timed": the reused record no longer stands (the probe's
+  // warm-up and call time stay: they only size the blocks).
   void DropReusedBaseline() {
-    baseline = Side{};
-    baseline_before_us = baseline_after_us = 0;
+    baseline.side = Side{};
+    baseline.before_us = baseline.after_us = 0;
     reused_baseline_age_s = -1;
     reused_baseline_uses = 0;
   }

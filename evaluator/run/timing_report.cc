@@ -42,13 +42,14 @@ double MedianGap(const std::vector<double>& wall_us, const std::vector<double>& 
 
 void FinishTiming(EvalSession& s) {
   for (SizePlan& plan : s.plans) {
-    if (plan.check || plan.candidate.claimed_us.empty() || plan.baseline.claimed_us.empty())
+    if (plan.check || plan.candidate.claimed_us.empty() || plan.baseline.side.claimed_us.empty())
       continue;
     const Problem& p = plan.problem;
-    TimingStats base = Summarize(plan.baseline.claimed_us, plan.baseline.wall_us);
+    TimingStats base = Summarize(plan.baseline.side.claimed_us, plan.baseline.side.wall_us);
     TimingStats cand = Summarize(plan.candidate.claimed_us, plan.candidate.wall_us);
     const double gap_us = MedianGap(plan.candidate.wall_us, plan.candidate.claimed_us);
-    const double reference_gap_us = MedianGap(plan.baseline.wall_us, plan.baseline.claimed_us);
+    const double reference_gap_us =
+        MedianGap(plan.baseline.side.wall_us, plan.baseline.side.claimed_us);
     const double path_us = std::max(s.candidate.overhead_us, reference_gap_us);
     const double allowed_us = path_us + kSlackUs + kSlackFraction * cand.median_us;
     json warnings = json::array();
@@ -64,8 +65,8 @@ void FinishTiming(EvalSession& s) {
                 cand.median_us, cand.host_median_us, path_us)}});
     }
     double drift = 0;
-    if (plan.baseline_before_us > 0 && plan.baseline_after_us > 0) {
-      drift = plan.baseline_after_us / plan.baseline_before_us - 1;
+    if (plan.baseline.before_us > 0 && plan.baseline.after_us > 0) {
+      drift = plan.baseline.after_us / plan.baseline.before_us - 1;
       if (std::abs(drift) > kDriftWarning) {
         warnings.push_back(
             fmt::format("the baseline drifted by {:+.1f}% between before and after the candidate",
@@ -73,11 +74,11 @@ void FinishTiming(EvalSession& s) {
       }
     }
     json clocks = nullptr;
-    if (!plan.baseline.sm_clock_mhz.empty()) {
-      auto [lo, hi] =
-          std::minmax_element(plan.baseline.sm_clock_mhz.begin(), plan.baseline.sm_clock_mhz.end());
-      auto [tlo, thi] = std::minmax_element(plan.baseline.temperature_c.begin(),
-                                            plan.baseline.temperature_c.end());
+    if (!plan.baseline.side.sm_clock_mhz.empty()) {
+      auto [lo, hi] = std::minmax_element(plan.baseline.side.sm_clock_mhz.begin(),
+                                          plan.baseline.side.sm_clock_mhz.end());
+      auto [tlo, thi] = std::minmax_element(plan.baseline.side.temperature_c.begin(),
+                                            plan.baseline.side.temperature_c.end());
       clocks = {{"sm_clock_mhz", {*lo, *hi}}, {"temperature_c", {*tlo, *thi}}};
       if (*hi > 0 && (*hi - *lo) / *hi > kClockWarning) {
         warnings.push_back(fmt::format(
@@ -122,7 +123,7 @@ void FinishTiming(EvalSession& s) {
         {"size", plan.size.label},
         {"bytes", p.perf_bytes},
         {"sets", plan.sets},
-        {"warmup_iters", plan.warmup},
+        {"warmup_iters", plan.baseline.warmup},
         {"baseline", base.ToJson()},
         {"candidate", cand.ToJson()},
         {"harness_overhead_us", s.candidate.overhead_us},

@@ -37,20 +37,18 @@ struct Fixture {
   // A baseline as TimeBaselines leaves it.
   void TimeIt(double before_us, double after_us) {
     SizePlan& plan = s.plans[0];
-    plan.baseline.claimed_us = {before_us, after_us};
-    plan.baseline.wall_us = {before_us + 8, after_us + 8};
-    plan.baseline.sm_clock_mhz = {1980, 1980};
-    plan.baseline_before_us = before_us;
-    plan.baseline_after_us = after_us;
-    plan.warmup = 7;
-    plan.call_wall_us = 40;
+    plan.baseline.side.claimed_us = {before_us, after_us};
+    plan.baseline.side.wall_us = {before_us + 8, after_us + 8};
+    plan.baseline.side.sm_clock_mhz = {1980, 1980};
+    plan.baseline.before_us = before_us;
+    plan.baseline.after_us = after_us;
+    plan.baseline.warmup = 7;
+    plan.baseline.call_wall_us = 40;
   }
   void Reset() {
     SizePlan& plan = s.plans[0];
-    plan.baseline = Side{};
+    plan.baseline = BaselineTiming{};
     plan.candidate = Side{};
-    plan.baseline_before_us = plan.baseline_after_us = plan.call_wall_us = 0;
-    plan.warmup = 0;
     plan.reused_baseline_age_s = -1;
     plan.reused_baseline_uses = 0;
   }
@@ -67,11 +65,11 @@ TEST(BaselineCache, AFreshRecordIsReusedWithItsCallsAndCounted) {
   const SizePlan& plan = f.s.plans[0];
   EXPECT_TRUE(plan.BaselineReused());
   EXPECT_EQ(plan.reused_baseline_uses, 1);
-  EXPECT_EQ(plan.baseline.claimed_us, (std::vector<double>{30.0, 31.0}));
-  EXPECT_EQ(plan.baseline_before_us, 30.0);
-  EXPECT_EQ(plan.baseline_after_us, 31.0);
-  EXPECT_EQ(plan.warmup, 7);
-  EXPECT_EQ(plan.call_wall_us, 40);
+  EXPECT_EQ(plan.baseline.side.claimed_us, (std::vector<double>{30.0, 31.0}));
+  EXPECT_EQ(plan.baseline.before_us, 30.0);
+  EXPECT_EQ(plan.baseline.after_us, 31.0);
+  EXPECT_EQ(plan.baseline.warmup, 7);
+  EXPECT_EQ(plan.baseline.call_wall_us, 40);
   // A reused baseline is not recorded again as if it were fresh.
   RecordBaselines(f.s);
   f.Reset();
@@ -128,8 +126,8 @@ TEST(BaselineCache, AReusedBaselineTimedAtOtherClocksIsDropped) {
   f.s.plans[0].candidate.sm_clock_mhz = {1750, 1760};  // throttled since
   EXPECT_EQ(DropStaleBaselines(f.s), 1);
   EXPECT_FALSE(f.s.plans[0].BaselineReused());
-  EXPECT_TRUE(f.s.plans[0].baseline.claimed_us.empty());
-  EXPECT_EQ(f.s.plans[0].baseline_before_us, 0);
+  EXPECT_TRUE(f.s.plans[0].baseline.side.claimed_us.empty());
+  EXPECT_EQ(f.s.plans[0].baseline.before_us, 0);
 }
 
 }  // namespace

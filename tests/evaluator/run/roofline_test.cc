@@ -75,7 +75,7 @@ void ClaimPerCall(EvalSession& s, double claimed_us) {
   plan.problem.world = 2;
   plan.problem.perf_bytes = 1e8;
   plan.problem.floor_hbm_bytes = 1e8;  // 100 us at 1000 GB/s
-  plan.baseline.claimed_us = std::vector<double>(10, 150.0);
+  plan.baseline.side.claimed_us = std::vector<double>(10, 150.0);
   plan.candidate.claimed_us = std::vector<double>(10, claimed_us);
   plan.candidate.wall_us = std::vector<double>(10, claimed_us + 1.0);
   s.plans.push_back(std::move(plan));
