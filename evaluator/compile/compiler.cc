@@ -200,10 +200,22 @@ struct Compiler::Impl {
   // Every nvcc flag that shapes the output; paths (include dir, files) are not
   // part of it so that the key does not depend on where things live.
   static std::vector<std::string> Flags(const CompileJob& job) {
-    // -Xptxas -v: every kernel's registers, shared memory and spills (resource_usage.h).
-    std::vector<std::string> flags = {"-arch=" + job.arch, "-O3",     "-std=c++17", "-shared",
-                                      "-Xcompiler",        "-fPIC",   "-cudart",    "shared",
-                                      "-lineinfo",         "-Xptxas", "-v"};
+    // Machine code for the evaluation GPU's arch only: -arch=sm_90a would also
+    // embed compute_90 PTX for other GPUs, a second front-end pass that costs
+    // a quarter of a cold compile (docs/compile.md). -Xptxas -v: every
+    // kernel's registers, shared memory and spills (resource_usage.h).
+    const std::string virt = "compute_" + job.arch.substr(3);
+    std::vector<std::string> flags = {"-gencode=arch=" + virt + ",code=" + job.arch,
+                                      "-O3",
+                                      "-std=c++17",
+                                      "-shared",
+                                      "-Xcompiler",
+                                      "-fPIC",
+                                      "-cudart",
+                                      "shared",
+                                      "-lineinfo",
+                                      "-Xptxas",
+                                      "-v"};
     flags.insert(flags.end(), job.extra_flags.begin(), job.extra_flags.end());
     for (const std::string& lib : job.libraries) flags.push_back("-l" + lib);
     return flags;
