@@ -16,6 +16,7 @@
 #include "kforge/evaluator/task.h"
 #include "task/compare.h"
 #include "task/inputs.h"
+#include "transport.h"
 
 namespace kforge::eval {
 namespace {
@@ -168,25 +169,6 @@ std::vector<uint16_t> QuantisedSum(const Problem& p, const OracleIo& io, int r, 
   return out;
 }
 
-// The exact values rounded once to bf16: a kernel that sums in f32.
-std::vector<uint16_t> RoundedBf16(std::span<const double> exact) {
-  std::vector<uint16_t> out(exact.size());
-  for (size_t j = 0; j < exact.size(); ++j) StoreFromDouble(out.data(), Dtype::kBF16, j, exact[j]);
-  return out;
-}
-
-double Int8(double v, double amax) {
-  const double scale = amax > 0 ? amax / 127 : 1;
-  return std::clamp(std::nearbyint(v / scale), -127.0, 127.0) * scale;
-}
-
-double Fp8E4M3(double v, double amax) {
-  const double scale = amax > 0 ? amax / 448 : 1;
-  uint8_t cell = 0;
-  StoreFromDouble(&cell, Dtype::kFp8E4M3, 0, v / scale);
-  return LoadAsDouble(&cell, Dtype::kFp8E4M3, 0) * scale;
-}
-
 // Tolerances scale with W: at every world size the sum NCCL's ring computes
 // (partials rounded to bf16 at every step) passes; fp8 and int8 transport
 // (block-scaled, summed in f32) fail at every W. Element-wise, int8 fails only
@@ -228,7 +210,7 @@ TEST(CollectiveTasks, ReductionTolerancesScaleWithWorldSize) {
         CompareReport honest = CompareOutput(local, ring.data(), expected, ctx);
         EXPECT_TRUE(honest.passed)
             << key << " W=" << w << " ring: max abs err " << honest.max_abs_err;
-        auto int8 = QuantisedSum(*p, *io, r, Int8);
+        auto int8 = QuantisedSum(*p, *io, r, testing::Int8);
         CompareReport i8 = CompareOutput(local, int8.data(), expected, ctx);
         // From W=4 on, NCCL's own ring (bf16 partials) is as far from the
         // exact sum as an int8 block-scaled transport (max abs 0.039 vs 0.051
@@ -259,13 +241,13 @@ TEST(CollectiveTasks, ReductionTolerancesScaleWithWorldSize) {
             << key << " W=" << w << " ring against the baseline's ring: rms "
             << ring_vs.rms_rel_err;
         CompareReport exact_vs =
-            CompareOutput(vs_baseline, RoundedBf16(expected).data(), baseline, ctx);
+            CompareOutput(vs_baseline, testing::ToBf16(expected).data(), baseline, ctx);
         EXPECT_TRUE(exact_vs.passed) << key << " W=" << w << " f32 sum against the baseline's ring";
         CompareReport i8_vs = CompareOutput(vs_baseline, int8.data(), baseline, ctx);
         EXPECT_FALSE(i8_vs.passed)
             << key << " W=" << w << " int8 against the baseline's ring: rms " << i8_vs.rms_rel_err
             << ", allowed " << vs_baseline.tolerance.rms;
-        auto fp8 = QuantisedSum(*p, *io, r, Fp8E4M3);
+        auto fp8 = QuantisedSum(*p, *io, r, testing::Fp8E4M3);
         EXPECT_FALSE(CompareOutput(local, fp8.data(), expected, ctx).passed)
             << key << " W=" << w << " fp8";
         CompareReport f8 = CompareOutput(local, fp8.data(), expected, ctx);

@@ -22,10 +22,14 @@
 #include "kforge/evaluator/task.h"
 #include "task/compare.h"
 #include "task/inputs.h"
+#include "transport.h"
 
 namespace kforge::eval {
 namespace {
 
+using testing::Fp8E4M3;
+using testing::Int8;
+using testing::ToBf16;
 using Partials = std::vector<std::vector<double>>;  // [rank q][output element j]
 using Finish = std::function<std::vector<double>(const std::vector<double>& sums)>;
 
@@ -91,24 +95,6 @@ std::vector<double> ExactSums(const Partials& parts) {
     for (size_t j = 0; j < part.size(); ++j) sums[j] += part[j];
   }
   return sums;
-}
-
-double Int8(double v, double amax) {
-  const double scale = amax > 0 ? amax / 127 : 1;
-  return std::clamp(std::nearbyint(v / scale), -127.0, 127.0) * scale;
-}
-
-double Fp8E4M3(double v, double amax) {
-  const double scale = amax > 0 ? amax / 448 : 1;
-  uint8_t cell = 0;
-  StoreFromDouble(&cell, Dtype::kFp8E4M3, 0, v / scale);
-  return LoadAsDouble(&cell, Dtype::kFp8E4M3, 0) * scale;
-}
-
-std::vector<uint16_t> ToBf16(const std::vector<double>& v) {
-  std::vector<uint16_t> out(v.size());
-  for (size_t j = 0; j < v.size(); ++j) StoreFromDouble(out.data(), Dtype::kBF16, j, v[j]);
-  return out;
 }
 
 std::vector<double> Widen(const std::vector<uint16_t>& v) {
