@@ -164,6 +164,15 @@ json TimingView(const json& eval, double link_peak_gbps) {
       }
       if (lo > 0 && std::isfinite(lo)) row["rank_skew_pct"] = Num(100.0 * (hi - lo) / lo);
     }
+    // How close the call is to its physical floor (the task's bytes and flops
+    // at the GPU's peaks): what a profiler's speed-of-light section says.
+    const json roofline = t.value("roofline", json::object());
+    if (roofline.is_object() && JsonNumber(roofline, "fraction", 0) > 0) {
+      row["floor"] = {{"us", Num(JsonNumber(roofline, "floor_us", NAN))},
+                      {"bound", JsonString(roofline, "bound")},
+                      {"pct", Num(100 * JsonNumber(roofline, "fraction", NAN))},
+                      {"baseline_pct", Num(100 * JsonNumber(roofline, "baseline_fraction", NAN))}};
+    }
     json warnings = json::array();
     for (const auto& w : t.value("warnings", json::array())) {
       if (w.is_string()) warnings.push_back(w);

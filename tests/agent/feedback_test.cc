@@ -115,9 +115,18 @@ TEST(Feedback, TimingShowsSpeedupBusbwShareOfPeakAndSkew) {
                 {"candidate", {{"median_us", 37.5}, {"rank_median_us", {37.5, 30.0}}}},
                 {"speedup", 0.8},
                 {"busbw_gbps", 90.0},
-                {"baseline_busbw_gbps", 112.5}}}}};
+                {"baseline_busbw_gbps", 112.5},
+                {"roofline",
+                 {{"floor_us", 9.0},
+                  {"bound", "link"},
+                  {"fraction", 0.24},
+                  {"baseline_fraction", 0.3}}}}}}};
   std::string fb = Compose(in);
   EXPECT_NE(fb.find("| 1MiB | 30 | 37.5 | 0.8 | 90 | 112.5 | 20 |"), std::string::npos) << fb;
+  EXPECT_NE(fb.find("- 1MiB: at 24% of its physical limit (floor 9 us, link-bound at the GPU's "
+                    "peaks; the baseline: 30%)"),
+            std::string::npos)
+      << fb;
   EXPECT_NE(fb.find("ranks differ by 25%"), std::string::npos) << fb;
   EXPECT_NE(fb.find("speedup 0.8x"), std::string::npos);
 }
