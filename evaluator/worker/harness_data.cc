@@ -29,9 +29,9 @@ Status CheckSet(int set, int sets) {
   return Status::Ok();
 }
 
-// Raw device bytes to the host.
 json FiniteOrNull(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
 
+// Raw device bytes to the host.
 Result<std::vector<char>> ToHost(const void* src, size_t bytes) {
   std::vector<char> out(bytes);
   if (bytes > 0) KF_CUDA(cudaMemcpy(out.data(), src, bytes, cudaMemcpyDeviceToHost));

@@ -19,8 +19,9 @@ struct KernelResources {
   bool entry = true;  // a __global__ function; false: a non-inlined device function
   int registers = 0;  // per thread
   int barriers = 0;
-  int64_t shared_bytes =
-      0;                    // static __shared__ per block (dynamic shared memory is not known here)
+  // Static __shared__ per block (dynamic shared memory is a launch parameter,
+  // not known here).
+  int64_t shared_bytes = 0;
   int64_t stack_bytes = 0;  // the stack frame
   int64_t spill_store_bytes = 0;
   int64_t spill_load_bytes = 0;
