@@ -1,7 +1,8 @@
 // What a candidate kernel controls before it runs: its source, scanned by the
 // library policy (evaluator/compile/policy.cc), and the compiler output that
-// echoes it, parsed into diagnostics (evaluator/compile/diagnostics.cc). Any
-// bytes must give violations or diagnostics, never a crash.
+// echoes it, parsed into diagnostics (evaluator/compile/diagnostics.cc) and
+// ptxas's resource report (evaluator/compile/resource_usage.cc). Any bytes
+// must give violations, diagnostics or resources, never a crash.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -11,6 +12,7 @@
 
 #include "compile/policy.h"
 #include "kforge/evaluator/diagnostics.h"
+#include "kforge/evaluator/resource_usage.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace kforge::eval;
@@ -41,5 +43,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     (void)d.ToJson().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   }
   (void)FormatDiagnostics(items, text, 5, "candidate.cu");
+
+  std::vector<KernelResources> resources = ParseResourceUsage(text);
+  if (resources.size() > kMaxKernelResources) std::abort();
+  for (const KernelResources& k : resources) {
+    if (k.registers < 0 || k.shared_bytes < 0 || k.WarpsPerSmByRegisters() < 0) std::abort();
+    (void)k.ToJson().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  }
+  if (StripResourceUsage(text).size() > text.size()) std::abort();
   return 0;
 }
