@@ -9,122 +9,20 @@
 #include "kforge/results/eval_doc.h"
 #include "schema.h"
 #include "sqlite_db.h"
+#include "store_rows.h"
 
 namespace kforge::results {
 
 using internal::Db;
 using internal::Stmt;
 using internal::Transaction;
+using namespace internal::rows;
 
 namespace {
 
 namespace fs = std::filesystem;
 
 double Now() { return RealClock().UnixSeconds(); }
-
-bool IsSha(const std::string& s) {
-  if (s.size() != 64) return false;
-  for (char c : s) {
-    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
-  }
-  return true;
-}
-
-fs::path BlobPath(const fs::path& dir, const std::string& sha) {
-  return dir / "blobs" / sha.substr(0, 2) / sha;
-}
-
-Result<std::string> ReadBlob(const fs::path& dir, const std::string& sha) {
-  if (sha.empty()) return std::string();
-  if (!IsSha(sha)) return Error(ErrorKind::kInvalidInput, "not a sha256: \"" + sha + "\"");
-  auto text = ReadFile(BlobPath(dir, sha));
-  if (!text.ok())
-    return Error(ErrorKind::kNotFound, "blob " + sha + " missing in " + (dir / "blobs").string());
-  if (Sha256Hex(*text) != sha) {
-    return Error(ErrorKind::kIo,
-                 "blob " + BlobPath(dir, sha).string() + " is corrupt (hash mismatch)");
-  }
-  return text;
-}
-
-nlohmann::json JsonOr(const std::string& text, nlohmann::json fallback) {
-  auto j = nlohmann::json::parse(text, nullptr, false);
-  return j.is_discarded() ? fallback : j;
-}
-
-constexpr const char* kRunCols =
-    "id, name, config, kforge_version, task_suite_hash, hardware, origin, started_at, finished_at, "
-    "state";
-RunInfo ReadRun(const Stmt& q) {
-  RunInfo r;
-  r.id = q.Int(0);
-  r.name = q.Text(1);
-  r.config = JsonOr(q.Text(2), nlohmann::json::object());
-  r.kforge_version = q.Text(3);
-  r.task_suite_hash = q.Text(4);
-  r.hardware = JsonOr(q.Text(5), nlohmann::json::object());
-  r.origin = q.Text(6);
-  r.started_at = q.Double(7);
-  r.finished_at = q.Double(8);
-  r.state = q.Text(9);
-  return r;
-}
-
-constexpr const char* kSessionCols =
-    "id, run_id, model, task, strategy, sample, world, dtype, category, state, stop_reason, "
-    "turns_done, "
-    "best_evaluation_id";
-SessionRecord ReadSession(const Stmt& q) {
-  SessionRecord s;
-  s.id = q.Int(0);
-  s.run_id = q.Int(1);
-  s.key.model = q.Text(2);
-  s.key.task = q.Text(3);
-  s.key.strategy = q.Text(4);
-  s.key.sample = static_cast<int>(q.Int(5));
-  s.key.world = static_cast<int>(q.Int(6));
-  s.key.dtype = q.Text(7);
-  s.key.category = q.Text(8);
-  s.state = q.Text(9);
-  s.stop_reason = q.Text(10);
-  s.turns_done = static_cast<int>(q.Int(11));
-  s.best_evaluation_id = q.OptInt(12);
-  return s;
-}
-
-constexpr const char* kEvalSelect =
-    "SELECT e.id, e.session_id, e.turn_id, e.status, e.speedup, e.busbw_gbps, e.emulated, "
-    "e.seconds, e.world, "
-    "e.message, e.doc_sha, e.created_at, t.kernel_sha FROM evaluations e LEFT JOIN turns t ON "
-    "t.id=e.turn_id ";
-EvaluationRecord ReadEvaluation(const Stmt& q) {
-  EvaluationRecord e;
-  e.id = q.Int(0);
-  e.session_id = q.Int(1);
-  e.turn_id = q.Int(2);
-  e.status = q.Text(3);
-  e.speedup = q.OptDouble(4);
-  e.busbw_gbps = q.OptDouble(5);
-  e.emulated = q.Int(6) != 0;
-  e.seconds = q.Double(7);
-  e.world = static_cast<int>(q.Int(8));
-  e.message = q.Text(9);
-  e.doc_sha = q.Text(10);
-  e.created_at = q.Double(11);
-  e.kernel_sha = q.Text(12);
-  return e;
-}
-
-template <typename T, typename F>
-Result<std::vector<T>> Collect(Stmt& q, F read) {
-  std::vector<T> out;
-  while (true) {
-    KF_ASSIGN_OR_RETURN(bool row, q.Step());
-    if (!row) break;
-    out.push_back(read(q));
-  }
-  return out;
-}
 
 Status RequireOneChange(Db& db, const std::string& what) {
   if (db.Changes() == 0) return Error(ErrorKind::kNotFound, what);
@@ -413,141 +311,6 @@ Status RunStore::AppendEvent(int64_t run_id, const std::string& kind,
       Stmt q,
       db_->Prepare("INSERT INTO events (run_id, kind, detail, created_at) VALUES (?,?,?,?)"));
   return q.Bind(1, run_id).Bind(2, kind).Bind(3, detail.dump()).Bind(4, Now()).Run();
-}
-
-Result<std::vector<RunInfo>> RunStore::ListRuns() const {
-  std::lock_guard lock(mu_);
-  KF_ASSIGN_OR_RETURN(Stmt q,
-                      db_->Prepare(std::string("SELECT ") + kRunCols + " FROM runs ORDER BY id"));
-  return Collect<RunInfo>(q, ReadRun);
-}
-
-Result<RunInfo> RunStore::GetRun(int64_t run_id) const {
-  std::lock_guard lock(mu_);
-  KF_ASSIGN_OR_RETURN(Stmt q,
-                      db_->Prepare(std::string("SELECT ") + kRunCols + " FROM runs WHERE id=?"));
-  q.Bind(1, run_id);
-  KF_ASSIGN_OR_RETURN(bool row, q.Step());
-  if (!row) return Error(ErrorKind::kNotFound, "no run with id " + std::to_string(run_id));
-  return ReadRun(q);
-}
-
-Result<std::vector<SessionRecord>> RunStore::ListSessions(int64_t run_id) const {
-  std::lock_guard lock(mu_);
-  KF_ASSIGN_OR_RETURN(Stmt q, db_->Prepare(std::string("SELECT ") + kSessionCols +
-                                           " FROM sessions WHERE run_id=? ORDER BY id"));
-  q.Bind(1, run_id);
-  return Collect<SessionRecord>(q, ReadSession);
-}
-
-Result<SessionRecord> RunStore::GetSession(int64_t session_id) const {
-  std::lock_guard lock(mu_);
-  KF_ASSIGN_OR_RETURN(
-      Stmt q, db_->Prepare(std::string("SELECT ") + kSessionCols + " FROM sessions WHERE id=?"));
-  q.Bind(1, session_id);
-  KF_ASSIGN_OR_RETURN(bool row, q.Step());
-  if (!row) return Error(ErrorKind::kNotFound, "no session with id " + std::to_string(session_id));
-  return ReadSession(q);
-}
-
-Result<std::vector<TurnRecord>> RunStore::ListTurns(int64_t session_id) const {
-  std::vector<TurnRecord> turns;
-  std::vector<std::array<std::string, 3>> shas;
-  {
-    std::lock_guard lock(mu_);
-    KF_ASSIGN_OR_RETURN(Stmt q,
-                        db_->Prepare("SELECT id, session_id, idx, prompt_sha, reply_sha, "
-                                     "feedback_sha, kernel_sha, input_tokens, "
-                                     "cached_input_tokens, output_tokens, reasoning_tokens, "
-                                     "cost_usd, latency_s, request_id, finish_reason, "
-                                     "created_at FROM turns WHERE session_id=? ORDER BY idx"));
-    q.Bind(1, session_id);
-    while (true) {
-      KF_ASSIGN_OR_RETURN(bool row, q.Step());
-      if (!row) break;
-      TurnRecord t;
-      t.id = q.Int(0);
-      t.session_id = q.Int(1);
-      t.index = static_cast<int>(q.Int(2));
-      shas.push_back({q.Text(3), q.Text(4), q.Text(5)});
-      t.kernel_sha = q.Text(6);
-      t.input_tokens = q.Int(7);
-      t.cached_input_tokens = q.Int(8);
-      t.output_tokens = q.Int(9);
-      t.reasoning_tokens = q.Int(10);
-      t.cost_usd = q.Double(11);
-      t.latency_s = q.Double(12);
-      t.request_id = q.Text(13);
-      t.finish_reason = q.Text(14);
-      t.created_at = q.Double(15);
-      turns.push_back(std::move(t));
-    }
-  }
-  for (size_t i = 0; i < turns.size(); ++i) {
-    KF_ASSIGN_OR_RETURN(turns[i].prompt, ReadBlob(dir_, shas[i][0]));
-    KF_ASSIGN_OR_RETURN(turns[i].reply, ReadBlob(dir_, shas[i][1]));
-    KF_ASSIGN_OR_RETURN(turns[i].feedback, ReadBlob(dir_, shas[i][2]));
-  }
-  return turns;
-}
-
-Result<std::vector<EvaluationRecord>> RunStore::ListEvaluations(int64_t session_id) const {
-  std::lock_guard lock(mu_);
-  KF_ASSIGN_OR_RETURN(
-      Stmt q, db_->Prepare(std::string(kEvalSelect) + "WHERE e.session_id=? ORDER BY e.id"));
-  q.Bind(1, session_id);
-  return Collect<EvaluationRecord>(q, ReadEvaluation);
-}
-
-Result<std::vector<EvaluationRecord>> RunStore::ListRunEvaluations(int64_t run_id) const {
-  std::lock_guard lock(mu_);
-  KF_ASSIGN_OR_RETURN(
-      Stmt q, db_->Prepare(std::string(kEvalSelect) +
-                           "JOIN sessions s ON s.id=e.session_id WHERE s.run_id=? ORDER BY e.id"));
-  q.Bind(1, run_id);
-  return Collect<EvaluationRecord>(q, ReadEvaluation);
-}
-
-Result<std::vector<SessionUsage>> RunStore::ListSessionUsage(int64_t run_id) const {
-  std::lock_guard lock(mu_);
-  KF_ASSIGN_OR_RETURN(Stmt q,
-                      db_->Prepare("SELECT t.session_id, count(*), sum(t.input_tokens), "
-                                   "sum(t.output_tokens), sum(t.cost_usd), "
-                                   "sum(t.latency_s), sum(t.kernel_sha = '') "
-                                   "FROM turns t JOIN sessions s ON "
-                                   "s.id=t.session_id WHERE s.run_id=? GROUP BY t.session_id"));
-  q.Bind(1, run_id);
-  return Collect<SessionUsage>(q, [](const Stmt& r) {
-    return SessionUsage{r.Int(0),    static_cast<int>(r.Int(1)), r.Int(2), r.Int(3), r.Double(4),
-                        r.Double(5), static_cast<int>(r.Int(6))};
-  });
-}
-
-Result<nlohmann::json> RunStore::GetEvaluationDoc(const EvaluationRecord& evaluation) const {
-  KF_ASSIGN_OR_RETURN(std::string text, ReadBlob(dir_, evaluation.doc_sha));
-  return ParseJson(text, "evaluation document " + evaluation.doc_sha);
-}
-
-Result<std::vector<EventRecord>> RunStore::ListEvents(int64_t run_id, int64_t after_id) const {
-  std::lock_guard lock(mu_);
-  KF_ASSIGN_OR_RETURN(Stmt q,
-                      db_->Prepare("SELECT id, run_id, kind, detail, created_at FROM events "
-                                   "WHERE run_id=? AND id>? ORDER BY id"));
-  q.Bind(1, run_id).Bind(2, after_id);
-  return Collect<EventRecord>(q, [](const Stmt& r) {
-    return EventRecord{r.Int(0), r.Int(1), r.Text(2), JsonOr(r.Text(3), nlohmann::json::object()),
-                       r.Double(4)};
-  });
-}
-
-Status RunStore::CheckIntegrity() const {
-  std::lock_guard lock(mu_);
-  KF_ASSIGN_OR_RETURN(Stmt q, db_->Prepare("PRAGMA integrity_check"));
-  KF_ASSIGN_OR_RETURN(bool row, q.Step());
-  const std::string verdict = row ? q.Text(0) : "no answer";
-  if (verdict != "ok")
-    return Error(ErrorKind::kIo, StorePath(dir_).string() + ": integrity_check: " + verdict);
-  return Status::Ok();
 }
 
 }  // namespace kforge::results
