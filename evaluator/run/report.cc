@@ -65,6 +65,11 @@ std::string RenderEvalReport(const nlohmann::json& d) {
         out += fmt::format("  rank {} output {}: {} bad, max abs err {:.4g}", m.value("rank", -1),
                            m.value("output", "?"), m.value("bad_count", 0),
                            m.value("max_abs_err", 0.0));
+        // Off as a whole only (the relative-RMS bound, docs/tasks.md).
+        if (m.value("bad_count", 0) == 0 && m.contains("rms_rel_err") &&
+            m["rms_rel_err"].is_number()) {
+          out += fmt::format(", relative RMS {:.5f}", m["rms_rel_err"].get<double>());
+        }
         for (const auto& h : m.value("hints", nlohmann::json::array()))
           out += "; " + h.get<std::string>();
         out += "\n";

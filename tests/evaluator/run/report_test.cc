@@ -72,5 +72,31 @@ TEST(EvalReportTest, OneLinePerRankWithItsDevice) {
   EXPECT_EQ(c.find("busbw"), std::string::npos) << c;
 }
 
+// What ptxas said of each kernel, and a mismatch that is off only as a whole.
+TEST(EvalReportTest, ResourcesAndAnRmsOnlyMismatchAreShown) {
+  nlohmann::json doc = PassedDoc();
+  doc["compile"] = {{"seconds", 1.5},
+                    {"cache_hit", false},
+                    {"resources",
+                     {{{"name", "ring(bf16*)"}, {"summary", "40 registers"}},
+                      {{"name", "tail()"}, {"summary", "device function, 16 B stack"}}}}};
+  doc["status"] = "mismatch";
+  doc["correctness"] = {
+      {"passed_trials", 0},
+      {"checks",
+       {{{"size", "256MiB"},
+         {"kind", "timed"},
+         {"trial", 3},
+         {"passed", false},
+         {"mismatches",
+          {{{"rank", 1}, {"output", "y"}, {"bad_count", 0}, {"rms_rel_err", 0.0071}}}}}}}};
+  const std::string report = RenderEvalReport(doc);
+  EXPECT_NE(report.find("  ring(bf16*): 40 registers\n"), std::string::npos) << report;
+  EXPECT_NE(report.find("  tail(): device function, 16 B stack\n"), std::string::npos) << report;
+  EXPECT_NE(report.find("rank 1 output y: 0 bad, max abs err 0, relative RMS 0.00710"),
+            std::string::npos)
+      << report;
+}
+
 }  // namespace
 }  // namespace kforge::eval
