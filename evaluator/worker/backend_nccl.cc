@@ -1,21 +1,22 @@
-// Harness collectives on NCCL: one communicator per rank group, 1:1 calls.
-#include <nccl.h>
-
+// Harness collectives on NCCL: one communicator per rank group, 1:1 calls,
+// through the entry points nccl_api.h loads when the first one is needed.
 #include <cstring>
 
 #include "collectives.h"
 #include "cuda_check.h"
+#include "nccl_api.h"
 
 namespace kforge::worker {
 namespace {
 
-Status NcclStatus(ncclResult_t r, const char* what) {
+Status NcclStatus(const NcclApi& api, ncclResult_t r, const char* what) {
   if (r == ncclSuccess || r == ncclInProgress) return Status::Ok();
   return Error(ErrorKind::kRuntimeError, std::string(what) + ": NCCL error " +
                                              std::to_string(static_cast<int>(r)) + ": " +
-                                             ncclGetErrorString(r));
+                                             api.GetErrorString(r));
 }
-#define KF_NCCL(call) KF_RETURN_IF_ERROR(NcclStatus((call), #call))
+// `api` names the NcclApi in scope.
+#define KF_NCCL(call) KF_RETURN_IF_ERROR(NcclStatus(api, (call), #call))
 
 Result<ncclDataType_t> NcclType(kf_dtype dt) {
   switch (dt) {
@@ -61,10 +62,10 @@ ncclRedOp_t NcclOp(kf_redop op) {
 
 class NcclBackend final : public CollectiveBackend {
  public:
-  explicit NcclBackend(ncclComm_t world) : world_(world) {}
+  NcclBackend(const NcclApi& api, ncclComm_t world) : api(api), world_(world) {}
   ~NcclBackend() override {
-    for (ncclComm_t c : groups_) ncclCommDestroy(c);
-    ncclCommDestroy(world_);
+    for (ncclComm_t c : groups_) api.CommDestroy(c);
+    api.CommDestroy(world_);
     if (token_) cudaFree(token_);
   }
   std::string Name() const override { return "nccl"; }
@@ -73,35 +74,35 @@ class NcclBackend final : public CollectiveBackend {
                    cudaStream_t s) override {
     KF_ASSIGN_OR_RETURN(ncclComm_t c, Comm(group));
     KF_ASSIGN_OR_RETURN(auto t, NcclType(dt));
-    KF_NCCL(ncclAllReduce(send, recv, count, t, NcclOp(op), c, s));
+    KF_NCCL(api.AllReduce(send, recv, count, t, NcclOp(op), c, s));
     return Status::Ok();
   }
   Status AllGather(int group, const void* send, void* recv, size_t send_count, kf_dtype dt,
                    cudaStream_t s) override {
     KF_ASSIGN_OR_RETURN(ncclComm_t c, Comm(group));
     KF_ASSIGN_OR_RETURN(auto t, NcclType(dt));
-    KF_NCCL(ncclAllGather(send, recv, send_count, t, c, s));
+    KF_NCCL(api.AllGather(send, recv, send_count, t, c, s));
     return Status::Ok();
   }
   Status ReduceScatter(int group, const void* send, void* recv, size_t recv_count, kf_dtype dt,
                        kf_redop op, cudaStream_t s) override {
     KF_ASSIGN_OR_RETURN(ncclComm_t c, Comm(group));
     KF_ASSIGN_OR_RETURN(auto t, NcclType(dt));
-    KF_NCCL(ncclReduceScatter(send, recv, recv_count, t, NcclOp(op), c, s));
+    KF_NCCL(api.ReduceScatter(send, recv, recv_count, t, NcclOp(op), c, s));
     return Status::Ok();
   }
   Status Broadcast(int group, const void* send, void* recv, size_t count, kf_dtype dt, int root,
                    cudaStream_t s) override {
     KF_ASSIGN_OR_RETURN(ncclComm_t c, Comm(group));
     KF_ASSIGN_OR_RETURN(auto t, NcclType(dt));
-    KF_NCCL(ncclBroadcast(send, recv, count, t, root, c, s));
+    KF_NCCL(api.Broadcast(send, recv, count, t, root, c, s));
     return Status::Ok();
   }
   Status Reduce(int group, const void* send, void* recv, size_t count, kf_dtype dt, kf_redop op,
                 int root, cudaStream_t s) override {
     KF_ASSIGN_OR_RETURN(ncclComm_t c, Comm(group));
     KF_ASSIGN_OR_RETURN(auto t, NcclType(dt));
-    KF_NCCL(ncclReduce(send, recv, count, t, NcclOp(op), root, c, s));
+    KF_NCCL(api.Reduce(send, recv, count, t, NcclOp(op), root, c, s));
     return Status::Ok();
   }
   Status AllToAll(int group, const void* send, void* recv, size_t count, kf_dtype dt,
@@ -109,14 +110,14 @@ class NcclBackend final : public CollectiveBackend {
     KF_ASSIGN_OR_RETURN(ncclComm_t c, Comm(group));
     KF_ASSIGN_OR_RETURN(auto t, NcclType(dt));
     int n = 0;
-    KF_NCCL(ncclCommCount(c, &n));
+    KF_NCCL(api.CommCount(c, &n));
     size_t bytes = count * kf_dtype_size(dt);
-    KF_NCCL(ncclGroupStart());
+    KF_NCCL(api.GroupStart());
     for (int p = 0; p < n; ++p) {
-      KF_NCCL(ncclSend(static_cast<const char*>(send) + p * bytes, count, t, p, c, s));
-      KF_NCCL(ncclRecv(static_cast<char*>(recv) + p * bytes, count, t, p, c, s));
+      KF_NCCL(api.Send(static_cast<const char*>(send) + p * bytes, count, t, p, c, s));
+      KF_NCCL(api.Recv(static_cast<char*>(recv) + p * bytes, count, t, p, c, s));
     }
-    KF_NCCL(ncclGroupEnd());
+    KF_NCCL(api.GroupEnd());
     return Status::Ok();
   }
   // A one-element all-reduce: completes on each rank only once every rank of
@@ -127,35 +128,35 @@ class NcclBackend final : public CollectiveBackend {
       KF_CUDA(cudaMalloc(&token_, sizeof(float)));
       KF_CUDA(cudaMemset(token_, 0, sizeof(float)));
     }
-    KF_NCCL(ncclAllReduce(token_, token_, 1, ncclFloat32, ncclSum, c, s));
+    KF_NCCL(api.AllReduce(token_, token_, 1, ncclFloat32, ncclSum, c, s));
     return Status::Ok();
   }
   Status GroupStart() override {
-    KF_NCCL(ncclGroupStart());
+    KF_NCCL(api.GroupStart());
     return Status::Ok();
   }
   Status GroupEnd(cudaStream_t) override {
-    KF_NCCL(ncclGroupEnd());
+    KF_NCCL(api.GroupEnd());
     return Status::Ok();
   }
   Status Send(const void* buf, size_t count, kf_dtype dt, int peer, cudaStream_t s) override {
     KF_ASSIGN_OR_RETURN(auto t, NcclType(dt));
-    KF_NCCL(ncclSend(buf, count, t, peer, world_, s));
+    KF_NCCL(api.Send(buf, count, t, peer, world_, s));
     return Status::Ok();
   }
   Status Recv(void* buf, size_t count, kf_dtype dt, int peer, cudaStream_t s) override {
     KF_ASSIGN_OR_RETURN(auto t, NcclType(dt));
-    KF_NCCL(ncclRecv(buf, count, t, peer, world_, s));
+    KF_NCCL(api.Recv(buf, count, t, peer, world_, s));
     return Status::Ok();
   }
   // Every rank calls this together (collective over the world communicator).
   Status SetGroups(const std::vector<GroupView>& groups) override {
-    for (ncclComm_t c : groups_) ncclCommDestroy(c);
+    for (ncclComm_t c : groups_) api.CommDestroy(c);
     groups_.clear();
     for (const GroupView& g : groups) {
       // Color = which group of this kind; key = the rank inside it.
       ncclComm_t sub;
-      KF_NCCL(ncclCommSplit(world_, g.index, g.rank, &sub, nullptr));
+      KF_NCCL(api.CommSplit(world_, g.index, g.rank, &sub, nullptr));
       groups_.push_back(sub);
     }
     return Status::Ok();
@@ -171,6 +172,7 @@ class NcclBackend final : public CollectiveBackend {
     return groups_[static_cast<size_t>(group)];
   }
 
+  const NcclApi& api;
   ncclComm_t world_;
   std::vector<ncclComm_t> groups_;
   float* token_ = nullptr;
@@ -179,14 +181,17 @@ class NcclBackend final : public CollectiveBackend {
 }  // namespace
 
 Result<std::string> NcclUniqueId() {
+  KF_ASSIGN_OR_RETURN(const NcclApi* loaded, Nccl());
+  const NcclApi& api = *loaded;
   ncclUniqueId id;
-  KF_NCCL(ncclGetUniqueId(&id));
+  KF_NCCL(api.GetUniqueId(&id));
   return std::string(id.internal, sizeof(id.internal));
 }
 
 int NcclVersion() {
+  Result<const NcclApi*> api = Nccl();
   int v = 0;
-  ncclGetVersion(&v);
+  if (api.ok()) (*api)->GetVersion(&v);
   return v;
 }
 
@@ -197,9 +202,11 @@ Result<std::unique_ptr<CollectiveBackend>> MakeNcclBackend(int rank, int world,
     return Error(ErrorKind::kHarness, "malformed NCCL unique id");
   }
   std::memcpy(id.internal, unique_id.data(), sizeof(id.internal));
+  KF_ASSIGN_OR_RETURN(const NcclApi* loaded, Nccl());
+  const NcclApi& api = *loaded;
   ncclComm_t comm;
-  KF_NCCL(ncclCommInitRank(&comm, world, id, rank));
-  return std::unique_ptr<CollectiveBackend>(std::make_unique<NcclBackend>(comm));
+  KF_NCCL(api.CommInitRank(&comm, world, id, rank));
+  return std::unique_ptr<CollectiveBackend>(std::make_unique<NcclBackend>(api, comm));
 }
 
 }  // namespace kforge::worker

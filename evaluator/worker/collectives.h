@@ -62,6 +62,7 @@ Result<std::unique_ptr<CollectiveBackend>> MakeNcclBackend(int rank, int world,
                                                            const std::string& unique_id);
 // Rank 0's ncclGetUniqueId as raw bytes.
 Result<std::string> NcclUniqueId();
+// NCCL's version code (e.g. 22803), 0 when it cannot be loaded.
 int NcclVersion();
 
 // The backend the kf_* functions of this process use; null refuses every

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "compile/elf_symbols.h"
+
 namespace {
 
 struct Elf {
@@ -48,6 +50,24 @@ TEST(WorkerBinary, LinksWithFullRelroAndBindNow) {
   }
   EXPECT_TRUE(relro) << "no PT_GNU_RELRO segment";
   EXPECT_TRUE(now) << "imports are bound lazily: the GOT stays writable after start-up";
+}
+
+// NCCL is loaded only by the workers that need it (evaluator/worker/
+// nccl_api.h): a candidate whose task forbids NCCL must find none in its
+// process, so the worker may not depend on it. Nor on cuBLAS: a kernel that
+// may use it links it itself.
+TEST(WorkerBinary, DoesNotLinkTheLibrariesATaskMayForbid) {
+  kforge::Result<kforge::eval::DynamicInfo> info =
+      kforge::eval::ReadDynamicInfo(KFORGE_WORKER_PATH);
+  ASSERT_TRUE(info.ok()) << info.status().ToString();
+  ASSERT_FALSE(info->needed.empty());
+  bool cudart = false;
+  for (const std::string& lib : info->needed) {
+    EXPECT_EQ(lib.find("nccl"), std::string::npos) << lib;
+    EXPECT_EQ(lib.find("cublas"), std::string::npos) << lib;
+    cudart = cudart || lib.starts_with("libcudart");
+  }
+  EXPECT_TRUE(cudart) << "the reader did not see the worker's libraries";
 }
 
 }  // namespace
