@@ -10,20 +10,15 @@
 #include <vector>
 
 #include "kforge/oracle_math.h"
+#include "vec_test_util.h"
 
 namespace kforge::om {
 namespace {
 
-using Vec = std::vector<double>;
-constexpr double kInf = std::numeric_limits<double>::infinity();
-constexpr double kNan = std::numeric_limits<double>::quiet_NaN();
-
-void ExpectNear(const Vec& got, const Vec& want, double tol, const char* what = "") {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  for (size_t i = 0; i < got.size(); ++i) {
-    EXPECT_NEAR(got[i], want[i], tol) << what << " [" << i << "]";
-  }
-}
+using testing::ExpectNear;
+using testing::kInf;
+using testing::kNan;
+using testing::Vec;
 
 // ---------------------------------------------------------------------------
 // Narrow float formats

@@ -12,20 +12,15 @@
 #include <vector>
 
 #include "kforge/oracle.h"
+#include "vec_test_util.h"
 
 namespace kforge::om {
 namespace {
 
-using Vec = std::vector<double>;
-constexpr double kInf = std::numeric_limits<double>::infinity();
-constexpr double kNan = std::numeric_limits<double>::quiet_NaN();
-
-void ExpectNear(const Vec& got, const Vec& want, double tol, const char* what = "") {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  for (size_t i = 0; i < got.size(); ++i) {
-    EXPECT_NEAR(got[i], want[i], tol) << what << " [" << i << "]";
-  }
-}
+using testing::ExpectNear;
+using testing::kInf;
+using testing::kNan;
+using testing::Vec;
 
 Vec Random(size_t n, uint64_t seed, double scale = 1.0) {
   OracleRng rng(seed);
