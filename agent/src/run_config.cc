@@ -312,7 +312,7 @@ Result<RunConfig> RunConfigFromJson(const json& j) {
     c.compile_only = j.value("compile_only", false);
     c.llm_concurrency = j.value("llm_concurrency", 4);
     c.compile_jobs = j.value("compile_jobs", 0);
-    c.baseline_reuse_s = j.value("baseline_reuse_s", 600.0);
+    c.baseline_reuse_s = j.value("baseline_reuse_s", kDefaultBaselineReuseS);
     c.out = j.value("out", "runs");
     c.tasks_dir = j.value("tasks_dir", "");
     if (j.contains("turns")) c.turns = j["turns"].get<int>();

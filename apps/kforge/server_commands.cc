@@ -29,7 +29,7 @@ struct ServerArgs {
   std::string tokens, gpus, gpu_sets, register_file, advertise, tasks_dir;
   int world = 2;
   int compile_jobs = 0;
-  double baseline_reuse_s = 600;
+  double baseline_reuse_s = agent::kDefaultBaselineReuseS;
   int max_queue = 64;
   int per_token = 16;
   int64_t max_upload = 4 << 20;

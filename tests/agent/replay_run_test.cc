@@ -17,6 +17,12 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// The agent's default reuse of a timed baseline is the evaluator's own.
+TEST(ReplayRun, TheBaselineReuseDefaultIsTheEvaluators) {
+  EXPECT_EQ(kDefaultBaselineReuseS, eval::EvalOptions{}.baseline_reuse_s);
+  EXPECT_EQ(RunConfig{}.baseline_reuse_s, eval::EvalOptions{}.baseline_reuse_s);
+}
+
 TEST(ReplayRun, CompileOnlyDemoRunRecordsEveryTurn) {
   const fs::path root(KFORGE_SOURCE_ROOT);
   auto tasks = eval::LoadTasks(root / "tasks");

@@ -11,6 +11,7 @@
 
 #include "kforge/agent/ports.h"
 #include "kforge/agent/prompt.h"
+#include "kforge/agent/run_config.h"
 #include "kforge/agent/strategy.h"
 #include "kforge/core/status.h"
 
@@ -35,7 +36,8 @@ Result<std::unique_ptr<LlmPort>> MakeProviderLlmFor(
 // `baseline_reuse_s`: how long a baseline this port's evaluator timed is reused
 // (eval::EvalOptions::baseline_reuse_s; 0: timed around every candidate).
 std::unique_ptr<EvalPort> MakeEvaluatorPort(const std::vector<eval::Task>* tasks,
-                                            std::vector<int> gpus, double baseline_reuse_s = 600);
+                                            std::vector<int> gpus,
+                                            double baseline_reuse_s = kDefaultBaselineReuseS);
 
 // The run store at `run_dir` (results::RunStore).
 Result<std::unique_ptr<StorePort>> OpenRunStore(const std::filesystem::path& run_dir);

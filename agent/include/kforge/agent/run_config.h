@@ -13,6 +13,11 @@
 
 namespace kforge::agent {
 
+// Seconds an evaluator reuses a baseline it timed (eval::EvalOptions::
+// baseline_reuse_s has the same default): the run file's, `kforge run
+// --baseline-reuse`'s and `kforge eval-server --baseline-reuse`'s.
+inline constexpr double kDefaultBaselineReuseS = 600;
+
 struct RunConfig {
   std::string name;
   std::vector<std::string> models;
@@ -33,7 +38,7 @@ struct RunConfig {
   // A bench size's baseline is reused for this long by the evaluator that
   // timed it, confirmed by a short block each time (docs/methodology.md); 0:
   // timed around every candidate.
-  double baseline_reuse_s = 600;
+  double baseline_reuse_s = kDefaultBaselineReuseS;
   std::string out = "runs";  // runs/<name>/
   std::string tasks_dir;     // empty: the default tasks folder
   // Model registry files read after the built-in registry and the user's
