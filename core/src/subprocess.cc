@@ -98,6 +98,12 @@ class PosixProcessRunner final : public ProcessRunner {
       dup2(err_pipe[1], 2);
       int devnull = open("/dev/null", O_RDONLY);
       if (devnull >= 0) dup2(devnull, 0);
+      // Nothing else of ours goes with it. Descriptors another thread opened
+      // without O_CLOEXEC (an HTTP server's accepted connections among them)
+      // would otherwise outlive this process in the child: a server killed
+      // mid-job would leave its clients' connections open for as long as
+      // the compile it started runs, and the clients waiting on them.
+      close_range(3, ~0U, 0);
       if (cwd != nullptr && chdir(cwd) != 0) _exit(127);
       if (nice > 0) (void)setpriority(PRIO_PROCESS, 0, nice);
       execve(program_str.c_str(), args.data(), envp.data());

@@ -81,6 +81,9 @@ Result<pid_t> SpawnWorker(const GroupOptions& o, int rank, int channel_fd, int c
     for (int k = 0; k < 3; ++k) {
       if (src[k] >= 0 && dup2(src[k], 3 + k) < 0) _exit(126);
     }
+    // Only the channel, control block and mailbox go with it (the worker
+    // also closes whatever is left, and reports it, before any candidate code).
+    close_range(6, ~0U, 0);
     // Each worker leads its own process group (killed as one); a candidate
     // gets its own session too, away from the terminal.
     if (own_session) {

@@ -1,6 +1,8 @@
 #include "kforge/core/subprocess.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -44,6 +46,28 @@ TEST(SubprocessTest, PassesEnvironmentAndCwd) {
   auto r = RealProcessRunner().Run({"sh", "-c", "echo $KFORGE_TEST_VAR; pwd"}, opts);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->out, "hello\n/\n");
+}
+
+// A descriptor another part of the process opened without O_CLOEXEC (an HTTP
+// server's accepted connection is one) must not reach the child: a server
+// killed mid-job would otherwise leave its client's connection open for as
+// long as the child runs, and the client waiting on it.
+TEST(SubprocessTest, TheChildInheritsNoDescriptorButItsStandardThree) {
+  int sv[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);  // no SOCK_CLOEXEC
+  const int high = ::dup2(sv[0], 200);
+  ASSERT_EQ(high, 200);
+  auto r = RealProcessRunner().Run(
+      {"sh", "-c",
+       fmt::format("for f in {} {} 200; do test -e /proc/self/fd/$f && echo \"$f open\"; done; "
+                   "echo done",
+                   sv[0], sv[1])},
+      {});
+  ::close(sv[0]);
+  ::close(sv[1]);
+  ::close(high);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->out, "done\n");
 }
 
 // A child of a threaded process may only make async-signal-safe calls until

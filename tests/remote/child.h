@@ -102,6 +102,24 @@ class Child {
     return status_;
   }
 
+  // Waits up to `timeout` for the exit; nullopt (and the child killed) when it
+  // has not exited by then, so that a hang fails the test with what it knows
+  // instead of running into ctest's timeout.
+  std::optional<int> WaitFor(std::chrono::milliseconds timeout) {
+    if (exited_) return status_;
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (::waitpid(pid_, &status_, WNOHANG) == pid_) {
+        exited_ = true;
+        return status_;
+      }
+      ::usleep(20000);
+    }
+    ::kill(pid_, SIGKILL);
+    Wait();
+    return std::nullopt;
+  }
+
   pid_t pid() const { return pid_; }
 
  private:

@@ -70,7 +70,11 @@ class ProcessTest : public ::testing::Test {
                         << "for a in \"$@\"; do\n"
                         << "  if [ \"$a\" = -o ]; then\n"
                         << "    while [ ! -e '" << (t / "release").string()
-                        << "' ]; do sleep 0.05; done\n"
+                        << "' ]; do\n"
+                        // An orphan of a killed server ends with the test's directory.
+                        << "      [ -d '" << t.string() << "' ] || exit 1\n"
+                        << "      sleep 0.05\n"
+                        << "    done\n"
                         << "    break\n"
                         << "  fi\n"
                         << "done\n"
@@ -232,8 +236,12 @@ TEST_F(ProcessTest, SigkillMidJobRequeuesOnTheOtherServerAndLosesNothing) {
   })) << ReadFile(dir_ / "run.log").value();
   a.Signal(SIGKILL);
   a.Wait();
-  const int status = run.Wait();
+  // The run sees the cut connection at once (nothing of a's holds it open)
+  // and requeues; a minute is ample for the four compiles on b.
+  const std::optional<int> waited = run.WaitFor(std::chrono::minutes(1));
   const std::string log = ReadFile(dir_ / "run.log").value();
+  ASSERT_TRUE(waited) << "the run did not finish within a minute of the kill; its log:\n" << log;
+  const int status = *waited;
   ASSERT_TRUE(WIFEXITED(status)) << log;
   EXPECT_EQ(WEXITSTATUS(status), 0) << log;
   EXPECT_NE(log.find("requeued"), std::string::npos) << log;
