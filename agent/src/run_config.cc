@@ -92,18 +92,31 @@ Result<RunConfig> ParseRunFile(std::string_view text, const fs::path& origin) {
                  fmt::format("{}:{}: {}", origin.string(), e.source().begin.line,
                              std::string(e.description())));
   }
-  static const std::set<std::string> kKnown = {"name",           "models",
-                                               "tasks",          "strategy",
-                                               "turns",          "samples",
-                                               "repeats",        "world",
-                                               "dtype",          "gpus",
-                                               "hardware",       "compile_only",
-                                               "deadline",       "llm_concurrency",
-                                               "compile_jobs",   "out",
-                                               "budget",         "tasks_dir",
-                                               "registry",       "evaluators",
-                                               "evaluators_dir", "eval_token_file",
-                                               "slurm",          "baseline_reuse_s"};
+  static const std::set<std::string> kKnown = {"name",
+                                               "models",
+                                               "tasks",
+                                               "strategy",
+                                               "turns",
+                                               "samples",
+                                               "repeats",
+                                               "world",
+                                               "dtype",
+                                               "gpus",
+                                               "hardware",
+                                               "compile_only",
+                                               "deadline",
+                                               "llm_concurrency",
+                                               "compile_jobs",
+                                               "out",
+                                               "budget",
+                                               "tasks_dir",
+                                               "registry",
+                                               "evaluators",
+                                               "evaluators_dir",
+                                               "eval_token_file",
+                                               "slurm",
+                                               "baseline_reuse_s",
+                                               "evaluator_liveness_s"};
   for (const auto& [k, v] : root) {
     if (!kKnown.count(std::string(k.str())))
       return FieldError(origin, &v, k.str(), "unknown field");
@@ -147,12 +160,19 @@ Result<RunConfig> ParseRunFile(std::string_view text, const fs::path& origin) {
   KF_RETURN_IF_ERROR(integer("world", 1, &c.world));
   KF_RETURN_IF_ERROR(integer("llm_concurrency", 1, &c.llm_concurrency));
   KF_RETURN_IF_ERROR(integer("compile_jobs", 0, &c.compile_jobs));
-  if (const toml::node* n = root.get("baseline_reuse_s")) {
-    auto v = n->value<double>();
-    if (!v || !(*v >= 0) || !std::isfinite(*v))
-      return FieldError(origin, n, "baseline_reuse_s", "expected a number of seconds >= 0");
-    c.baseline_reuse_s = *v;
-  }
+  auto seconds = [&](const char* key, const char* zero, double* out) -> Status {
+    if (const toml::node* n = root.get(key)) {
+      auto v = n->value<double>();
+      if (!v || !(*v >= 0) || !std::isfinite(*v))
+        return FieldError(origin, n, key,
+                          fmt::format("expected a number of seconds >= 0 (0: {})", zero));
+      *out = *v;
+    }
+    return Status::Ok();
+  };
+  KF_RETURN_IF_ERROR(
+      seconds("baseline_reuse_s", "timed around every candidate", &c.baseline_reuse_s));
+  KF_RETURN_IF_ERROR(seconds("evaluator_liveness_s", "no health checks", &c.evaluator_liveness_s));
   if (const toml::node* n = root.get("compile_only")) {
     auto v = n->value<bool>();
     if (!v) return FieldError(origin, n, "compile_only", "expected true or false");
@@ -285,6 +305,7 @@ json RunConfigToJson(const RunConfig& c) {
   if (!c.evaluators.empty()) j["evaluators"] = c.evaluators;
   if (!c.evaluators_dir.empty()) j["evaluators_dir"] = c.evaluators_dir;
   if (!c.eval_token_file.empty()) j["eval_token_file"] = c.eval_token_file;
+  j["evaluator_liveness_s"] = c.evaluator_liveness_s;
   if (c.slurm_nodes > 0) {
     j["slurm"] = {{"nodes", c.slurm_nodes},
                   {"gpus_per_node", c.slurm_gpus_per_node},
@@ -322,6 +343,7 @@ Result<RunConfig> RunConfigFromJson(const json& j) {
     c.evaluators = j.value("evaluators", std::vector<std::string>{});
     c.evaluators_dir = j.value("evaluators_dir", "");
     c.eval_token_file = j.value("eval_token_file", "");
+    c.evaluator_liveness_s = j.value("evaluator_liveness_s", kDefaultEvaluatorLivenessS);
     if (j.contains("slurm")) {
       const json& sl = j["slurm"];
       c.slurm_nodes = sl.value("nodes", 0);
@@ -350,7 +372,7 @@ std::vector<std::string> RunConfigDifferences(const RunConfig& stored, const Run
     // Where evaluations run is not what the run asks: servers come and go
     // between a run and its resume.
     if (k == "name" || k == "out" || k == "evaluators" || k == "evaluators_dir" ||
-        k == "eval_token_file" || k == "slurm")
+        k == "eval_token_file" || k == "evaluator_liveness_s" || k == "slurm")
       continue;
     const json va = a.value(k, json()), vb = b.value(k, json());
     if (va != vb) out.push_back(fmt::format("{}: {} -> {}", k, va.dump(), vb.dump()));

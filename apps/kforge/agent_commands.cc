@@ -109,6 +109,7 @@ struct RunArgs {
   std::vector<std::string> registries;
   std::string json;  // --json FILE|-: the summary
   std::string evaluators, evaluators_dir, eval_token_file;
+  double evaluator_liveness_s = -1;
   bool slurm = false;
   int slurm_nodes = 0, slurm_gpus_per_node = -1;
   std::string slurm_partition, slurm_time;
@@ -140,6 +141,7 @@ Result<RunConfig> ConfigFromArgs(const RunArgs& a, bool* default_name) {
     if (!a.evaluators.empty()) c.evaluators = Split(a.evaluators, ',');
     if (!a.evaluators_dir.empty()) c.evaluators_dir = a.evaluators_dir;
     if (!a.eval_token_file.empty()) c.eval_token_file = a.eval_token_file;
+    if (a.evaluator_liveness_s >= 0) c.evaluator_liveness_s = a.evaluator_liveness_s;
     ApplySlurmFlags(a, &c);
     return c;
   }
@@ -166,6 +168,7 @@ Result<RunConfig> ConfigFromArgs(const RunArgs& a, bool* default_name) {
   if (!a.evaluators.empty()) c.evaluators = Split(a.evaluators, ',');
   if (!a.evaluators_dir.empty()) c.evaluators_dir = a.evaluators_dir;
   if (!a.eval_token_file.empty()) c.eval_token_file = a.eval_token_file;
+  if (a.evaluator_liveness_s >= 0) c.evaluator_liveness_s = a.evaluator_liveness_s;
   ApplySlurmFlags(a, &c);
   for (const auto& url : c.evaluators) {
     if (url.rfind("http://", 0) != 0 && url.rfind("https://", 0) != 0)
@@ -307,6 +310,10 @@ void AddRun(CLI::App& app, int& exit_code) {
                   "evaluate on the eval-servers registered in this rendezvous directory");
   cmd->add_option("--eval-token-file", a->eval_token_file,
                   "the eval-servers' bearer token (mode 0600; default $KFORGE_EVAL_TOKEN)");
+  cmd->add_option("--evaluator-liveness", a->evaluator_liveness_s,
+                  "requeue a job whose eval-server answered no health check for this many "
+                  "seconds (default 60; 0: wait for the job)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--slurm", a->slurm,
                 "start eval-servers through Slurm for this run and stop them after it");
   cmd->add_option("--slurm-nodes", a->slurm_nodes, "servers (nodes) for --slurm (default 1)")

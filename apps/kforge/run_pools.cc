@@ -23,6 +23,7 @@ Status RemotePools(const agent::RunConfig& cfg, const std::vector<remote::Endpoi
   o.task_suite_hash = suite_hash;
   o.world = cfg.world;
   o.need_gpu = !cfg.compile_only;
+  o.liveness_s = cfg.evaluator_liveness_s;
   KF_ASSIGN_OR_RETURN(remote::RemoteSlots slots, remote::ConnectEvaluators(endpoints, o));
   p->remote = true;
   p->compile_only = cfg.compile_only || slots.gpu.empty();

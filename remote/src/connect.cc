@@ -53,6 +53,7 @@ Result<RemoteSlots> ConnectEvaluators(const std::vector<Endpoint>& endpoints,
     p.token = o.token;
     p.task_suite_hash = o.task_suite_hash;
     p.timeout_s = o.job_timeout_s;
+    p.liveness_s = o.liveness_s;
     p.label = fmt::format("{} ({} slot {})", e.url, pool, slot);
     return MakeRemoteEvalPort(std::move(p));
   };

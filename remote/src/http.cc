@@ -49,6 +49,12 @@ size_t OnHeader(char* data, size_t size, size_t n, void* user) {
   return bytes;
 }
 
+// curl's progress callback: non-zero aborts the transfer.
+int OnProgress(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
+  const auto* keep_going = static_cast<const std::function<bool()>*>(user);
+  return (*keep_going)() ? 0 : 1;
+}
+
 }  // namespace
 
 Result<HttpReply> Send(const HttpCall& call) {
@@ -82,6 +88,11 @@ Result<HttpReply> Send(const HttpCall& call) {
     // No "Expect: 100-continue" round trip: a refusal comes back either way.
     headers = curl_slist_append(headers, "Expect:");
   }
+  if (call.keep_going) {
+    curl_easy_setopt(easy, CURLOPT_NOPROGRESS, 0L);
+    curl_easy_setopt(easy, CURLOPT_XFERINFOFUNCTION, OnProgress);
+    curl_easy_setopt(easy, CURLOPT_XFERINFODATA, &call.keep_going);
+  }
   curl_easy_setopt(easy, CURLOPT_HTTPHEADER, headers);
   curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, OnBody);
   curl_easy_setopt(easy, CURLOPT_WRITEDATA, &sink);
@@ -97,6 +108,9 @@ Result<HttpReply> Send(const HttpCall& call) {
     return Error(ErrorKind::kTransport,
                  fmt::format("{} {}: the answer is over {} bytes", call.method, call.url,
                              call.max_response_bytes));
+  }
+  if (rc == CURLE_ABORTED_BY_CALLBACK) {
+    return Error(ErrorKind::kCancelled, fmt::format("{} {}: abandoned", call.method, call.url));
   }
   if (rc == CURLE_OPERATION_TIMEDOUT) {
     return Error(ErrorKind::kTimeout, fmt::format("{} {}: no complete answer within {:.0f} s",

@@ -2,6 +2,7 @@
 // eval-server. The token travels in a header and appears in no message.
 #pragma once
 
+#include <functional>
 #include <string>
 
 #include "kforge/core/status.h"
@@ -16,6 +17,9 @@ struct HttpCall {
   double connect_timeout_s = 10;
   double total_timeout_s = 60;
   size_t max_response_bytes = 256 << 20;
+  // Asked about once a second while the call is in flight; false abandons
+  // it (kCancelled).
+  std::function<bool()> keep_going;
 };
 
 struct HttpReply {
@@ -25,7 +29,8 @@ struct HttpReply {
 };
 
 // kTransport when the connection failed or broke before the whole answer
-// arrived (a server that died mid-job), kTimeout when a deadline passed.
+// arrived (a server that died mid-job), kTimeout when a deadline passed,
+// kCancelled when keep_going said stop.
 // An HTTP error status is a reply, not an error.
 Result<HttpReply> Send(const HttpCall& call);
 

@@ -5,10 +5,12 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <optional>
 
 #include "http.h"
 #include "kforge/remote/client.h"
 #include "kforge/remote/rendezvous.h"
+#include "liveness.h"
 #include "wire.h"
 
 namespace kforge::remote {
@@ -47,7 +49,17 @@ class RemoteEvalPort final : public agent::EvalPort {
     call.token = o_.token;
     call.body = wire::JobRequestJson(request).dump();
     call.total_timeout_s = o_.timeout_s;
+    std::optional<LivenessWatch> watch;
+    if (o_.liveness_s > 0) {
+      watch.emplace(url, o_.liveness_s);
+      call.keep_going = [&watch] { return watch->alive(); };
+    }
     Result<HttpReply> reply = Send(call);
+    if (!reply.ok() && reply.status().kind() == ErrorKind::kCancelled) {
+      return Lost(o_.label, fmt::format("no answer to its health checks for {:.0f} s while the "
+                                        "job ran (stopped, wedged or cut off)",
+                                        o_.liveness_s));
+    }
     if (!reply.ok()) {
       // A refused connection, a reset mid-job, a timeout: the slot, not the job.
       return Lost(o_.label, reply.status().message());

@@ -83,9 +83,32 @@ TEST(RunConfig, BaselineReuseIsSecondsAtLeastZero) {
         std::string("models = [\"a:x\"]\ntasks = [\"1\"]\nbaseline_reuse_s = ") + bad + "\n",
         "r.toml");
     ASSERT_FALSE(b.ok()) << bad;
-    EXPECT_EQ(b.status().message(), "r.toml:3: baseline_reuse_s: expected a number of seconds >= 0")
+    EXPECT_EQ(b.status().message(),
+              "r.toml:3: baseline_reuse_s: expected a number of seconds >= 0 (0: timed around "
+              "every candidate)")
         << bad;
   }
+}
+
+TEST(RunConfig, EvaluatorLivenessIsSecondsAndNotPartOfWhatTheRunAsks) {
+  auto c =
+      ParseRunFile("models = [\"a:x\"]\ntasks = [\"1\"]\nevaluator_liveness_s = 5\n", "r.toml");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->evaluator_liveness_s, 5);
+  auto back = RunConfigFromJson(RunConfigToJson(*c));
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->evaluator_liveness_s, 5);
+  auto dflt = ParseRunFile("models = [\"a:x\"]\ntasks = [\"1\"]\n", "r.toml");
+  ASSERT_TRUE(dflt.ok());
+  EXPECT_EQ(dflt->evaluator_liveness_s, kDefaultEvaluatorLivenessS);
+  // Like the servers themselves, how long to wait on them may change on resume.
+  EXPECT_TRUE(RunConfigDifferences(*c, *dflt).empty());
+  auto bad =
+      ParseRunFile("models = [\"a:x\"]\ntasks = [\"1\"]\nevaluator_liveness_s = -2\n", "r.toml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(),
+            "r.toml:3: evaluator_liveness_s: expected a number of seconds >= 0 (0: no health "
+            "checks)");
 }
 
 TEST(RunConfig, ErrorsNameFileLineAndField) {

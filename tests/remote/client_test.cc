@@ -3,7 +3,13 @@
 // checks and slot order.
 #include "kforge/remote/client.h"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <thread>
 
 #include "fake_slot.h"
 #include "kforge/core/fs.h"
@@ -92,6 +98,57 @@ TEST(RemoteEvalPort, FollowsItsServersRegistrationFile) {
   EXPECT_EQ((*found)["message"], "followed");
   std::error_code ec;
   fs::remove_all(*dir, ec);
+}
+
+// A listener that never accepts: connections complete in the kernel's
+// backlog and nothing ever answers, as with a stopped or wedged server.
+class SilentListener {
+ public:
+  SilentListener() {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&a), len), 0);
+    EXPECT_EQ(::listen(fd_, 64), 0);
+    EXPECT_EQ(::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len), 0);
+    url_ = "http://127.0.0.1:" + std::to_string(ntohs(a.sin_port));
+  }
+  ~SilentListener() { ::close(fd_); }
+  const std::string& url() const { return url_; }
+
+ private:
+  int fd_ = -1;
+  std::string url_;
+};
+
+TEST(RemoteEvalPort, GivesUpAJobWhoseServerAnswersNoHealthCheck) {
+  SilentListener silent;
+  RemotePortOptions o = PortTo(silent.url());
+  o.timeout_s = 120;  // the job's own timeout is not what ends it
+  o.liveness_s = 1;
+  auto r = MakeRemoteEvalPort(o)->Evaluate(Job("x"));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().kind(), ErrorKind::kSlotLost);
+  EXPECT_NE(r.status().message().find("no answer to its health checks for 1 s"), std::string::npos)
+      << r.status().ToString();
+}
+
+TEST(RemoteEvalPort, KeepsAJobWhoseServerAnswersItsHealthChecks) {
+  Gate gate;  // holds the job for several liveness windows
+  TestServer s(Options(), &gate);
+  RemotePortOptions o = PortTo(s.url());
+  o.liveness_s = 0.5;
+  std::thread opener([&gate] {
+    EXPECT_TRUE(gate.WaitStarted(1));
+    std::this_thread::sleep_for(std::chrono::seconds(3));
+    gate.Open();
+  });
+  auto r = MakeRemoteEvalPort(o)->Evaluate(Job("held"));
+  opener.join();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ((*r)["message"], "held");
 }
 
 TEST(ConnectEvaluators, SpreadsSlotsOverServersAndRefusesMisfits) {

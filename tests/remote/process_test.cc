@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 
 #include <fstream>
+#include <functional>
 #include <future>
 #include <set>
 
@@ -115,6 +116,10 @@ class ProcessTest : public ::testing::Test {
     return testing::JobBody(*source, true, "001_allreduce", suite_hash_);
   }
 
+  void RunWhileAFails(const std::string& name, const std::function<void(Child&)>& upset,
+                      const std::vector<std::string>& extra_args,
+                      std::vector<std::string>* requeue_messages);
+
   fs::path dir_, tokens_, holding_toolkit_;
   std::string suite_hash_;
 };
@@ -216,39 +221,56 @@ Record ReadRecord(const fs::path& run_dir) {
   return rec;
 }
 
-TEST_F(ProcessTest, SigkillMidJobRequeuesOnTheOtherServerAndLosesNothing) {
+// A run over two servers, a (holding its compiles) and b, whose first
+// compile goes to a; `upset` is then done to a. The run must requeue that job
+// on b within a minute and record every evaluation once, none of them a's.
+// Returns a's URL and the requeued events' messages.
+void ProcessTest::RunWhileAFails(const std::string& name, const std::function<void(Child&)>& upset,
+                                 const std::vector<std::string>& extra_args,
+                                 std::vector<std::string>* requeue_messages) {
   Child a, b;
   const std::string url_a = StartServer(a, "a", /*holding=*/true, 1);
   const std::string url_b = StartServer(b, "b", /*holding=*/false, 2);
   ASSERT_FALSE(url_a.empty());
   ASSERT_FALSE(url_b.empty());
   Child run;
-  ASSERT_TRUE(
-      run.Start({KFORGE_BIN, "run", "--models", Cassette(), "--tasks", "1,2", "--compile-only",
-                 "--name", "killed", "--out", (dir_ / "runs").string(), "--evaluators",
-                 url_a + "," + url_b, "--eval-token-file", tokens_.string()},
-                {{"XDG_CACHE_HOME", (dir_ / "cache-run").string()},
-                 {"KFORGE_TASKS_DIR", (kRoot / "tasks").string()}},
-                dir_ / "run.log"));
+  std::vector<std::string> argv = {KFORGE_BIN,
+                                   "run",
+                                   "--models",
+                                   Cassette(),
+                                   "--tasks",
+                                   "1,2",
+                                   "--compile-only",
+                                   "--name",
+                                   name,
+                                   "--out",
+                                   (dir_ / "runs").string(),
+                                   "--evaluators",
+                                   url_a + "," + url_b,
+                                   "--eval-token-file",
+                                   tokens_.string()};
+  argv.insert(argv.end(), extra_args.begin(), extra_args.end());
+  ASSERT_TRUE(run.Start(argv,
+                        {{"XDG_CACHE_HOME", (dir_ / "cache-run").string()},
+                         {"KFORGE_TASKS_DIR", (kRoot / "tasks").string()}},
+                        dir_ / "run.log"));
   // The run's first compile goes to a (its first slot), which holds it.
   ASSERT_TRUE(WaitForInfo(url_a, [](const nlohmann::json& j) {
     return j["queue"]["compile_running"] == 1;
   })) << ReadFile(dir_ / "run.log").value();
-  a.Signal(SIGKILL);
-  a.Wait();
-  // The run sees the cut connection at once (nothing of a's holds it open)
-  // and requeues; a minute is ample for the four compiles on b.
+  upset(a);
+  // A minute is ample for noticing and for the four compiles on b.
   const std::optional<int> waited = run.WaitFor(std::chrono::minutes(1));
   const std::string log = ReadFile(dir_ / "run.log").value();
-  ASSERT_TRUE(waited) << "the run did not finish within a minute of the kill; its log:\n" << log;
+  ASSERT_TRUE(waited) << "the run did not finish within a minute; its log:\n" << log;
   const int status = *waited;
   ASSERT_TRUE(WIFEXITED(status)) << log;
   EXPECT_EQ(WEXITSTATUS(status), 0) << log;
   EXPECT_NE(log.find("requeued"), std::string::npos) << log;
 
-  Record rec = ReadRecord(dir_ / "runs" / "killed");
-  // Both sessions ran their two turns, as a run without the kill does: turn 1
-  // a compile error (an evaluation), turn 2 compiled (an event).
+  Record rec = ReadRecord(dir_ / "runs" / name);
+  // Both sessions ran their two turns, as a run where nothing happened to a
+  // does: turn 1 a compile error (an evaluation), turn 2 compiled (an event).
   EXPECT_EQ(rec.turns, 4u);
   EXPECT_EQ(rec.evaluations, (std::multiset<std::string>{"001_allreduce turn 0 compile_error",
                                                          "002_allgather turn 0 compile_error"}));
@@ -259,10 +281,11 @@ TEST_F(ProcessTest, SigkillMidJobRequeuesOnTheOtherServerAndLosesNothing) {
   for (const auto& e : rec.requeued) {
     EXPECT_NE(e["evaluator"].get<std::string>().find(url_a), std::string::npos) << e.dump();
     EXPECT_EQ(e["kind"], "slot_lost");
+    requeue_messages->push_back(e.value("message", ""));
   }
   EXPECT_TRUE(rec.abandoned.empty());
   // The token went over the wire only: nothing under the run directory holds it.
-  for (const auto& f : fs::recursive_directory_iterator(dir_ / "runs" / "killed")) {
+  for (const auto& f : fs::recursive_directory_iterator(dir_ / "runs" / name)) {
     if (!f.is_regular_file()) continue;
     auto text = ReadFile(f.path());
     EXPECT_EQ(text->find(kToken), std::string::npos) << f.path();
@@ -272,6 +295,29 @@ TEST_F(ProcessTest, SigkillMidJobRequeuesOnTheOtherServerAndLosesNothing) {
   EXPECT_EQ(info["queue"]["answered"], 4);
   b.Signal(SIGTERM);
   EXPECT_EQ(WEXITSTATUS(b.Wait()), 0);
+}
+
+TEST_F(ProcessTest, SigkillMidJobRequeuesOnTheOtherServerAndLosesNothing) {
+  std::vector<std::string> messages;
+  // The run sees the cut connection at once (nothing of a's holds it open).
+  RunWhileAFails(
+      "killed",
+      [](Child& a) {
+        a.Signal(SIGKILL);
+        a.Wait();
+      },
+      {}, &messages);
+}
+
+// A stopped server keeps the job's connection open and answers nothing: the
+// run's health checks give the job up and requeue it.
+TEST_F(ProcessTest, SigstopMidJobRequeuesOnTheOtherServer) {
+  std::vector<std::string> messages;
+  RunWhileAFails(
+      "stopped", [](Child& a) { a.Signal(SIGSTOP); }, {"--evaluator-liveness", "2"}, &messages);
+  ASSERT_FALSE(messages.empty());
+  EXPECT_NE(messages.front().find("no answer to its health checks for 2 s"), std::string::npos)
+      << messages.front();
 }
 
 TEST_F(ProcessTest, RunRefusesAWrongTokenBeforeStoringAnything) {

@@ -18,6 +18,11 @@ namespace kforge::agent {
 // --baseline-reuse`'s and `kforge eval-server --baseline-reuse`'s.
 inline constexpr double kDefaultBaselineReuseS = 600;
 
+// Seconds a remote job waits for its eval-server to answer a health check
+// before it is requeued elsewhere (remote::RemotePortOptions::liveness_s):
+// long enough for a loaded server, short beside the minutes a job may take.
+inline constexpr double kDefaultEvaluatorLivenessS = 60;
+
 struct RunConfig {
   std::string name;
   std::vector<std::string> models;
@@ -50,6 +55,9 @@ struct RunConfig {
   std::vector<std::string> evaluators;
   std::string evaluators_dir;
   std::string eval_token_file;
+  // A job whose server has answered no health check for this long is
+  // requeued on another server; 0: wait for the job's own timeout.
+  double evaluator_liveness_s = kDefaultEvaluatorLivenessS;
   // `kforge run --slurm` / a run file's [slurm] table: start eval-servers
   // through Slurm around the run (slurm_nodes > 0 means on).
   int slurm_nodes = 0;

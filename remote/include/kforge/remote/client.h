@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kforge/agent/ports.h"
+#include "kforge/agent/run_config.h"
 #include "kforge/core/status.h"
 
 namespace kforge::remote {
@@ -43,13 +44,18 @@ struct RemotePortOptions {
   std::string token;
   std::string task_suite_hash;
   double timeout_s = 4 * 3600;  // one job, queueing on the server included
-  std::string label;            // names the slot in messages ("host:port gpu slot 1")
+  // While a job is in flight the server's /v1/healthz is asked over other
+  // connections; when it has not answered for this long the job is given up
+  // as kSlotLost (the server is stopped, wedged or cut off). 0: never.
+  double liveness_s = agent::kDefaultEvaluatorLivenessS;
+  std::string label;  // names the slot in messages ("host:port gpu slot 1")
 };
 
 // Evaluate() POSTs the job and returns the server's kforge.eval/1 document.
 // Errors, for the run to branch on:
 //   kSlotLost     the slot could not run it now: unreachable, connection
-//                 cut mid-job (the server died), timeout, 5xx, 429 or 503
+//                 cut mid-job (the server died), no health answer for
+//                 liveness_s (stopped, wedged or cut off), timeout, 5xx, 429 or 503
 //                 (retry_after_s() carries Retry-After): run it elsewhere;
 //   kAuth         the token was refused;
 //   kInvalidInput the job or this client does not fit the server (task

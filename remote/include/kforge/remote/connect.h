@@ -29,6 +29,7 @@ struct ConnectOptions {
   int world = 2;                // the run's world size
   bool need_gpu = true;         // false: a compile-only run (GPU slots are not used)
   double job_timeout_s = 4 * 3600;
+  double liveness_s = agent::kDefaultEvaluatorLivenessS;  // RemotePortOptions::liveness_s
   double info_timeout_s = 10;
 };
 
