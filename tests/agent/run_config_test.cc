@@ -1,5 +1,6 @@
 #include "kforge/agent/run_config.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -68,47 +69,53 @@ TEST(RunConfig, RemoteEvaluationAndSlurmFromARunFile) {
   EXPECT_EQ(just_table->slurm_nodes, 1);  // the table alone means one server
 }
 
-TEST(RunConfig, BaselineReuseIsSecondsAtLeastZero) {
-  auto c = ParseRunFile("models = [\"a:x\"]\ntasks = [\"1\"]\nbaseline_reuse_s = 0\n", "r.toml");
-  ASSERT_TRUE(c.ok()) << c.status().ToString();
-  EXPECT_EQ(c->baseline_reuse_s, 0);
-  auto back = RunConfigFromJson(RunConfigToJson(*c));
-  ASSERT_TRUE(back.ok());
-  EXPECT_EQ(back->baseline_reuse_s, 0);
-  auto dflt = ParseRunFile("models = [\"a:x\"]\ntasks = [\"1\"]\n", "r.toml");
-  ASSERT_TRUE(dflt.ok());
-  EXPECT_EQ(dflt->baseline_reuse_s, 600);
-  for (const char* bad : {"-1", "\"long\"", "inf"}) {
-    auto b = ParseRunFile(
-        std::string("models = [\"a:x\"]\ntasks = [\"1\"]\nbaseline_reuse_s = ") + bad + "\n",
-        "r.toml");
-    ASSERT_FALSE(b.ok()) << bad;
-    EXPECT_EQ(b.status().message(),
-              "r.toml:3: baseline_reuse_s: expected a number of seconds >= 0 (0: timed around "
-              "every candidate)")
-        << bad;
+// The run file's durations: seconds >= 0, read, stored and defaulted.
+TEST(RunConfig, DurationsAreSecondsAtLeastZero) {
+  struct Field {
+    const char* key;
+    double RunConfig::*member;
+    double default_s;
+    const char* zero;  // what 0 means, as the error says
+  };
+  for (const Field& f : {Field{"baseline_reuse_s", &RunConfig::baseline_reuse_s,
+                               kDefaultBaselineReuseS, "timed around every candidate"},
+                         Field{"evaluator_liveness_s", &RunConfig::evaluator_liveness_s,
+                               kDefaultEvaluatorLivenessS, "no health checks"}}) {
+    const std::string head = "models = [\"a:x\"]\ntasks = [\"1\"]\n";
+    for (double v : {0.0, 5.0}) {
+      auto c = ParseRunFile(head + fmt::format("{} = {}\n", f.key, v), "r.toml");
+      ASSERT_TRUE(c.ok()) << c.status().ToString();
+      EXPECT_EQ((*c).*f.member, v) << f.key;
+      auto back = RunConfigFromJson(RunConfigToJson(*c));
+      ASSERT_TRUE(back.ok());
+      EXPECT_EQ((*back).*f.member, v) << f.key;
+    }
+    auto dflt = ParseRunFile(head, "r.toml");
+    ASSERT_TRUE(dflt.ok());
+    EXPECT_EQ((*dflt).*f.member, f.default_s) << f.key;
+    for (const char* bad : {"-1", "\"long\"", "inf"}) {
+      auto b = ParseRunFile(head + f.key + " = " + bad + "\n", "r.toml");
+      ASSERT_FALSE(b.ok()) << bad;
+      EXPECT_EQ(
+          b.status().message(),
+          fmt::format("r.toml:3: {}: expected a number of seconds >= 0 (0: {})", f.key, f.zero))
+          << bad;
+    }
   }
+  EXPECT_EQ(kDefaultBaselineReuseS, 600);
+  EXPECT_EQ(kDefaultEvaluatorLivenessS, 60);
 }
 
-TEST(RunConfig, EvaluatorLivenessIsSecondsAndNotPartOfWhatTheRunAsks) {
-  auto c =
-      ParseRunFile("models = [\"a:x\"]\ntasks = [\"1\"]\nevaluator_liveness_s = 5\n", "r.toml");
-  ASSERT_TRUE(c.ok()) << c.status().ToString();
-  EXPECT_EQ(c->evaluator_liveness_s, 5);
-  auto back = RunConfigFromJson(RunConfigToJson(*c));
-  ASSERT_TRUE(back.ok());
-  EXPECT_EQ(back->evaluator_liveness_s, 5);
-  auto dflt = ParseRunFile("models = [\"a:x\"]\ntasks = [\"1\"]\n", "r.toml");
-  ASSERT_TRUE(dflt.ok());
-  EXPECT_EQ(dflt->evaluator_liveness_s, kDefaultEvaluatorLivenessS);
-  // Like the servers themselves, how long to wait on them may change on resume.
-  EXPECT_TRUE(RunConfigDifferences(*c, *dflt).empty());
-  auto bad =
-      ParseRunFile("models = [\"a:x\"]\ntasks = [\"1\"]\nevaluator_liveness_s = -2\n", "r.toml");
-  ASSERT_FALSE(bad.ok());
-  EXPECT_EQ(bad.status().message(),
-            "r.toml:3: evaluator_liveness_s: expected a number of seconds >= 0 (0: no health "
-            "checks)");
+// Like the servers themselves, how long to wait on them may change on resume;
+// how long a baseline is reused is part of what the run asks.
+TEST(RunConfig, EvaluatorLivenessIsNotPartOfWhatTheRunAsks) {
+  RunConfig stored, asked;
+  stored.models = asked.models = {"a:x"};
+  stored.tasks = asked.tasks = {"1"};
+  asked.evaluator_liveness_s = 5;
+  EXPECT_TRUE(RunConfigDifferences(stored, asked).empty());
+  asked.baseline_reuse_s = 0;
+  EXPECT_EQ(RunConfigDifferences(stored, asked).size(), 1u);
 }
 
 TEST(RunConfig, ErrorsNameFileLineAndField) {
