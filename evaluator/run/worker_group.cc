@@ -38,7 +38,7 @@ std::string DescribeExit(pid_t pid) {
 }
 
 // Spawns one worker with fds 3 (channel), 4 (control block) and, for a
-// candidate, 5 (mailbox); every other descriptor of ours is close-on-exec.
+// candidate, 5 (mailbox); every other descriptor is closed in the child.
 Result<pid_t> SpawnWorker(const GroupOptions& o, int rank, int channel_fd, int control_fd,
                           int mailbox_fd) {
   std::vector<std::string> args = {o.worker_path.string(),
@@ -73,6 +73,7 @@ Result<pid_t> SpawnWorker(const GroupOptions& o, int rank, int channel_fd, int c
   int src[3] = {fcntl(channel_fd, F_DUPFD_CLOEXEC, 100), fcntl(control_fd, F_DUPFD_CLOEXEC, 100),
                 mailbox_fd >= 0 ? fcntl(mailbox_fd, F_DUPFD_CLOEXEC, 100) : -1};
   const bool own_session = o.role == "candidate";
+  const unsigned first_unused = src[2] >= 0 ? 6 : 5;
   // fork + execve, with everything prepared before the fork: the child of
   // this threaded process calls only async-signal-safe functions. (glibc's
   // posix_spawn is refused with EPERM on some sandboxed GPU hosts.)
@@ -83,7 +84,7 @@ Result<pid_t> SpawnWorker(const GroupOptions& o, int rank, int channel_fd, int c
     }
     // Only the channel, control block and mailbox go with it (the worker
     // also closes whatever is left, and reports it, before any candidate code).
-    close_range(6, ~0U, 0);
+    close_range(first_unused, ~0U, 0);
     // Each worker leads its own process group (killed as one); a candidate
     // gets its own session too, away from the terminal.
     if (own_session) {
