@@ -107,6 +107,9 @@ Status RunCheckSize(EvalSession& s, SizePlan& plan) {
   const Problem& p = plan.problem;
   KF_RETURN_IF_ERROR(Prepare(s, plan, s.candidate));
   const double dl = s.options->check_deadline_s;
+  // The host's buffers for the oracle, reused by every trial of the size.
+  HostInputs inputs;
+  OracleIo io;
   for (int trial = 0; trial < s.options->trials; ++trial) {
     uint64_t seed = s.NewSeed();
     proto::InputsRequest in;
@@ -129,12 +132,12 @@ Status RunCheckSize(EvalSession& s, SizePlan& plan) {
       if (!o.ok()) return o.status();
       outputs.push_back(std::move(o).value());
     }
-    KF_ASSIGN_OR_RETURN(HostInputs inputs, GenerateAllInputs(p, seed));
+    KF_RETURN_IF_ERROR(GenerateAllInputsInto(p, seed, &inputs));
     std::vector<std::vector<const void*>> ptrs(s.world);
     for (int r = 0; r < s.world; ++r) {
       for (const auto& b : inputs[r]) ptrs[r].push_back(b.data());
     }
-    KF_ASSIGN_OR_RETURN(OracleIo io, BuildOracleIo(p, seed, ptrs));
+    KF_RETURN_IF_ERROR(BuildOracleIoInto(p, ptrs, &io));
     if (Status st = RunOracle(p, io); !st.ok()) {
       return Error(ErrorKind::kHarness, "the task's oracle failed: " + st.message());
     }

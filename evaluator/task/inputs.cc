@@ -226,16 +226,76 @@ Status GenerateInput(const Problem& p, int index, int rank, uint64_t seed, void*
   return Status::Ok();
 }
 
-Result<HostInputs> GenerateAllInputs(const Problem& p, uint64_t seed, int threads) {
-  HostInputs all(static_cast<size_t>(p.world));
+Status GenerateAllInputsInto(const Problem& p, uint64_t seed, HostInputs* all, int threads) {
+  all->resize(static_cast<size_t>(p.world));
   for (int r = 0; r < p.world; ++r) {
+    auto& mine = (*all)[static_cast<size_t>(r)];
+    mine.resize(p.inputs.size());
     for (size_t k = 0; k < p.inputs.size(); ++k) {
-      all[r].emplace_back(p.inputs[k].NbytesOf(r));
-      KF_RETURN_IF_ERROR(
-          GenerateInput(p, static_cast<int>(k), r, seed, all[r].back().data(), threads));
+      // Every byte is generated: a buffer of the right size is reused as it is.
+      mine[k].resize(p.inputs[k].NbytesOf(r));
+      KF_RETURN_IF_ERROR(GenerateInput(p, static_cast<int>(k), r, seed, mine[k].data(), threads));
     }
   }
+  return Status::Ok();
+}
+
+Result<HostInputs> GenerateAllInputs(const Problem& p, uint64_t seed, int threads) {
+  HostInputs all;
+  KF_RETURN_IF_ERROR(GenerateAllInputsInto(p, seed, &all, threads));
   return all;
+}
+
+Status BuildOracleIoInto(const Problem& p,
+                         const std::vector<std::vector<const void*>>& inputs_by_rank,
+                         OracleIo* io) {
+  const auto& ptrs = inputs_by_rank;
+  if (ptrs.size() != static_cast<size_t>(p.world)) {
+    return Error(ErrorKind::kInternal,
+                 fmt::format("BuildOracleIo: {} ranks of inputs for W = {}", ptrs.size(), p.world));
+  }
+  io->world = p.world;
+  io->params = p.vars;
+  io->inputs.resize(ptrs.size());
+  io->outputs.resize(ptrs.size());
+  // Reused buffers keep their capacity: resizing to the same size writes
+  // nothing, and every element is written below.
+  auto shape = [](OracleTensor& o, const std::string& name, std::vector<int64_t> dims,
+                  int64_t numel) {
+    o.name = name;
+    o.shape = std::move(dims);
+    o.data.resize(static_cast<size_t>(numel));
+  };
+  for (int r = 0; r < p.world; ++r) {
+    if (ptrs[r].size() != p.inputs.size()) {
+      return Error(ErrorKind::kInternal,
+                   fmt::format("BuildOracleIo: rank {} has {} inputs, the task {}", r,
+                               ptrs[r].size(), p.inputs.size()));
+    }
+    io->inputs[r].resize(p.inputs.size());
+    for (size_t k = 0; k < p.inputs.size(); ++k) {
+      const ConcreteTensor& t = p.inputs[k];
+      const void* src = ptrs[r][k];
+      if (src == nullptr && t.numel > 0)
+        return Error(ErrorKind::kInternal, "BuildOracleIo: null input");
+      OracleTensor& o = io->inputs[r][k];
+      const int64_t numel = t.NumelOf(r);
+      shape(o, t.name, t.ShapeOf(r), numel);
+      const size_t elem = DtypeSize(t.dtype);
+      ParallelFor(numel, ThreadsFor(numel, 0), [&](int64_t b, int64_t e) {
+        LoadAllAsDouble(static_cast<const unsigned char*>(src) + static_cast<size_t>(b) * elem,
+                        t.dtype, static_cast<size_t>(e - b), o.data.data() + b);
+      });
+    }
+    io->outputs[r].resize(p.outputs.size());
+    for (size_t k = 0; k < p.outputs.size(); ++k) {
+      const ConcreteTensor& t = p.outputs[k];
+      OracleTensor& o = io->outputs[r][k];
+      shape(o, t.name, t.ShapeOf(r), t.NumelOf(r));
+      std::fill(o.data.begin(), o.data.end(), std::numeric_limits<double>::quiet_NaN());
+    }
+  }
+  return Status::Ok();
 }
 
 Result<OracleIo> BuildOracleIo(const Problem& p, uint64_t seed,
@@ -243,47 +303,14 @@ Result<OracleIo> BuildOracleIo(const Problem& p, uint64_t seed,
   HostInputs generated;
   std::vector<std::vector<const void*>> ptrs = inputs_by_rank;
   if (ptrs.empty()) {
-    KF_ASSIGN_OR_RETURN(generated, GenerateAllInputs(p, seed));
+    KF_RETURN_IF_ERROR(GenerateAllInputsInto(p, seed, &generated));
     ptrs.resize(generated.size());
     for (size_t r = 0; r < generated.size(); ++r) {
       for (const auto& bytes : generated[r]) ptrs[r].push_back(bytes.data());
     }
   }
-  if (ptrs.size() != static_cast<size_t>(p.world)) {
-    return Error(ErrorKind::kInternal,
-                 fmt::format("BuildOracleIo: {} ranks of inputs for W = {}", ptrs.size(), p.world));
-  }
   OracleIo io;
-  io.world = p.world;
-  io.params = p.vars;
-  io.inputs.resize(ptrs.size());
-  io.outputs.resize(ptrs.size());
-  for (int r = 0; r < p.world; ++r) {
-    if (ptrs[r].size() != p.inputs.size()) {
-      return Error(ErrorKind::kInternal,
-                   fmt::format("BuildOracleIo: rank {} has {} inputs, the task {}", r,
-                               ptrs[r].size(), p.inputs.size()));
-    }
-    for (size_t k = 0; k < p.inputs.size(); ++k) {
-      const ConcreteTensor& t = p.inputs[k];
-      const void* src = ptrs[r][k];
-      if (src == nullptr && t.numel > 0)
-        return Error(ErrorKind::kInternal, "BuildOracleIo: null input");
-      OracleTensor& o = io.inputs[r].emplace_back(OracleTensor{t.name, t.ShapeOf(r), {}});
-      const int64_t numel = t.NumelOf(r);
-      o.data.resize(static_cast<size_t>(numel));
-      ParallelFor(numel, ThreadsFor(numel, 0), [&](int64_t b, int64_t e) {
-        for (int64_t i = b; i < e; ++i)
-          o.data[i] = LoadAsDouble(src, t.dtype, static_cast<size_t>(i));
-      });
-    }
-    for (const ConcreteTensor& t : p.outputs) {
-      io.outputs[r].push_back(
-          OracleTensor{t.name, t.ShapeOf(r),
-                       std::vector<double>(static_cast<size_t>(t.NumelOf(r)),
-                                           std::numeric_limits<double>::quiet_NaN())});
-    }
-  }
+  KF_RETURN_IF_ERROR(BuildOracleIoInto(p, ptrs, &io));
   return io;
 }
 

@@ -31,6 +31,10 @@ Result<gen::InputGen> MakeInputGen(const Problem& p, int input_index, int rank,
 // Raw bytes of every rank's inputs: [rank][input index].
 using HostInputs = std::vector<std::vector<std::vector<uint8_t>>>;
 Result<HostInputs> GenerateAllInputs(const Problem& p, uint64_t trial_seed, int threads = 0);
+// The same into `all`, reusing its buffers: the trials of one size allocate
+// (and fault in) their memory once.
+Status GenerateAllInputsInto(const Problem& p, uint64_t trial_seed, HostInputs* all,
+                             int threads = 0);
 
 // The oracle's view: all ranks' inputs as doubles (from inputs_by_rank[rank]
 // [input], raw bytes of each input's dtype), params = p.vars, and outputs
@@ -38,6 +42,10 @@ Result<HostInputs> GenerateAllInputs(const Problem& p, uint64_t trial_seed, int 
 // inputs_by_rank is empty the inputs are generated from `trial_seed`.
 Result<OracleIo> BuildOracleIo(const Problem& p, uint64_t trial_seed,
                                const std::vector<std::vector<const void*>>& inputs_by_rank);
+// The same into `io` from given inputs, reusing its buffers (every element
+// is written again: the inputs decoded, the outputs NaN).
+Status BuildOracleIoInto(const Problem& p,
+                         const std::vector<std::vector<const void*>>& inputs_by_rank, OracleIo* io);
 
 // Runs the oracle registered under the task's name. Fails when none is
 // registered, when it returns an error or throws, or when it resizes outputs.

@@ -5,6 +5,10 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <random>
+#include <vector>
+
+#include "task/element_codec.h"
 
 namespace kforge::eval {
 namespace {
@@ -199,6 +203,49 @@ TEST(Dtype, IntegersRoundToEvenAndClamp) {
   EXPECT_EQ(b[2], 1);
   b[0] = 7;
   EXPECT_EQ(LoadAsDouble(b, Dtype::kBool, 0), 1.0);
+}
+
+// The host reads 1- and 2-byte dtypes through decode tables: each pattern's
+// value is the codec's (the device's decode), bit for bit, NaNs included.
+TEST(Dtype, DecodeTablesAreTheCodecForEveryPattern) {
+  for (Dtype dt : {Dtype::kF16, Dtype::kBF16, Dtype::kFp8E4M3, Dtype::kFp8E5M2, Dtype::kI8,
+                   Dtype::kU8, Dtype::kBool}) {
+    const uint32_t patterns = 1u << (8 * DtypeSize(dt));
+    int differ = 0;
+    for (uint32_t b = 0; b < patterns; ++b) {
+      uint8_t buf[2];
+      std::memcpy(buf, &b, sizeof buf);
+      const double table = LoadAsDouble(buf, dt, 0);
+      const double codec = codec::Load(buf, static_cast<int>(dt), 0);
+      if (std::memcmp(&table, &codec, sizeof(double)) != 0) ++differ;
+    }
+    EXPECT_EQ(differ, 0) << DtypeName(dt);
+  }
+}
+
+// LoadAllAsDouble is LoadAsDouble of every element, for every dtype, from any
+// offset (the oracle's view decodes ranges on several threads).
+TEST(Dtype, LoadAllIsLoadOfEveryElement) {
+  std::mt19937_64 rng(7);
+  for (int d = 0; d <= static_cast<int>(Dtype::kBool); ++d) {
+    const Dtype dt = static_cast<Dtype>(d);
+    std::vector<uint8_t> raw(4099 * DtypeSize(dt));
+    for (auto& b : raw) b = static_cast<uint8_t>(rng());
+    if (dt == Dtype::kBool) {
+      for (auto& b : raw) b &= 1;
+    }
+    for (size_t from : {size_t{0}, size_t{3}}) {
+      const size_t n = raw.size() / DtypeSize(dt) - from;
+      std::vector<double> all(n);
+      LoadAllAsDouble(raw.data() + from * DtypeSize(dt), dt, n, all.data());
+      size_t differ = 0;
+      for (size_t i = 0; i < n; ++i) {
+        const double one = LoadAsDouble(raw.data(), dt, from + i);
+        if (std::memcmp(&one, &all[i], sizeof(double)) != 0) ++differ;
+      }
+      EXPECT_EQ(differ, 0u) << DtypeName(dt) << " from " << from;
+    }
+  }
 }
 
 }  // namespace

@@ -31,6 +31,9 @@ bool IsFloating(Dtype dt);
 
 // Reads element i of a buffer of dtype dt as a double (exact for every dtype).
 double LoadAsDouble(const void* data, Dtype dt, size_t i);
+// Elements [0, n) of a buffer of dtype dt into out: LoadAsDouble of each, bit
+// for bit, without a per-element dispatch.
+void LoadAllAsDouble(const void* data, Dtype dt, size_t n, double* out);
 // Stores v into element i, rounding to nearest even (saturating for fp8, clamping for ints).
 void StoreFromDouble(void* data, Dtype dt, size_t i, double v);
 
