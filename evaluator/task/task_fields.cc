@@ -56,11 +56,9 @@ Status LoadContinuousInit(const TomlFields& f, const toml::node& n, const std::s
   const toml::table& t = *n.as_table();
   const char* a_key = normal ? "mean" : "low";
   const char* b_key = normal ? "std" : "high";
-  if (normal) {
-    KF_RETURN_IF_ERROR(f.CheckKeys(t, field, {"kind", a_key, b_key, "pieces", "column_std"}));
-  } else {
-    KF_RETURN_IF_ERROR(f.CheckKeys(t, field, {"kind", a_key, b_key, "pieces"}));
-  }
+  std::vector<std::string_view> keys = {"kind", a_key, b_key, "pieces"};
+  if (normal) keys.push_back("column_std");
+  KF_RETURN_IF_ERROR(f.CheckKeys(t, field, keys));
   KF_ASSIGN_OR_RETURN(auto a, f.OptionalExpression(t, field, a_key));
   KF_ASSIGN_OR_RETURN(auto b, f.OptionalExpression(t, field, b_key));
   std::string& init_a = normal ? init.mean : init.low;

@@ -57,6 +57,11 @@ Status TomlFields::Fail(const toml::node* at, std::string_view field,
 
 Status TomlFields::CheckKeys(const toml::table& table, std::string_view prefix,
                              std::initializer_list<std::string_view> allowed) const {
+  return CheckKeys(table, prefix, std::vector<std::string_view>(allowed));
+}
+
+Status TomlFields::CheckKeys(const toml::table& table, std::string_view prefix,
+                             const std::vector<std::string_view>& allowed) const {
   for (const auto& [key, value] : table) {
     bool known = false;
     for (auto a : allowed) known = known || key.str() == a;

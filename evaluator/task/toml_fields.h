@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "kforge/core/status.h"
 
@@ -29,6 +30,8 @@ class TomlFields {
   // Every key of `table` must be in `allowed`; the error points at the key.
   Status CheckKeys(const toml::table& table, std::string_view prefix,
                    std::initializer_list<std::string_view> allowed) const;
+  Status CheckKeys(const toml::table& table, std::string_view prefix,
+                   const std::vector<std::string_view>& allowed) const;
 
   // Getters for `prefix.key` in `table`. Missing: the required variants fail
   // (pointing at the table), the optional ones return nullopt.
