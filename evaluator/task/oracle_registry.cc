@@ -1,9 +1,11 @@
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
 
 #include "kforge/oracle.h"
+#include "task/parallel.h"
 
 namespace kforge {
 namespace {
@@ -98,6 +100,12 @@ std::vector<std::string> RegisteredOracles() {
   std::vector<std::string> names;
   for (const auto& [k, v] : r.oracles) names.push_back(k);
   return names;
+}
+
+void OracleParallelFor(int64_t n, const std::function<void(int64_t, int64_t)>& fn,
+                       int64_t min_per_chunk) {
+  eval::internal::ParallelFor(
+      n, eval::internal::ThreadsFor(n, 0, std::max<int64_t>(1, min_per_chunk)), fn);
 }
 
 }  // namespace kforge

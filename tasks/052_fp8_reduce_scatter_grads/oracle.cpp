@@ -39,14 +39,19 @@ KF_ORACLE(fp8_reduce_scatter_grads) {
   if (n % w != 0)
     return kforge::Error(kforge::ErrorKind::kHarness, "fp8_reduce_scatter_grads: g is not [W, P]");
   const size_t p = n / w;
-  std::vector<std::vector<double>> recon(static_cast<size_t>(w));
   for (int r = 0; r < w; ++r) {
-    auto hist = io.in(r, "hist");
-    auto hist_out = io.out(r, "hist_out");
-    if (io.in(r, "g").size() != n || hist.size() != kHistory || hist_out.size() != kHistory)
+    if (io.in(r, "g").size() != n || io.in(r, "hist").size() != kHistory ||
+        io.out(r, "hist_out").size() != kHistory)
       return kforge::Error(kforge::ErrorKind::kHarness, "fp8_reduce_scatter_grads: bad shapes");
-    recon[r] = RoundTrip(io.in(r, "g"), hist, hist_out);
   }
+  // Each rank's round trip is its own: ranks in parallel.
+  std::vector<std::vector<double>> recon(static_cast<size_t>(w));
+  kforge::OracleParallelFor(w, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const int rank = static_cast<int>(r);
+      recon[r] = RoundTrip(io.in(rank, "g"), io.in(rank, "hist"), io.out(rank, "hist_out"));
+    }
+  });
   for (int r = 0; r < w; ++r) {
     auto shard = io.out(r, "shard");
     if (shard.size() != p)

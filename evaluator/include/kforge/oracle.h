@@ -62,6 +62,13 @@ struct GeneratorIo {
   uint64_t trial_seed = 0;         // for values that must agree across ranks
 };
 
+// Calls fn(begin, end) on contiguous chunks covering [0, n), on the host's
+// cores, for an oracle whose items (ranks, rows) are independent: each chunk
+// may write only what its items own. Chunks hold at least `min_per_chunk`
+// items; small ranges run on the calling thread.
+void OracleParallelFor(int64_t n, const std::function<void(int64_t begin, int64_t end)>& fn,
+                       int64_t min_per_chunk = 1);
+
 using OracleFn = std::function<Status(OracleIo&)>;
 using GeneratorFn = std::function<Status(GeneratorIo&)>;
 
