@@ -278,18 +278,17 @@ void AddRun(CLI::App& app, int& exit_code) {
   cmd->add_option("--hardware", a->hardware,
                   "hardware profile for the prompt instead of the probe");
   cmd->add_flag("--compile-only", a->compile_only, "compile and policy-check only (no GPU)");
-  cmd->add_option("--budget-usd", a->budget_usd, "dollars for the whole run")
-      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--budget-usd", a->budget_usd, "dollars for the whole run")->check(NonNegative());
   cmd->add_option("--budget-tokens", a->budget_tokens, "tokens for the whole run")
-      ->check(CLI::NonNegativeNumber);
+      ->check(NonNegative());
   cmd->add_option("--budget-wall", a->budget_wall_s, "wall-clock seconds for the whole run")
-      ->check(CLI::NonNegativeNumber);
+      ->check(NonNegative());
   cmd->add_option("--model-budget-usd", a->model_budget_usd, "dollars per model")
-      ->check(CLI::NonNegativeNumber);
+      ->check(NonNegative());
   cmd->add_option("--model-budget-tokens", a->model_budget_tokens, "tokens per model")
-      ->check(CLI::NonNegativeNumber);
+      ->check(NonNegative());
   cmd->add_option("--task-budget-usd", a->task_budget_usd, "dollars per model and task")
-      ->check(CLI::NonNegativeNumber);
+      ->check(NonNegative());
   cmd->add_option("--deadline", a->deadline,
                   "no new model calls after: YYYY-MM-DDTHH:MM, +8h, +90m");
   cmd->add_option("--llm-concurrency", a->llm_concurrency,
@@ -301,7 +300,7 @@ void AddRun(CLI::App& app, int& exit_code) {
   cmd->add_option("--baseline-reuse", a->baseline_reuse_s,
                   "seconds a timed baseline is reused, confirmed each time (default 600; 0: "
                   "time it around every candidate)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(NonNegative());
   cmd->add_option("--out", a->out, "where run directories go (default runs)");
   cmd->add_option("--tasks-dir", a->tasks_dir, "where tasks live");
   cmd->add_option("--evaluators", a->evaluators,
@@ -313,7 +312,7 @@ void AddRun(CLI::App& app, int& exit_code) {
   cmd->add_option("--evaluator-liveness", a->evaluator_liveness_s,
                   "requeue a job whose eval-server answered no health check for this many "
                   "seconds (default 60; 0: wait for the job)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(NonNegative());
   cmd->add_flag("--slurm", a->slurm,
                 "start eval-servers through Slurm for this run and stop them after it");
   cmd->add_option("--slurm-nodes", a->slurm_nodes, "servers (nodes) for --slurm (default 1)")

@@ -19,6 +19,10 @@ struct CommandEntry {
 };
 
 bool RegisterCommand(std::string name, CommandRegistrar add);
+
+// A finite number >= 0 (seconds, dollars, tokens). CLI11's NonNegativeNumber
+// would answer -3 with its range spelled out to 1.8e308.
+CLI::Validator NonNegative();
 const std::vector<CommandEntry>& Commands();
 
 }  // namespace kforge::cli

@@ -1,7 +1,9 @@
 // kforge: LLMs write multi-GPU CUDA kernels; kforge judges them.
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <string>
 #include <vector>
@@ -21,6 +23,18 @@ bool RegisterCommand(std::string name, CommandRegistrar add) {
 const std::vector<CommandEntry>& Commands() {
   static std::vector<CommandEntry> table;
   return table;
+}
+
+CLI::Validator NonNegative() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        char* end = nullptr;
+        const double v = std::strtod(text.c_str(), &end);
+        if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(v) || v < 0)
+          return "expected a number >= 0, not '" + text + "'";
+        return "";
+      },
+      "NONNEGATIVE");
 }
 
 namespace {

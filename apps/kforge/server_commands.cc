@@ -195,7 +195,7 @@ void AddEvalServer(CLI::App& app, int& exit_code) {
       ->check(CLI::Range(1, 1024));
   cmd->add_option("--baseline-reuse", a->baseline_reuse_s,
                   "seconds a GPU slot reuses a baseline it timed, confirmed each time (0: never)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(NonNegative())
       ->capture_default_str();
   cmd->add_option("--max-queue", a->max_queue, "jobs that may wait for a slot")
       ->check(CLI::Range(0, 100000))

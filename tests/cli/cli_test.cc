@@ -53,6 +53,21 @@ TEST_F(CliTest, UsageErrorsExit64NotCli11Codes) {
   EXPECT_NE(help.out.find("Exit status"), std::string::npos) << help.out;
 }
 
+// Durations, dollars and tokens: a bad value is named plainly, without the
+// range CLI11 would spell out to 1.8e308.
+TEST_F(CliTest, NegativeOrNonNumericAmountsAreRefusedPlainly) {
+  for (const auto& [flag, value] : std::vector<std::pair<std::string, std::string>>{
+           {"--evaluator-liveness", "-3"}, {"--budget-usd", "abc"}, {"--baseline-reuse", "inf"}}) {
+    auto r = Kforge({"run", "--models", Cassette(), "--tasks", "1", flag, value, "--name", "amt",
+                     "--out", tmp_.string()});
+    EXPECT_EQ(r.exit_code, 64) << r.err;
+    EXPECT_NE(r.err.find(flag + ": expected a number >= 0, not '" + value + "'"), std::string::npos)
+        << r.err;
+    EXPECT_EQ(r.err.find("1797693"), std::string::npos) << r.err;
+  }
+  EXPECT_FALSE(fs::exists(tmp_ / "amt"));
+}
+
 TEST_F(CliTest, RunRefusesUnusableModelsBeforeCreatingAStore) {
   auto r = Kforge({"run", "--models", "bogus:foo", "--tasks", "1", "--name", "badprov", "--out",
                    tmp_.string()});
