@@ -8,9 +8,9 @@ cd "$(dirname "$0")/.."
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKFORGE_BUILD_TESTS=ON >/dev/null
 # The test binaries with ctest label gpu, and the bench that needs a GPU.
 GPU_BINS=(tests/evaluator/run/gpu_eval_test tests/evaluator/worker/input_gen_gpu_test
-  tests/remote/remote_bench tests/evaluator/worker/event_loop)
+  tests/evaluator/worker/profiler_gpu_test tests/remote/remote_bench tests/evaluator/worker/event_loop)
 cmake --build build -j "$(nproc)" --target kforge kforge-worker kforge-jail gpu_eval_test \
-  input_gen_gpu_test remote_bench event_loop
+  input_gen_gpu_test profiler_gpu_test remote_bench event_loop
 rm -rf build-gpu
 mkdir -p build-gpu
 (cd build && find . \( -name '*.o' -o -name '*.a' -o -name '*.d' -o -name 'CMakeFiles' -prune \) -o -type f -print) |

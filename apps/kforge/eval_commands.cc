@@ -31,6 +31,7 @@ struct EvalArgs {
   bool compile_only = false;
   bool trusted = false;
   bool nccl_self_test = false;
+  bool profile = false;
   std::vector<std::string> bench_sizes;
 };
 
@@ -47,6 +48,7 @@ Result<eval::EvalOptions> OptionsFromArgs(const EvalArgs& a) {
   o.compile_only = a.compile_only;
   o.trusted = a.trusted;
   o.nccl_self_test = a.nccl_self_test;
+  o.profile = a.profile;
   o.cache_dir = a.cache_dir;
   o.arch = a.arch;
   o.bench_sizes = a.bench_sizes;
@@ -145,6 +147,11 @@ void AddEval(CLI::App& app, int& exit_code) {
       ->check(CLI::Range(0.01, 600.0))
       ->capture_default_str();
   cmd->add_flag("--no-timing", args->no_timing, "correctness only");
+  cmd->add_flag("--profile", args->profile,
+                "after the timed calls of the last bench size, read rank 0's hardware counters "
+                "over a few more (CUPTI): DRAM bytes and throughput, occupancy, L2 hit rate, "
+                "where warps stall; advice, never part of the verdict")
+      ->excludes("--no-timing");
   cmd->add_flag("--trusted", args->trusted,
                 "the kernel is the task's own reference: skip the policy check");
   cmd->add_flag("--compile-only", args->compile_only, "compile and check the policy; run nothing");

@@ -63,6 +63,8 @@ int main(int argc, char** argv) {
   app.add_flag("--emulated", args.emulated, "ranks share a GPU: built-in collectives");
   app.add_flag("--nccl", args.nccl,
                "candidate: it will start NCCL (real GPUs, collectives allowed)");
+  app.add_flag("--profile", args.profile,
+               "candidate: profile the calls of serve requests that ask for it (CUPTI)");
   CLI11_PARSE(app, argc, argv);
   if (sandbox_check) {
     auto r = kforge::sandbox::RunSelfTest();

@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
+
 #include "kforge/abi_limits.h"
 #include "protocol/problem_wire.h"
 #include "protocol/wire.h"
@@ -442,12 +445,74 @@ Result<RunRequest> RunRequest::Parse(const json& j, int max_sets) {
   return q;
 }
 
-json ServeRequest::ToJson() const { return {{"op", op::kServe}, {"calls", calls}}; }
+json ServeRequest::ToJson() const {
+  json j = {{"op", op::kServe}, {"calls", calls}};
+  if (profile) j["profile"] = true;
+  return j;
+}
 
 Result<ServeRequest> ServeRequest::Parse(const json& j) {
   WireReader r(j, "serve");
   ServeRequest s;
   r.Int("calls", &s.calls, 0, static_cast<int>(kMaxCalls));
+  if (r.Has("profile")) r.Bool("profile", &s.profile);
+  if (!r.ok()) return r.status();
+  return s;
+}
+
+const std::vector<std::string>& ProfileMetricNames() {
+  // What bounds the kernel first (time, memory, occupancy, L2), then where
+  // its warps wait, then the SM pipes (the most passes).
+  static const std::vector<std::string> kNames = {
+      "gpu__time_duration.sum",
+      "dram__bytes_read.sum",
+      "dram__bytes_write.sum",
+      "dram__throughput.avg.pct_of_peak_sustained_elapsed",
+      "sm__warps_active.avg.pct_of_peak_sustained_active",
+      "lts__t_sector_hit_rate.pct",
+      "smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio",
+      "smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio",
+      "smsp__average_warps_issue_stalled_membar_per_issue_active.ratio",
+      "smsp__average_warps_issue_stalled_lg_throttle_per_issue_active.ratio",
+      "smsp__average_warps_issue_stalled_mio_throttle_per_issue_active.ratio",
+      "smsp__average_warps_issue_stalled_math_pipe_throttle_per_issue_active.ratio",
+      "smsp__average_warps_issue_stalled_short_scoreboard_per_issue_active.ratio",
+      "smsp__average_warps_issue_stalled_wait_per_issue_active.ratio",
+      "sm__throughput.avg.pct_of_peak_sustained_elapsed",
+  };
+  return kNames;
+}
+
+json ServeReply::ToJson() const {
+  json j = json::object();
+  if (!profile.empty()) {
+    json p = json::object();
+    for (const auto& [name, value] : profile) p[name] = value;
+    j["profile"] = p;
+  }
+  if (!profile_error.empty()) j["profile_error"] = profile_error.substr(0, kMaxText);
+  return j;
+}
+
+Result<ServeReply> ServeReply::Parse(const json& j, const std::string& what) {
+  WireReader r(j, what);
+  ServeReply s;
+  if (r.Has("profile_error")) r.String("profile_error", &s.profile_error, kMaxText);
+  if (r.Has("profile")) {
+    if (const json* p = r.Object("profile")) {
+      const auto& names = ProfileMetricNames();
+      if (p->size() > names.size()) r.Fail("profile: more metrics than were asked for");
+      for (auto it = p->begin(); r.ok() && it != p->end(); ++it) {
+        if (std::find(names.begin(), names.end(), it.key()) == names.end()) {
+          r.Fail("profile: unknown metric '" + it.key().substr(0, 80) + "'");
+        } else if (!it->is_number() || !std::isfinite(it->get<double>())) {
+          r.Fail("profile: " + it.key() + " is not a finite number");
+        } else {
+          s.profile.emplace_back(it.key(), it->get<double>());
+        }
+      }
+    }
+  }
   if (!r.ok()) return r.status();
   return s;
 }

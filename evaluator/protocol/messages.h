@@ -238,8 +238,28 @@ struct RunRequest {  // a correctness call of the candidate
 
 struct ServeRequest {  // answer `calls` mailbox posts, then reply
   int calls = 0;
+  // A worker started with --profile runs each call as one pass of its range
+  // profiler (worker/profiler.h) and replies with the values.
+  bool profile = false;
   nlohmann::json ToJson() const;
   static Result<ServeRequest> Parse(const nlohmann::json& j);
+};
+
+// The hardware metrics a profile may report, in the order they are kept when
+// not all fit the passes; a profile takes at most kProfilePasses passes, one
+// call each, and a profiled serve is given that many calls.
+const std::vector<std::string>& ProfileMetricNames();
+inline constexpr int kProfilePasses = 12;
+
+// The reply to a profiled serve: the metrics' values over the calls, or why
+// there are none. It comes from the candidate's process, so it is advice for
+// the model and never part of a verdict or a timing; a name outside
+// ProfileMetricNames() or a value that is not finite makes it malformed.
+struct ServeReply {
+  std::vector<std::pair<std::string, double>> profile;
+  std::string profile_error;
+  nlohmann::json ToJson() const;
+  static Result<ServeReply> Parse(const nlohmann::json& j, const std::string& what);
 };
 
 // ---- replies -------------------------------------------------------------

@@ -72,6 +72,7 @@ void Attempt::FinishFrom(const EvalSession& s, const Status& st) {
       {"trials", s.options->trials}, {"passed_trials", s.trials_passed}, {"checks", s.checks}};
   doc_["timing"] = s.timing;
   doc_["sandbox"] = s.sandbox_report;
+  if (!s.profile.is_null()) doc_["profile"] = s.profile;
   doc_["integrity"] = {{"harness_overhead_us", s.candidate.overhead_us}, {"findings", s.integrity}};
   if (!s.failure.is_null())
     doc_[st.kind() == ErrorKind::kDeadlock ? "timeout" : "error"] = s.failure;

@@ -213,8 +213,9 @@ Status ReferenceFailed(const SizePlan& plan, const std::string& what) {
 // One block of the drive: rounds over every set in a fresh random order,
 // fresh inputs and poison per round; the served group answers the calls
 // through its mailboxes. The first `warmup` calls are verified but not timed.
-Status DriveBlock(EvalSession& s, ServedGroup& g, SizePlan& plan, int warmup, int calls,
-                  Side* out) {
+// `profile`: the calls are profiled, and rank 0's reply lands there.
+Status DriveBlock(EvalSession& s, ServedGroup& g, SizePlan& plan, int warmup, int calls, Side* out,
+                  json* profile = nullptr) {
   const int total = warmup + calls;
   proto::DriveRequest drive;
   drive.first_seq = g.next_seq;
@@ -235,7 +236,7 @@ Status DriveBlock(EvalSession& s, ServedGroup& g, SizePlan& plan, int warmup, in
   }
   g.next_seq += static_cast<uint64_t>(total);
   WorkerGroup& served_group = *g.group;
-  std::vector<json> serve(s.world, proto::ServeRequest{total}.ToJson());
+  std::vector<json> serve(s.world, proto::ServeRequest{total, profile != nullptr}.ToJson());
   if (Status st = served_group.Post(serve, {}, "timing"); !st.ok())
     return GroupFailed(s, served_group, st);
   std::vector<std::vector<int>> fds;
@@ -248,6 +249,7 @@ Status DriveBlock(EvalSession& s, ServedGroup& g, SizePlan& plan, int warmup, in
   }
   auto served = served_group.Collect(s.options->check_deadline_s, "timing");
   if (!served.ok()) return GroupFailed(s, served_group, served.status());
+  if (profile != nullptr) *profile = (*served)[0].body;
 
   json mismatches = json::array(), changed = json::array(), anomalies = json::array();
   std::vector<std::vector<double>> wall, claimed;
@@ -323,12 +325,60 @@ Status TimedCalls(EvalSession& s, ServedGroup& g, SizePlan& plan, Side* out) {
   return Status::Ok();
 }
 
+// After the verdict's calls at the last bench size: kProfilePasses more,
+// verified like every driven call, each one pass of rank 0's range profiler.
+// What comes back is the candidate process's own report, so it is kept as
+// advice beside the timing (never in it), and whatever goes wrong here is
+// only the profile's failure: the verdict and its findings stay as they were.
+void ProfileCalls(EvalSession& s, SizePlan& plan) {
+  const size_t checks = s.checks.size(), integrity = s.integrity.size();
+  const json failure = s.failure;
+  sandbox::Supervisor* sup = s.candidate.supervisor.get();
+  const size_t refused_before = sup ? sup->Violations().size() : 0;
+  json reply;
+  Side scratch;
+  Status st = DriveBlock(s, s.candidate, plan, 0, proto::kProfilePasses, &scratch, &reply);
+  s.profile = {{"size", plan.size.label}, {"rank", 0}};
+  if (sup != nullptr) {
+    // A refused call blocks until answered, so each one of these calls is in.
+    const auto refused = sup->Violations();
+    s.candidate.profiled_violations = {refused_before, refused.size()};
+    json listed = json::array();
+    for (size_t i = refused_before; i < refused.size(); ++i)
+      listed.push_back(refused[i].ToString());
+    if (!listed.empty()) s.profile["refused_syscalls"] = listed;
+  }
+  if (!st.ok()) {
+    s.checks.erase(s.checks.begin() + static_cast<std::ptrdiff_t>(checks), s.checks.end());
+    s.integrity.erase(s.integrity.begin() + static_cast<std::ptrdiff_t>(integrity),
+                      s.integrity.end());
+    s.failure = failure;
+    s.profile["skipped"] = "the profiled calls failed: " + st.message();
+    return;
+  }
+  auto r = proto::ServeReply::Parse(reply, "reply to the profiled serve from rank 0");
+  if (!r.ok()) {
+    s.profile["skipped"] = r.status().message();
+  } else if (r->profile.empty()) {
+    s.profile["skipped"] = r->profile_error.empty() ? "no metric came back" : r->profile_error;
+  } else {
+    json m = json::object();
+    for (const auto& [name, value] : r->profile) m[name] = value;
+    s.profile["metrics"] = m;
+    s.profile["calls"] = proto::kProfilePasses;
+  }
+}
+
 }  // namespace
 
 Status RunBenchSize(EvalSession& s, SizePlan& plan) {
   KF_RETURN_IF_ERROR(Prepare(s, plan, s.candidate));
   Status st = BenchCorrectness(s, plan);
   if (st.ok() && s.options->timing) st = TimedCalls(s, s.candidate, plan, &plan.candidate);
+  if (st.ok() && s.options->timing && s.options->profile && &plan == &s.plans.back()) {
+    ProfileCalls(s, plan);
+    if (!s.candidate.alive()) return Status::Ok();  // the profile's failure took the group
+  }
   if (!st.ok()) {
     if (s.candidate.alive()) (void)Release(s, plan, s.candidate);
     return st;

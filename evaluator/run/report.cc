@@ -2,14 +2,81 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <functional>
+
 #include "kforge/evaluator/dtype.h"
 
 namespace kforge::eval {
 namespace {
 
 constexpr size_t kReportedKernels = 8;  // compile.resources lines in the report
+constexpr const char* kStallPrefix = "smsp__average_warps_issue_stalled_";
+constexpr const char* kStallSuffix = "_per_issue_active";
 
 }  // namespace
+
+std::vector<std::string> ProfileLines(const nlohmann::json& profile) {
+  if (!profile.is_object()) return {};
+  const std::string size = profile.value("size", std::string("?"));
+  if (profile.contains("skipped")) {
+    return {fmt::format("profile at {}: skipped ({})", size,
+                        profile.value("skipped", std::string("?")))};
+  }
+  const auto m = profile.value("metrics", nlohmann::json::object());
+  auto has = [&](const char* k) { return m.contains(k) && m[k].is_number(); };
+  auto get = [&](const char* k) { return m[k].get<double>(); };
+  std::vector<std::string> out = {
+      fmt::format("profile at {}, rank 0 (hardware counters read in the kernel's own process: "
+                  "advice, not timing)",
+                  size)};
+  std::string dram;
+  if (has("dram__bytes_read.sum") && has("dram__bytes_write.sum")) {
+    dram = fmt::format("DRAM read {:.1f} MB, written {:.1f} MB", get("dram__bytes_read.sum") / 1e6,
+                       get("dram__bytes_write.sum") / 1e6);
+  }
+  if (has("dram__throughput.avg.pct_of_peak_sustained_elapsed")) {
+    dram += fmt::format("{}{:.1f}% of peak DRAM throughput", dram.empty() ? "" : ", ",
+                        get("dram__throughput.avg.pct_of_peak_sustained_elapsed"));
+  }
+  if (has("lts__t_sector_hit_rate.pct")) {
+    dram += fmt::format("{}L2 hit rate {:.1f}%", dram.empty() ? "" : "; ",
+                        get("lts__t_sector_hit_rate.pct"));
+  }
+  if (!dram.empty()) out.push_back("  " + dram);
+  std::string sm;
+  if (has("sm__warps_active.avg.pct_of_peak_sustained_active")) {
+    sm = fmt::format("warps active {:.1f}% of the SM's maximum (achieved occupancy)",
+                     get("sm__warps_active.avg.pct_of_peak_sustained_active"));
+  }
+  if (has("sm__throughput.avg.pct_of_peak_sustained_elapsed")) {
+    sm += fmt::format("{}SM throughput {:.1f}% of peak", sm.empty() ? "" : "; ",
+                      get("sm__throughput.avg.pct_of_peak_sustained_elapsed"));
+  }
+  if (!sm.empty()) out.push_back("  " + sm);
+  std::vector<std::pair<double, std::string>> stalls;
+  const std::string prefix = kStallPrefix;
+  for (auto it = m.begin(); it != m.end(); ++it) {
+    const std::string& k = it.key();
+    if (k.rfind(prefix, 0) != 0 || !it->is_number()) continue;
+    std::string reason = k.substr(prefix.size());
+    reason = reason.substr(0, reason.find(kStallSuffix));
+    stalls.emplace_back(it->get<double>(), reason);
+  }
+  std::sort(stalls.begin(), stalls.end(), std::greater<>());
+  if (profile.contains("refused_syscalls")) {
+    out.push_back(
+        fmt::format("  the sandbox refused {} call(s) during the profiled calls (not judged)",
+                    profile["refused_syscalls"].size()));
+  }
+  if (!stalls.empty()) {
+    std::string line = "  where warps wait (stalled warps per issued instruction):";
+    for (size_t i = 0; i < stalls.size() && i < 3; ++i)
+      line += fmt::format("{} {} {:.2f}", i ? "," : "", stalls[i].second, stalls[i].first);
+    out.push_back(line);
+  }
+  return out;
+}
 
 int ExitCodeFor(const std::string& status) {
   if (status == "passed" || status == "compiled") return 0;
@@ -137,6 +204,10 @@ std::string RenderEvalReport(const nlohmann::json& d) {
       for (const auto& w : t.value("warnings", nlohmann::json::array()))
         out += "  warning: " + w.get<std::string>() + "\n";
     }
+  }
+  if (const auto lines = ProfileLines(d.value("profile", nlohmann::json())); !lines.empty()) {
+    out += "\n";
+    for (const auto& l : lines) out += l + "\n";
   }
   out += fmt::format("\nstatus    {}: {}\n", d.value("status", "?"), d.value("message", ""));
   return out;

@@ -57,6 +57,7 @@ Status StartServed(EvalSession& s, ServedGroup& sg, const fs::path& kernel_so) {
   g.env = s.worker_env;
   g.mps_dir = s.mps_dir;
   g.candidate_dir = sg.dir.string();
+  g.profile_rank0 = !sg.reference() && s.options->profile && s.options->timing;
   g.start_deadline_s = s.options->setup_deadline_s;
   for (int r = 0; r < s.world; ++r) {
     KF_ASSIGN_OR_RETURN(proto::Mailbox m, proto::Mailbox::Create());
@@ -137,7 +138,10 @@ void StopServed(EvalSession& s, ServedGroup& sg) {
     sg.group.reset();
   }
   if (sg.supervisor) {
-    for (const sandbox::Violation& v : sg.supervisor->Violations()) {
+    const auto violations = sg.supervisor->Violations();
+    for (size_t i = 0; i < violations.size(); ++i) {
+      const sandbox::Violation& v = violations[i];
+      if (i >= sg.profiled_violations.first && i < sg.profiled_violations.second) continue;
       if (sg.reference()) {
         LogWarn("evaluator", "the task's reference tripped its sandbox: {}", v.ToString());
       } else {
@@ -148,6 +152,7 @@ void StopServed(EvalSession& s, ServedGroup& sg) {
   }
   sg.mailboxes.clear();
   sg.next_seq = 1;
+  sg.profiled_violations = {0, 0};
   if (!sg.dir.empty()) {
     std::error_code ec;
     fs::permissions(sg.dir, fs::perms::owner_all, ec);

@@ -92,6 +92,10 @@ struct ServedGroup {
   // The next call number on this group's mailboxes: each mailbox starts at
   // 0 and accepts only the number after the last one answered.
   uint64_t next_seq = 1;
+  // The supervisor's violations [first, second) came during profiled calls
+  // (CUPTI's own, e.g. a refused symlink): refused like any, listed in the
+  // profile, and not judged, since the verdict was settled before them.
+  std::pair<size_t, size_t> profiled_violations{0, 0};
   bool reference() const { return who == "reference"; }
   bool alive() const { return group && group->alive(); }
 };
@@ -121,6 +125,7 @@ struct EvalSession {
   nlohmann::json timing = nlohmann::json::array();
   nlohmann::json sandbox_report;  // the candidate's layers (rank 0's, or the first partial)
   nlohmann::json integrity = nlohmann::json::array();  // findings that reject the kernel
+  nlohmann::json profile;  // EvalOptions::profile: rank 0's counters, or why there are none
   nlohmann::json failure;  // the error / timeout object of the result, when one happened
   int trials_passed = 0;
 

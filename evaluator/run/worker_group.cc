@@ -56,6 +56,7 @@ Result<pid_t> SpawnWorker(const GroupOptions& o, int rank, int channel_fd, int c
                                    "4"};
   if (o.emulated) args.push_back("--emulated");
   if (o.candidate_nccl) args.push_back("--nccl");
+  if (o.profile_rank0 && rank == 0) args.push_back("--profile");
   if (!o.mps_dir.empty()) args.insert(args.end(), {"--mps-dir", o.mps_dir});
   if (mailbox_fd >= 0) args.insert(args.end(), {"--mailbox-fd", "5"});
   if (!o.candidate_dir.empty()) args.insert(args.end(), {"--candidate-dir", o.candidate_dir});

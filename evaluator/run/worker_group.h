@@ -28,6 +28,7 @@ struct GroupOptions {
   std::string candidate_dir;     // candidate: where its kernel is
   std::string mps_dir;           // the MPS pipe directory, if any
   bool candidate_nccl = false;   // candidate: it will start NCCL
+  bool profile_rank0 = false;    // candidate: rank 0 loads the range profiler (--profile)
   int world = 1;
   std::vector<int> devices;                // device of each rank
   bool emulated = false;                   // ranks share GPUs: built-in collectives

@@ -70,6 +70,17 @@ Status CandidateWorker::Hello() {
   base_.emulated = args_.emulated;
   base_.stream = stream_;
   KF_RETURN_IF_ERROR(QueryGpuInfo(args_.device, &base_.gpu));
+  if (args_.profile) {
+    // Before seccomp: CUPTI reads its metric tables and asks the driver for
+    // the chip's counters here. A profiler that cannot start is reported in
+    // the profile, never as the evaluation's failure.
+    auto p = RangeProfiler::Create(proto::ProfileMetricNames(), proto::kProfilePasses);
+    if (p.ok()) {
+      profiler_ = std::move(p).value();
+    } else {
+      profiler_error_ = p.status().message();
+    }
+  }
   proto::Hello h;
   h.role = "candidate";
   h.rank = args_.rank;
@@ -200,19 +211,39 @@ Result<json> CandidateWorker::RunOnce(const eval::Message& m) {
 }
 
 // Timed calls: answer every post of the harness with the call's (claimed)
-// event time, until `calls` are done or the harness says stop.
+// event time, until `calls` are done or the harness says stop. A profiled
+// serve runs each call as one pass of the range profiler until every pass is
+// in, and replies with the values (or why there are none).
 Result<json> CandidateWorker::Serve(const eval::Message& m) {
   if (!view_ || !kernel_.set_up()) return Error(ErrorKind::kHarness, "serve before setup");
   KF_ASSIGN_OR_RETURN(proto::ServeRequest req, proto::ServeRequest::Parse(m.body));
+  RangeProfiler* prof = req.profile ? profiler_.get() : nullptr;
+  Status prof_status = Status::Ok();
   for (int k = 0; k < req.calls; ++k) {
     KF_ASSIGN_OR_RETURN(auto cmd, mailbox_.WaitCommand(last_seq_, &control_.shared()->abort));
     if (cmd.stop) break;
     last_seq_ = cmd.seq;
+    const bool profiled = prof != nullptr && prof_status.ok() && !prof->done();
+    if (profiled) prof_status = prof->Begin();
     auto t = Call(static_cast<int>(cmd.set), false);
+    if (profiled && prof_status.ok()) prof_status = prof->End();
     mailbox_.Answer(cmd.seq, t.ok() ? 0 : 1, t.ok() ? *t : 0);
     if (!t.ok()) return t.status();
   }
-  return json::object();
+  if (!req.profile) return json::object();
+  proto::ServeReply reply;
+  if (!args_.profile) {
+    reply.profile_error = "this worker was started without --profile";
+  } else if (prof == nullptr) {
+    reply.profile_error = profiler_error_;
+  } else if (!prof_status.ok()) {
+    reply.profile_error = prof_status.message();
+  } else if (auto v = prof->Values(); v.ok()) {
+    reply.profile = std::move(v).value();
+  } else {
+    reply.profile_error = v.status().message();
+  }
+  return reply.ToJson();
 }
 
 Result<json> CandidateWorker::Teardown() {

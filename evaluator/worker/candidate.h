@@ -15,6 +15,7 @@
 #include "collectives.h"
 #include "context.h"
 #include "kernel_module.h"
+#include "profiler.h"
 #include "protocol/channel.h"
 #include "protocol/control_block.h"
 #include "protocol/mailbox.h"
@@ -61,6 +62,9 @@ class CandidateWorker {
   int sets_ = 1;
   uint64_t last_seq_ = 0;  // the last mailbox call answered
   bool sealed_ = false;    // seccomp applied
+  // --profile: the range profiler, or why it could not start.
+  std::unique_ptr<RangeProfiler> profiler_;
+  std::string profiler_error_;
 };
 
 }  // namespace kforge::worker

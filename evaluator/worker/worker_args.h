@@ -17,6 +17,7 @@ struct WorkerArgs {
   bool nccl = false;  // candidate: it will start NCCL (keeps the host network for its bootstrap)
   std::string candidate_dir;  // candidate: the only directory it may read its kernel from
   std::string mps_dir;        // the MPS pipe directory, when ranks run under MPS
+  bool profile = false;       // candidate: load the range profiler before the sandbox seals it
 };
 
 }  // namespace kforge::worker

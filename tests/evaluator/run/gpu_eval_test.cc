@@ -215,6 +215,48 @@ TEST_F(GpuEvalTest, BaselineAgainstItselfTimesStably) {
   EXPECT_NEAR(e["baseline_drift"].get<double>(), 0.0, 0.15);
 }
 
+// --profile: a few more calls at the last bench size through rank 0's
+// hardware counters. The copy traffic of a 256 MiB all-reduce shows in DRAM
+// (rank 0 reads at least its own input; under MPS the counters are the whole
+// GPU's), the verdict and the timing are those of an evaluation without it,
+// and one without --profile has no profile.
+TEST_F(GpuEvalTest, ProfileReadsTheCountersOfTheLastBenchSizeAndLeavesTheVerdict) {
+  const Task& t = Find("allreduce");
+  const auto kernel = t.dir / "solutions" / "oneshot.cu";
+  EvalOptions o;
+  o.bench_sizes = {"1MiB", "256MiB"};
+  o.profile = true;
+  auto t0 = std::chrono::steady_clock::now();
+  auto doc = Eval(t, kernel, 2, o);
+  const double profiled_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_EQ(doc.value("status", ""), "passed") << RenderEvalReport(doc);
+  ASSERT_TRUE(doc.contains("profile")) << doc.dump(2);
+  const auto& p = doc["profile"];
+  for (const auto& line : ProfileLines(p)) std::printf("%s\n", line.c_str());
+  if (p.contains("refused_syscalls"))
+    std::printf("refused: %s\n", p["refused_syscalls"].dump().c_str());
+  EXPECT_EQ(p.value("size", ""), "256MiB");
+  ASSERT_FALSE(p.contains("skipped")) << p.dump(2);
+  const auto& m = p["metrics"];
+  ASSERT_TRUE(m.contains("dram__bytes_read.sum")) << m.dump(2);
+  EXPECT_GT(m["dram__bytes_read.sum"].get<double>(), 0.5 * (256 << 20));
+  EXPECT_GT(m["gpu__time_duration.sum"].get<double>(), 0);
+  // Two sizes timed, as without --profile: the profiled calls are no timing.
+  EXPECT_EQ(doc["timing"].size(), 2u);
+
+  o.profile = false;
+  t0 = std::chrono::steady_clock::now();
+  auto plain = Eval(t, kernel, 2, o);
+  const double plain_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_EQ(plain.value("status", ""), "passed") << RenderEvalReport(plain);
+  EXPECT_FALSE(plain.contains("profile"));
+  std::printf("profiled evaluation %.2f s, without %.2f s; speedup at 256MiB %.3f and %.3f\n",
+              profiled_s, plain_s, doc["timing"][1].value("speedup", 0.0),
+              plain["timing"][1].value("speedup", 0.0));
+}
+
 // An evaluator reuses the baseline it timed for a size (no baseline before the
 // candidate, a short confirming block after it), and the reused one gives the
 // speedup a fresh one gives; a record the block does not confirm is timed

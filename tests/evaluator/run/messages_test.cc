@@ -56,5 +56,51 @@ TEST(DriveReplyTest, AClockReadingThatIsNotANumberIsRefused) {
   EXPECT_FALSE(DriveReply::Parse(j, "drive", 2).ok());
 }
 
+// A profiled serve's reply comes from the candidate's process: only the
+// metrics asked for, each a finite number, and a bounded error text.
+TEST(ServeReplyTest, CarriesTheMetricsAskedFor) {
+  ServeReply r;
+  r.profile = {{"dram__bytes_read.sum", 2.685e8}, {"gpu__time_duration.sum", 2.589e5}};
+  auto back = ServeReply::Parse(r.ToJson(), "serve");
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  ASSERT_EQ(back->profile.size(), 2u);
+  EXPECT_TRUE(back->profile_error.empty());
+}
+
+TEST(ServeReplyTest, AnUnknownMetricOrAValueThatIsNotANumberIsRefused) {
+  for (const char* body : {R"({"profile": {"my__made_up.sum": 1.0}})",
+                           R"({"profile": {"dram__bytes_read.sum": "1e9"}})",
+                           R"({"profile": {"dram__bytes_read.sum": null}})",
+                           R"({"profile": [1, 2]})", R"({"profile_error": 7})"}) {
+    auto r = ServeReply::Parse(nlohmann::json::parse(body), "serve");
+    EXPECT_FALSE(r.ok()) << body;
+  }
+  // No profile at all (an unprofiled serve) is a valid, empty reply.
+  auto empty = ServeReply::Parse(nlohmann::json::object(), "serve");
+  ASSERT_TRUE(empty.ok());
+  EXPECT_TRUE(empty->profile.empty());
+}
+
+TEST(ServeReplyTest, MoreMetricsThanNamedAreRefused) {
+  nlohmann::json p = nlohmann::json::object();
+  for (const auto& n : ProfileMetricNames()) p[n] = 1.0;
+  EXPECT_TRUE(ServeReply::Parse({{"profile", p}}, "serve").ok());
+  // JSON objects cannot repeat a key, so "more" is only possible with an
+  // unknown one: refused by name.
+  p["extra__metric.sum"] = 1.0;
+  EXPECT_FALSE(ServeReply::Parse({{"profile", p}}, "serve").ok());
+}
+
+TEST(ServeRequestTest, ProfileIsOptionalAndMustBeABool) {
+  auto plain = ServeRequest::Parse({{"op", "serve"}, {"calls", 3}});
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE(plain->profile);
+  auto asked = ServeRequest::Parse(ServeRequest{12, true}.ToJson());
+  ASSERT_TRUE(asked.ok());
+  EXPECT_TRUE(asked->profile);
+  EXPECT_EQ(asked->calls, 12);
+  EXPECT_FALSE(ServeRequest::Parse({{"op", "serve"}, {"calls", 3}, {"profile", 1}}).ok());
+}
+
 }  // namespace
 }  // namespace kforge::eval::proto

@@ -98,5 +98,36 @@ TEST(EvalReportTest, ResourcesAndAnRmsOnlyMismatchAreShown) {
       << report;
 }
 
+TEST(EvalReportTest, AProfileShowsTrafficOccupancyAndTheThreeLongestStalls) {
+  nlohmann::json doc = {{"task", "001_allreduce"}, {"status", "passed"}, {"message", "ok"}};
+  doc["profile"] = {
+      {"size", "256MiB"},
+      {"rank", 0},
+      {"metrics",
+       {{"dram__bytes_read.sum", 537.0e6},
+        {"dram__bytes_write.sum", 548.0e6},
+        {"dram__throughput.avg.pct_of_peak_sustained_elapsed", 35.0},
+        {"lts__t_sector_hit_rate.pct", 59.2},
+        {"sm__warps_active.avg.pct_of_peak_sustained_active", 24.8},
+        {"smsp__average_warps_issue_stalled_wait_per_issue_active.ratio", 0.5},
+        {"smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio", 9.25},
+        {"smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio", 0.1},
+        {"smsp__average_warps_issue_stalled_membar_per_issue_active.ratio", 2.0}}}};
+  const std::string report = RenderEvalReport(doc);
+  EXPECT_NE(report.find("profile at 256MiB"), std::string::npos) << report;
+  EXPECT_NE(report.find("DRAM read 537.0 MB, written 548.0 MB, 35.0% of peak"), std::string::npos)
+      << report;
+  EXPECT_NE(report.find("warps active 24.8%"), std::string::npos) << report;
+  EXPECT_NE(report.find("long_scoreboard 9.25, membar 2.00, wait 0.50"), std::string::npos)
+      << report;
+  EXPECT_EQ(report.find("barrier 0.10"), std::string::npos) << "only three stalls\n" << report;
+
+  doc["profile"] = {{"size", "1MiB"}, {"skipped", "cannot load CUPTI (libcupti.so): not found"}};
+  const auto lines = ProfileLines(doc["profile"]);
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0], "profile at 1MiB: skipped (cannot load CUPTI (libcupti.so): not found)");
+  EXPECT_TRUE(ProfileLines(nlohmann::json()).empty());
+}
+
 }  // namespace
 }  // namespace kforge::eval

@@ -54,6 +54,11 @@ struct EvalOptions {
   // cannot host two NCCL ranks. Checks only: W = 1 is no benchmark world size,
   // so the result is never timed and says "self_test".
   bool nccl_self_test = false;
+  // After the timed calls of the last bench size, a few more calls through
+  // rank 0's hardware counters (CUPTI's range profiler, in the candidate's
+  // process): the result's "profile", advice for the model that never
+  // changes a verdict or a timing (docs/eval-result.md).
+  bool profile = false;
 };
 
 class Evaluator {
