@@ -24,6 +24,7 @@ std::set<std::string> HarnessSymbols() {
           "kf_broadcast",
           "kf_reduce",
           "kf_all_to_all",
+          "kf_all_to_allv",
           "kf_group_start",
           "kf_group_end",
           "kf_send",

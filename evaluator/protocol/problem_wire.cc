@@ -33,10 +33,12 @@ json TensorToJson(const ConcreteTensor& t) {
             {"rtol", t.tolerance.rtol},
             {"rms", t.tolerance.rms},
             {"inout_of", t.inout_of},
+            {"count_output", t.count_output},
             {"init", static_cast<int>(t.init)},
             {"init_a", t.init_a},
             {"init_b", t.init_b},
             {"init_column_std", t.init_column_std},
+            {"init_distinct", t.init_distinct},
             {"init_until", until},
             {"init_pa", pa},
             {"init_pb", pb},
@@ -82,10 +84,12 @@ Result<ConcreteTensor> TensorFromJson(const json& j, int world, const std::strin
   r.Double("rtol", &t.tolerance.rtol, 0);
   r.Double("rms", &t.tolerance.rms, 0);
   r.Int("inout_of", &t.inout_of, -1, KF_MAX_TENSORS - 1);
+  r.Int("count_output", &t.count_output, -1, KF_MAX_TENSORS - 1);
   r.Int("init", &init, 0, static_cast<int>(InitSpec::Kind::kCustom));
   r.Double("init_a", &t.init_a);
   r.Double("init_b", &t.init_b);
   r.Double("init_column_std", &t.init_column_std, 0);
+  r.Bool("init_distinct", &t.init_distinct);
   std::vector<int64_t> until;
   std::vector<double> pa, pb;
   r.Ints("init_until", &until, kMaxInitPieces);
@@ -195,6 +199,10 @@ Result<Problem> ProblemFromJson(const json& j) {
     if (t.inout_of >= static_cast<int>(p.inputs.size())) {
       return Error(ErrorKind::kHarness, "problem: an inout output names no input");
     }
+    if (t.count_output >= 0 &&
+        (t.count_output >= static_cast<int>(outputs->size()) || t.shape.empty())) {
+      return Error(ErrorKind::kHarness, "problem: a counted output names no output");
+    }
     p.outputs.push_back(std::move(t));
   }
   for (const json& g : *groups) {
@@ -209,6 +217,10 @@ Result<Problem> ProblemFromJson(const json& j) {
       return Error(ErrorKind::kHarness, "problem: a group size does not divide W");
     cg.layout = static_cast<GroupSpec::Layout>(layout);
     p.groups.push_back(std::move(cg));
+  }
+  for (const ConcreteTensor& t : p.outputs) {
+    if (t.count_output >= 0 && p.outputs[static_cast<size_t>(t.count_output)].numel != 1)
+      return Error(ErrorKind::kHarness, "problem: a count output is not one number");
   }
   if (p.KernelOutputCount() > KF_MAX_TENSORS)
     return Error(ErrorKind::kHarness, "problem: too many outputs");

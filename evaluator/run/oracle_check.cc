@@ -16,8 +16,12 @@ nlohmann::json CheckAgainstOracle(const Problem& p, int rank, int output, const 
   }
   for (int r = 0; r < p.world; ++r)
     ctx.expected_by_rank.push_back(expected.outputs[r][output].data);
+  const ConcreteTensor& out = p.outputs[static_cast<size_t>(output)];
+  std::span<const double> count;
+  if (out.count_output >= 0)
+    count = expected.outputs[rank][static_cast<size_t>(out.count_output)].data;
   CompareReport report =
-      CompareOutput(p.outputs[output], got, expected.outputs[rank][output].data, ctx);
+      CompareOutputRows(out, got, expected.outputs[rank][output].data, count, ctx);
   if (report.passed) return nullptr;
   return ToJson(report);
 }

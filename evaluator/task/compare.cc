@@ -150,6 +150,41 @@ CompareReport CompareOutput(const ConcreteTensor& out, const void* raw,
   return rep;
 }
 
+Result<int64_t> CountedRows(const ConcreteTensor& out, int rank, double expected_count) {
+  const auto& shape = out.ShapeOf(rank);
+  const int64_t capacity = shape.empty() ? 0 : shape[0];
+  if (!(expected_count >= 0) || expected_count != std::floor(expected_count) ||
+      expected_count > static_cast<double>(capacity)) {
+    return Error(ErrorKind::kHarness,
+                 fmt::format("output '{}' of rank {}: the expected count {} is not a row count "
+                             "within its capacity of {} rows",
+                             out.name, rank, expected_count, capacity));
+  }
+  return static_cast<int64_t>(expected_count);
+}
+
+CompareReport CompareOutputRows(const ConcreteTensor& out, const void* got,
+                                std::span<const double> expected,
+                                std::span<const double> expected_count, const CompareContext& ctx) {
+  if (out.count_output < 0) return CompareOutput(out, got, expected, ctx);
+  auto rows = CountedRows(out, ctx.rank, expected_count.empty() ? -1.0 : expected_count[0]);
+  if (!rows.ok()) {
+    CompareReport bad;
+    bad.rank = ctx.rank;
+    bad.output = out.name;
+    bad.passed = false;
+    bad.hints.push_back("harness: " + rows.status().message());
+    return bad;
+  }
+  const ConcreteTensor part = out.FirstRows(ctx.rank, *rows);
+  const size_t n = std::min(expected.size(), static_cast<size_t>(part.numel));
+  CompareContext local = ctx;
+  local.expected_by_rank.clear();  // other ranks count other rows
+  CompareReport report = CompareOutput(part, got, expected.first(n), local);
+  report.counted_rows = *rows;
+  return report;
+}
+
 Tolerance AgainstBaseline(const Tolerance& t) {
   Tolerance wide = t;
   wide.rms = t.rms * std::numbers::sqrt2;
@@ -170,15 +205,17 @@ nlohmann::json ToJson(const CompareReport& r) {
     first_bad.push_back(
         {{"index", b.index}, {"got", Number(b.got)}, {"expected", Number(b.expected)}});
   }
-  return {{"rank", r.rank},
-          {"output", r.output},
-          {"bad_count", r.bad_count},
-          {"nan_count", r.nan_count},
-          {"max_abs_err", Number(r.max_abs_err)},
-          {"max_rel_err", Number(r.max_rel_err)},
-          {"rms_rel_err", Number(r.rms_rel_err)},
-          {"first_bad", std::move(first_bad)},
-          {"hints", r.hints}};
+  nlohmann::json j = {{"rank", r.rank},
+                      {"output", r.output},
+                      {"bad_count", r.bad_count},
+                      {"nan_count", r.nan_count},
+                      {"max_abs_err", Number(r.max_abs_err)},
+                      {"max_rel_err", Number(r.max_rel_err)},
+                      {"rms_rel_err", Number(r.rms_rel_err)},
+                      {"first_bad", std::move(first_bad)},
+                      {"hints", r.hints}};
+  if (r.counted_rows >= 0) j["counted_rows"] = r.counted_rows;
+  return j;
 }
 
 }  // namespace kforge::eval

@@ -47,6 +47,7 @@ struct CompareReport {
   double rms_rel_err = 0;
   std::vector<BadElement> first_bad;  // up to kMaxFirstBad, in index order
   std::vector<std::string> hints;     // only when failed
+  int64_t counted_rows = -1;          // a counted output: the rows compared
 };
 
 inline constexpr size_t kMaxFirstBad = 8;
@@ -72,6 +73,22 @@ double RmsRelErr(double sq_err, double sq_expected);
 // Whether an output of `numel` elements whose relative RMS error is `rms_rel_err`
 // breaks the tolerance's RMS bound (never for outputs under kRmsMinElements).
 bool RmsExceeded(const Tolerance& t, int64_t numel, double rms_rel_err);
+
+// A counted output (ConcreteTensor::count_output >= 0) is compared on its
+// first `rows` rows, `rows` being the EXPECTED count (the oracle's, or the
+// baseline's at bench sizes); the count itself is an output compared like any
+// other, so a kernel with a wrong count fails there, and rows past the count
+// are never read. Returns the rows, or why `expected_count` cannot be one (not
+// an integer in [0, capacity]): a task or reference bug, never a pass.
+Result<int64_t> CountedRows(const ConcreteTensor& out, int rank, double expected_count);
+
+// CompareOutput for any output of a problem: a counted output on the rows
+// `expected_count` (the expected values of its count output) says, with
+// `counted_rows` set; any other output whole. A count that is no row count
+// fails the comparison with a "harness:" hint.
+CompareReport CompareOutputRows(const ConcreteTensor& out, const void* got,
+                                std::span<const double> expected,
+                                std::span<const double> expected_count, const CompareContext& ctx);
 
 // One entry of `mismatches` in docs/eval-result.md. Non-finite numbers are null.
 nlohmann::json ToJson(const CompareReport& report);

@@ -116,6 +116,9 @@ struct InputGen {
   // local dimension `shard_dim` of one global tensor. Not sharded: the local
   // index is the element index.
   bool sharded = false;
+  // > 0: after every element is filled, each row of this many elements (the
+  // last dimension) is made distinct by MakeRowDistinct.
+  uint64_t distinct_len = 0;
   int ndim = 0;
   int64_t local[kMaxDims] = {0};
   int shard_dim = 0;
@@ -164,5 +167,42 @@ struct InputGen {
     codec::Store(dst, dtype, j, Value(GlobalIndex(j)));
   }
 };
+
+// Moves element i of a floating tensor up by one step of its dtype (the next
+// larger representable value): the stored bits are an IEEE sign and magnitude,
+// so a positive value's bits grow by one and a negative one's shrink (-0 and
+// +0 go to the smallest positive subnormal).
+KF_HD void StepUp(void* data, int dt, uint64_t i) {
+  const int bytes = codec::DtypeBytes(dt);
+  unsigned char* p = static_cast<unsigned char*>(data) + i * static_cast<uint64_t>(bytes);
+  uint64_t bits = 0;
+  for (int b = 0; b < bytes; ++b) bits |= static_cast<uint64_t>(p[b]) << (8 * b);
+  const uint64_t sign = uint64_t{1} << (8 * bytes - 1);
+  if ((bits & ~sign) == 0) {
+    bits = 1;
+  } else if ((bits & sign) == 0) {
+    bits += 1;
+  } else {
+    bits -= 1;
+  }
+  for (int b = 0; b < bytes; ++b) p[b] = static_cast<unsigned char>(bits >> (8 * b));
+}
+
+// Row `row` of `len` elements: every element, in order, moves up (StepUp)
+// until no earlier element of the row has its value. Deterministic and the
+// same on host and device, so both sides keep producing identical bytes; it
+// changes only the rare duplicates (one step of the dtype each).
+KF_HD void MakeRowDistinct(void* data, int dt, uint64_t row, uint64_t len) {
+  const uint64_t first = row * len;
+  for (uint64_t j = 1; j < len; ++j) {
+    for (;;) {
+      const double v = codec::Load(data, dt, first + j);
+      bool taken = false;
+      for (uint64_t i = 0; i < j && !taken; ++i) taken = codec::Load(data, dt, first + i) == v;
+      if (!taken) break;
+      StepUp(data, dt, first + j);
+    }
+  }
+}
 
 }  // namespace kforge::eval::gen

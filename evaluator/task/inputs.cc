@@ -180,6 +180,11 @@ Result<gen::InputGen> MakeInputGen(const Problem& p, int index, int rank, uint64
         g.column_key = gen::ColumnKey(seed, index);
         g.column_len = static_cast<uint64_t>(std::max<int64_t>(columns, 1));
       }
+      if (t.init_distinct) {
+        const std::vector<int64_t>& shape = t.ShapeOf(rank);
+        g.distinct_len =
+            static_cast<uint64_t>(shape.empty() ? 1 : std::max<int64_t>(shape.back(), 1));
+      }
       break;
     case InitSpec::Kind::kInt: {
       g.kind = gen::kInt;
@@ -223,6 +228,13 @@ Status GenerateInput(const Problem& p, int index, int rank, uint64_t seed, void*
   ParallelFor(n, ThreadsFor(n, threads), [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) g.Fill(dst, static_cast<uint64_t>(i));
   });
+  if (g.distinct_len > 0) {
+    const int64_t rows = n / static_cast<int64_t>(g.distinct_len);
+    ParallelFor(rows, ThreadsFor(rows, threads), [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r)
+        gen::MakeRowDistinct(dst, g.dtype, static_cast<uint64_t>(r), g.distinct_len);
+    });
+  }
   return Status::Ok();
 }
 
@@ -276,7 +288,7 @@ Status BuildOracleIoInto(const Problem& p,
     for (size_t k = 0; k < p.inputs.size(); ++k) {
       const ConcreteTensor& t = p.inputs[k];
       const void* src = ptrs[r][k];
-      if (src == nullptr && t.numel > 0)
+      if (src == nullptr && t.NumelOf(r) > 0)
         return Error(ErrorKind::kInternal, "BuildOracleIo: null input");
       OracleTensor& o = io->inputs[r][k];
       const int64_t numel = t.NumelOf(r);

@@ -163,6 +163,12 @@ Result<ConcreteTensor> Resolve(const Task& task, const TensorSpec& spec, Dtype t
       case InitSpec::Kind::kNormal:
       case InitSpec::Kind::kUniform:
         KF_RETURN_IF_ERROR(ResolveContinuousInit(spec, vars, c));
+        c.init_distinct = spec.init.distinct;
+        if (c.init_distinct && !IsFloating(c.dtype)) {
+          return Error(ErrorKind::kInvalidInput,
+                       fmt::format("input '{}': init distinct needs a floating dtype, not {}",
+                                   spec.name, DtypeName(c.dtype)));
+        }
         break;
       case InitSpec::Kind::kInt: {
         KF_ASSIGN_OR_RETURN(double lo, Evaluate(spec.init.int_low, vars));
@@ -232,6 +238,24 @@ int64_t ConcreteTensor::NumelOf(int rank) const {
 
 size_t ConcreteTensor::NbytesOf(int rank) const {
   return static_cast<size_t>(NumelOf(rank)) * DtypeSize(dtype);
+}
+
+int64_t ConcreteTensor::RowElems(int rank) const {
+  const auto& s = ShapeOf(rank);
+  int64_t n = 1;
+  for (size_t d = 1; d < s.size(); ++d) n *= s[d];
+  return n;
+}
+
+ConcreteTensor ConcreteTensor::FirstRows(int rank, int64_t rows) const {
+  ConcreteTensor c = *this;
+  c.shape = ShapeOf(rank);
+  if (!c.shape.empty()) c.shape[0] = rows;
+  c.rank_shapes.clear();
+  c.numel = 1;
+  for (int64_t d : c.shape) c.numel *= d;
+  c.nbytes = static_cast<size_t>(c.numel) * DtypeSize(dtype);
+  return c;
 }
 
 int ConcreteGroup::IndexOf(int rank, int world) const {
@@ -324,6 +348,13 @@ Result<Problem> Instantiate(const Task& task, int world, Dtype dtype, const Size
       return c.status().WithContext(
           fmt::format("{}: outputs[{}] '{}'", where(), i, task.outputs[i].name));
     p.outputs.push_back(std::move(*c));
+  }
+  for (size_t i = 0; i < task.outputs.size(); ++i) {
+    if (task.outputs[i].count.empty()) continue;
+    for (size_t k = 0; k < task.outputs.size(); ++k) {
+      if (task.outputs[k].name == task.outputs[i].count)
+        p.outputs[i].count_output = static_cast<int>(k);
+    }
   }
   // Each inout input's state after the call is checked like an output.
   for (size_t i = 0; i < task.inputs.size(); ++i) {

@@ -36,13 +36,14 @@ std::string InitText(const InitSpec& init) {
                       : fmt::format("uniform in [{}, {})", a, b);
       };
       // Per-column offsets (normal): a column's values share a random shift.
-      const std::string columns =
+      std::string columns =
           normal && init.column_std != "0"
               ? fmt::format(
                     ", plus a normal(0, std {}) offset per column (last dimension), the "
                     "same on every rank",
                     init.column_std)
               : "";
+      if (init.distinct) columns += "; no two values of a row (last dimension) are equal";
       if (init.pieces.empty())
         return (normal ? one(init.mean, init.std) : one(init.low, init.high)) + columns;
       std::string text = "by element range:";
@@ -129,9 +130,16 @@ std::string RenderTaskCard(const Task& task, int world, Dtype dtype) {
                     t.same_on_all_ranks ? "; the same on every rank" : "; different on every rank");
   }
   for (const auto& t : task.outputs) {
+    std::string checked =
+        t.ranks.empty() ? "checked on every rank" : "checked only on rank " + t.ranks;
+    if (!t.count.empty()) {
+      checked += fmt::format(
+          "; the first dimension is a capacity: write the number of valid rows to `{}`, and only "
+          "those first rows are checked (rows past them are never read)",
+          t.count);
+    }
     s += fmt::format("| output | {} | {} | {} | {} |\n", t.name, DtypeText(t.dtype, dtype),
-                     Symbolic(t.shape),
-                     t.ranks.empty() ? "checked on every rank" : "checked only on rank " + t.ranks);
+                     Symbolic(t.shape), checked);
   }
   if (!task.params.empty()) {
     s += "\nParams (also in `ctx->param_values`, by name via `kf_param`):\n\n";

@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "task/compare.h"
 #include "task/inputs.h"
 
 namespace kforge::eval {
@@ -30,7 +31,16 @@ Result<OracleCheckStats> CheckOracle(const Task& task, uint64_t seed, int64_t ma
           for (size_t k = 0; k < p.outputs.size(); ++k) {
             if (p.outputs[k].only_rank >= 0 && p.outputs[k].only_rank != r) continue;
             const auto& data = io->outputs[r][k].data;
-            for (size_t i = 0; i < data.size(); ++i) {
+            // A counted output: its count must be a row count, and only the
+            // rows it counts need values (compare.h).
+            size_t checked = data.size();
+            if (const int c = p.outputs[k].count_output; c >= 0) {
+              const auto& count = io->outputs[r][static_cast<size_t>(c)].data;
+              auto rows = CountedRows(p.outputs[k], r, count.empty() ? -1.0 : count[0]);
+              if (!rows.ok()) return rows.status().WithContext(where);
+              checked = static_cast<size_t>(*rows * p.outputs[k].RowElems(r));
+            }
+            for (size_t i = 0; i < checked; ++i) {
               if (std::isfinite(data[i])) continue;
               return Error(
                   ErrorKind::kInvalidInput,

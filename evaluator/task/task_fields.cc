@@ -58,6 +58,7 @@ Status LoadContinuousInit(const TomlFields& f, const toml::node& n, const std::s
   const char* b_key = normal ? "std" : "high";
   std::vector<std::string_view> keys = {"kind", a_key, b_key, "pieces"};
   if (normal) keys.push_back("column_std");
+  keys.push_back("distinct");
   KF_RETURN_IF_ERROR(f.CheckKeys(t, field, keys));
   KF_ASSIGN_OR_RETURN(auto a, f.OptionalExpression(t, field, a_key));
   KF_ASSIGN_OR_RETURN(auto b, f.OptionalExpression(t, field, b_key));
@@ -75,6 +76,8 @@ Status LoadContinuousInit(const TomlFields& f, const toml::node& n, const std::s
     return Status::Ok();
   };
   KF_RETURN_IF_ERROR(check(init_a, init_b, normal && t.get(b_key) ? t.get(b_key) : &n, field));
+  KF_ASSIGN_OR_RETURN(auto distinct, f.OptionalBool(t, field, "distinct"));
+  init.distinct = distinct.value_or(false);
   if (normal && t.get("column_std")) {
     KF_ASSIGN_OR_RETURN(auto cs, f.OptionalExpression(t, field, "column_std"));
     init.column_std = cs.value_or("0");
@@ -195,6 +198,11 @@ Status LoadDistribution(const TomlFields& f, const toml::table& t, const std::st
     return f.Fail(st.get("group"), Join(field, "group"),
                   fmt::format("'{}' is not one of the task's [[groups]]", *group));
   }
+  if (spec.init.distinct) {
+    return f.Fail(shard, field,
+                  "a sharded input cannot have init.distinct: its rows are slices of one global "
+                  "tensor's");
+  }
   spec.distribution.kind = Distribution::Kind::kShard;
   spec.distribution.dim = static_cast<int>(dim);
   spec.distribution.group = group.value_or("");
@@ -262,6 +270,37 @@ Status LoadFloor(const TomlFields& f, const toml::table& root, FloorSpec& floor,
     if (!e) continue;
     *dst = *e;
     sink.push_back({Join("floor", key), TomlFields::Line(t.get(key)), *e});
+  }
+  return Status::Ok();
+}
+
+Status CheckCountedOutputs(const TomlFields& f, const std::map<std::string, int>& lines,
+                           const std::vector<TensorSpec>& outputs) {
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const TensorSpec& out = outputs[i];
+    if (out.count.empty()) continue;
+    const std::string prefix = Index("outputs", i);
+    const auto line = lines.find(Join(prefix, "count"));
+    auto fail = [&](const std::string& why) {
+      return f.FailAtLine(line == lines.end() ? 1 : line->second, Join(prefix, "count"), why);
+    };
+    if (out.shape.empty()) return fail("a counted output needs a first dimension (its capacity)");
+    const auto it = std::find_if(outputs.begin(), outputs.end(),
+                                 [&](const TensorSpec& o) { return o.name == out.count; });
+    if (it == outputs.end()) {
+      return fail(fmt::format("'{}' is not one of the task's outputs", out.count));
+    }
+    if (it->name == out.name) return fail("an output cannot count its own rows");
+    if (!it->count.empty()) {
+      return fail(fmt::format("'{}' is a counted output itself; a count is one number", out.count));
+    }
+    if (it->dtype != "i32" && it->dtype != "i64") {
+      return fail(
+          fmt::format("the count '{}' must have dtype i32 or i64, not {}", out.count, it->dtype));
+    }
+    if (it->shape.size() != 1 || it->shape[0] != "1") {
+      return fail(fmt::format("the count '{}' must have shape [\"1\"]", out.count));
+    }
   }
   return Status::Ok();
 }

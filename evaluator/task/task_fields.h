@@ -5,6 +5,7 @@
 
 #include <toml++/toml.h>
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -36,5 +37,10 @@ Status LoadDistribution(const TomlFields& f, const toml::table& t, const std::st
 Status LoadGroups(const TomlFields& f, const toml::table& root, std::vector<GroupSpec>& groups,
                   ExprSites& sink);
 Status LoadFloor(const TomlFields& f, const toml::table& root, FloorSpec& floor, ExprSites& sink);
+// Every output's `count` names another output that is an integer scalar
+// (dtype i32 or i64, shape ["1"]) and counts nothing itself; the counted
+// output has a first dimension. `lines` maps "outputs[i].count" to its line.
+Status CheckCountedOutputs(const TomlFields& f, const std::map<std::string, int>& lines,
+                           const std::vector<TensorSpec>& outputs);
 
 }  // namespace kforge::eval::internal

@@ -67,6 +67,7 @@ class Loader {
     KF_RETURN_IF_ERROR(LoadGroups(f_, root_, task_.groups, exprs_));
     KF_RETURN_IF_ERROR(LoadTensors("inputs", true, task_.inputs));
     KF_RETURN_IF_ERROR(LoadTensors("outputs", false, task_.outputs));
+    KF_RETURN_IF_ERROR(CheckCountedOutputs(f_, tensor_lines_, task_.outputs));
     KF_RETURN_IF_ERROR(LoadToleranceTable());
     KF_RETURN_IF_ERROR(LoadSizes());
     KF_RETURN_IF_ERROR(LoadPerfPolicyWorkspace());
@@ -191,7 +192,7 @@ class Loader {
                         "shard", "inout", "tolerance", "rank_symmetric"}));
     } else {
       KF_RETURN_IF_ERROR(f_.CheckKeys(
-          t, prefix, {"name", "dtype", "shape", "ranks", "tolerance", "rank_symmetric"}));
+          t, prefix, {"name", "dtype", "shape", "ranks", "tolerance", "rank_symmetric", "count"}));
     }
     KF_ASSIGN_OR_RETURN(spec.name, f_.RequiredString(t, prefix, "name"));
     if (!IsIdentifier(spec.name)) {
@@ -242,6 +243,9 @@ class Loader {
     } else {
       KF_ASSIGN_OR_RETURN(auto ranks, f_.OptionalExpression(t, prefix, "ranks"));
       spec.ranks = ranks.value_or("");
+      KF_ASSIGN_OR_RETURN(auto count, f_.OptionalString(t, prefix, "count"));
+      spec.count = count.value_or("");
+      if (count) tensor_lines_[Join(prefix, "count")] = TomlFields::Line(t.get("count"));
       if (ranks) Remember(Join(prefix, "ranks"), t.get("ranks"), spec.ranks);
       if (const toml::node* tol = t.get("tolerance")) {
         KF_ASSIGN_OR_RETURN(spec.tolerance, LoadTolerance(f_, *tol, Join(prefix, "tolerance")));

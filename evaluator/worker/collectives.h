@@ -54,6 +54,15 @@ class CollectiveBackend {
   virtual Status Recv(void* buf, size_t count, kf_dtype dt, int peer, cudaStream_t s) = 0;
   // The sub-communicators of the current problem (replacing earlier ones).
   virtual Status SetGroups(const std::vector<GroupView>& groups) = 0;
+
+  // kf_all_to_allv over the world: counts and displacements (elements) are
+  // host arrays of `world` entries. Both backends already pair grouped sends
+  // and receives (NCCL: ncclSend/ncclRecv in one group, as PyTorch's
+  // all_to_all_single with splits does), so this is one grouped exchange; a
+  // receive whose count differs from the peer's send fails in either.
+  Status AllToAllV(int world, const void* send, const size_t* send_counts,
+                   const size_t* send_displs, void* recv, const size_t* recv_counts,
+                   const size_t* recv_displs, kf_dtype dt, cudaStream_t s);
 };
 
 // NCCL backend. `unique_id` is the 128 bytes from ncclGetUniqueId on rank 0;

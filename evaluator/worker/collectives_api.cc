@@ -43,6 +43,27 @@ Status TakeRefusal(const std::string& where) {
                            where, what, n, n == 1 ? "" : "s", g_refusal));
 }
 
+Status CollectiveBackend::AllToAllV(int world, const void* send, const size_t* send_counts,
+                                    const size_t* send_displs, void* recv,
+                                    const size_t* recv_counts, const size_t* recv_displs,
+                                    kf_dtype dt, cudaStream_t s) {
+  if (send_counts == nullptr || send_displs == nullptr || recv_counts == nullptr ||
+      recv_displs == nullptr) {
+    return Error(ErrorKind::kInvalidInput, "a count or displacement array is NULL");
+  }
+  const size_t elem = kf_dtype_size(dt);
+  KF_RETURN_IF_ERROR(GroupStart());
+  Status st = Status::Ok();
+  for (int p = 0; p < world && st.ok(); ++p) {
+    st = Send(static_cast<const char*>(send) + send_displs[p] * elem, send_counts[p], dt, p, s);
+    if (st.ok())
+      st = Recv(static_cast<char*>(recv) + recv_displs[p] * elem, recv_counts[p], dt, p, s);
+  }
+  // The group is closed whatever happened, so that the backend stays usable.
+  Status end = GroupEnd(s);
+  return st.ok() ? end : st;
+}
+
 void SetProcessBackend(CollectiveBackend* backend, const char* refusal) {
   g_backend = backend;
   if (refusal != nullptr) g_refusal = refusal;
@@ -115,6 +136,12 @@ int kf_reduce(kf_ctx* ctx, const void* send, void* recv, size_t count, kf_dtype 
 }
 int kf_all_to_all(kf_ctx* ctx, const void* send, void* recv, size_t count, kf_dtype dt) {
   KF_FORWARD("kf_all_to_all", AllToAll(-1, send, recv, count, dt, ctx->stream));
+}
+int kf_all_to_allv(kf_ctx* ctx, const void* send, const size_t* send_counts,
+                   const size_t* send_displs, void* recv, const size_t* recv_counts,
+                   const size_t* recv_displs, kf_dtype dt) {
+  KF_FORWARD("kf_all_to_allv", AllToAllV(ctx->world_size, send, send_counts, send_displs, recv,
+                                         recv_counts, recv_displs, dt, ctx->stream));
 }
 int kf_group_start(kf_ctx* ctx) { KF_FORWARD("kf_group_start", GroupStart()); }
 int kf_group_end(kf_ctx* ctx) { KF_FORWARD("kf_group_end", GroupEnd(ctx->stream)); }

@@ -24,6 +24,14 @@ __global__ void GenerateKernel(void* dst, eval::gen::InputGen gen, uint64_t n) {
   }
 }
 
+// One thread per row: the host's MakeRowDistinct, row by row.
+__global__ void DistinctRowsKernel(void* dst, int dtype, uint64_t rows, uint64_t len) {
+  for (uint64_t r = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; r < rows;
+       r += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
+    eval::gen::MakeRowDistinct(dst, dtype, r, len);
+  }
+}
+
 __global__ void PoisonKernel(uint32_t* dst, uint64_t words, uint32_t pattern) {
   for (uint64_t i = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; i < words;
        i += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
@@ -104,6 +112,13 @@ Status LaunchGenerate(void* dst, const eval::gen::InputGen& gen, uint64_t numel,
   if (numel == 0) return Status::Ok();
   GenerateKernel<<<Blocks(numel), kThreads, 0, s>>>(dst, gen, numel);
   KF_CUDA(cudaGetLastError());
+  if (gen.distinct_len > 0) {
+    const uint64_t rows = numel / gen.distinct_len;
+    if (rows > 0) {
+      DistinctRowsKernel<<<Blocks(rows), kThreads, 0, s>>>(dst, gen.dtype, rows, gen.distinct_len);
+      KF_CUDA(cudaGetLastError());
+    }
+  }
   return Status::Ok();
 }
 

@@ -13,7 +13,8 @@
 
 namespace kforge::worker {
 
-// Fills `numel` elements of `dst` (device memory) from `gen`.
+// Fills `numel` elements of `dst` (device memory) from `gen`, then makes its
+// rows distinct where gen.distinct_len says so (gen::MakeRowDistinct).
 Status LaunchGenerate(void* dst, const eval::gen::InputGen& gen, uint64_t numel, cudaStream_t s);
 
 // Writes the 32-bit `pattern` over `bytes` bytes (bytes need not be a multiple of 4).

@@ -211,6 +211,26 @@ Status HarnessWorker::VerifySet(int set, int tag, uint32_t poison,
   const size_t n_out = failures != nullptr ? p.outputs.size() : 0;
   const size_t checks = n_out + p.inputs.size();
   if (checks > kMaxChecks) return Error(ErrorKind::kHarness, "too many tensors to verify");
+  // A counted output is compared on the rows the baseline counted (compare.h);
+  // the count itself is an output like any other. `part[o]` is what is compared.
+  std::vector<eval::ConcreteTensor> part(n_out);
+  for (size_t o = 0; o < n_out; ++o) {
+    const eval::ConcreteTensor& t = p.outputs[o];
+    const auto& shape = t.ShapeOf(args_.rank);
+    if (t.count_output < 0 || (t.only_rank >= 0 && t.only_rank != args_.rank)) {
+      part[o] = t.FirstRows(args_.rank, shape.empty() ? 0 : shape[0]);
+      continue;
+    }
+    const eval::ConcreteTensor& c = p.outputs[static_cast<size_t>(t.count_output)];
+    KF_CUDA(cudaStreamSynchronize(stream_));  // the baseline's count is on stream_
+    KF_ASSIGN_OR_RETURN(std::vector<char> count,
+                        ToHost(Private(l.output_off[set][static_cast<size_t>(t.count_output)]),
+                               eval::DtypeSize(c.dtype)));
+    KF_ASSIGN_OR_RETURN(
+        int64_t rows,
+        eval::CountedRows(t, args_.rank, eval::LoadAsDouble(count.data(), c.dtype, 0)));
+    part[o] = t.FirstRows(args_.rank, rows);
+  }
   DeviceCheck init[kMaxChecks];
   for (size_t k = 0; k < checks; ++k) init[k] = {0, ~0ull, 0, 0};
   KF_CUDA(
@@ -220,7 +240,7 @@ Status HarnessWorker::VerifySet(int set, int tag, uint32_t poison,
     if (t.only_rank >= 0 && t.only_rank != args_.rank) continue;
     KF_RETURN_IF_ERROR(LaunchCompare(Candidate(candidate_layout_.output_off[set][o]),
                                      Private(l.output_off[set][o]), static_cast<int>(t.dtype),
-                                     static_cast<uint64_t>(t.NumelOf(args_.rank)), t.tolerance.atol,
+                                     static_cast<uint64_t>(part[o].numel), t.tolerance.atol,
                                      t.tolerance.rtol, check_ + o, stream_));
   }
   for (size_t i = 0; i < p.inputs.size(); ++i) {
@@ -241,7 +261,7 @@ Status HarnessWorker::VerifySet(int set, int tag, uint32_t poison,
     // Against the baseline, not the exact oracle (compare.h).
     const eval::Tolerance tol = eval::AgainstBaseline(t.tolerance);
     const double rms_rel_err = eval::RmsRelErr(found[o].sq_diff, found[o].sq_expected);
-    const bool rms_off = eval::RmsExceeded(tol, t.NumelOf(args_.rank), rms_rel_err);
+    const bool rms_off = eval::RmsExceeded(tol, part[o].numel, rms_rel_err);
     if (found[o].bad == 0 && !rms_off) continue;
     if (failures->size() >= kMaxExplained) {
       failures->push_back({tag,
@@ -254,25 +274,21 @@ Status HarnessWorker::VerifySet(int set, int tag, uint32_t poison,
       continue;
     }
     // The device says it failed; the host says how, for the model.
-    KF_ASSIGN_OR_RETURN(
-        std::vector<char> got,
-        ToHost(Candidate(candidate_layout_.output_off[set][o]), t.NbytesOf(args_.rank)));
+    eval::ConcreteTensor local = part[o];
+    local.tolerance = tol;
+    KF_ASSIGN_OR_RETURN(std::vector<char> got,
+                        ToHost(Candidate(candidate_layout_.output_off[set][o]), local.nbytes));
     KF_ASSIGN_OR_RETURN(std::vector<char> want,
-                        ToHost(Private(l.output_off[set][o]), t.NbytesOf(args_.rank)));
-    std::vector<double> expected(static_cast<size_t>(t.NumelOf(args_.rank)));
+                        ToHost(Private(l.output_off[set][o]), local.nbytes));
+    std::vector<double> expected(static_cast<size_t>(local.numel));
     for (size_t k = 0; k < expected.size(); ++k)
       expected[k] = eval::LoadAsDouble(want.data(), t.dtype, k);
-    eval::ConcreteTensor local = t;
-    local.shape = t.ShapeOf(args_.rank);
-    local.numel = t.NumelOf(args_.rank);
-    local.nbytes = t.NbytesOf(args_.rank);
-    local.rank_shapes.clear();
-    local.tolerance = tol;
     eval::CompareContext ctx;
     ctx.world = args_.world;
     ctx.rank = args_.rank;
     ctx.poison = poison;
     eval::CompareReport report = eval::CompareOutput(local, got.data(), expected, ctx);
+    if (t.count_output >= 0 && !local.shape.empty()) report.counted_rows = local.shape[0];
     json j = eval::ToJson(report);
     if (report.passed) {
       // Device and host disagree only at the tolerance's edge (or in the

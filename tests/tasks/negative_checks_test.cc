@@ -6,6 +6,9 @@
 //   - returns the correct output computed on another rank's inputs (a
 //     rank or shard mix-up: rank r's inputs are rank r+1's), or
 //   - returns the correct output for other inputs (stale or cached results).
+// An output whose length depends on the data (a counted output) is compared on
+// the rows its count says: a count one off fails, and garbage past the count
+// is never read (the correct rows with garbage after them pass).
 // A task whose check an all-zeros or do-nothing kernel passes is a task that
 // measures nothing (ParallelKernelBench has several); this test keeps every
 // task here from being one.
@@ -64,11 +67,11 @@ std::vector<uint8_t> Encode(const ConcreteTensor& out, int rank, std::span<const
 }
 
 bool Fails(const ConcreteTensor& out, int rank, std::span<const double> candidate,
-           std::span<const double> expected) {
+           std::span<const double> expected, std::span<const double> expected_count = {}) {
   CompareContext ctx;
   ctx.rank = rank;
   const std::vector<uint8_t> got = Encode(out, rank, candidate);
-  return !CompareOutput(out, got.data(), expected, ctx).passed;
+  return !CompareOutputRows(out, got.data(), expected, expected_count, ctx).passed;
 }
 
 // The ranks whose value of `out` the harness checks.
@@ -140,15 +143,46 @@ TEST_P(NegativeChecks, ZerosCopiesWrongRanksAndStaleResultsFail) {
       const std::vector<int> ranks = CheckedRanks(out, world);
       ASSERT_FALSE(ranks.empty()) << "no rank's value of this output is checked";
       bool zeros = false, copy = false, stale = false, wrong_rank = false;
+      auto count_of = [&](const OracleIo& x, int r) {
+        return out.count_output < 0 ? std::span<const double>()
+                                    : std::span<const double>(
+                                          x.outputs[r][static_cast<size_t>(out.count_output)].data);
+      };
       for (int r : ranks) {
         std::span<const double> expected = io->outputs[r][k].data;
+        const auto count = count_of(*io, r);
         // The oracle's own answer passes (else nothing below means anything).
-        ASSERT_FALSE(Fails(out, r, expected, expected)) << "rank " << r;
-        zeros = zeros || Fails(out, r, {}, expected);
-        copy = copy || Fails(out, r, CopySource(*p, *io, out, r), expected);
-        stale = stale || Fails(out, r, other->outputs[r][k].data, expected);
-        if (shifted)
-          wrong_rank = wrong_rank || Fails(out, r, shifted->outputs[r][k].data, expected);
+        ASSERT_FALSE(Fails(out, r, expected, expected, count)) << "rank " << r;
+        zeros = zeros || Fails(out, r, {}, expected, count);
+        copy = copy || Fails(out, r, CopySource(*p, *io, out, r), expected, count);
+        stale = stale || Fails(out, r, other->outputs[r][k].data, expected, count);
+        if (shifted) {
+          wrong_rank = wrong_rank || Fails(out, r, shifted->outputs[r][k].data, expected, count);
+        }
+        if (out.count_output >= 0) {
+          // Rows past the count are never read: garbage there passes.
+          std::vector<double> padded(expected.begin(), expected.end());
+          const size_t valid = static_cast<size_t>(count[0] * static_cast<double>(out.RowElems(r)));
+          for (size_t i = valid; i < padded.size(); ++i)
+            padded[i] = 12345.0 + static_cast<double>(i);
+          EXPECT_FALSE(Fails(out, r, padded, expected, count))
+              << "rank " << r << ": garbage past the count of " << count[0] << " rows is read";
+        }
+      }
+      // A count one off fails (its own output is compared exactly).
+      const bool is_count = std::any_of(p->outputs.begin(), p->outputs.end(), [&](const auto& o) {
+        return o.count_output == static_cast<int>(k);
+      });
+      if (is_count) {
+        for (int r : ranks) {
+          const double n = io->outputs[r][k].data[0];
+          const std::vector<double> more = {n + 1}, fewer = {n - 1};
+          EXPECT_TRUE(Fails(out, r, more, io->outputs[r][k].data)) << "a count one too high passes";
+          if (n > 0) {
+            EXPECT_TRUE(Fails(out, r, fewer, io->outputs[r][k].data))
+                << "a count one too low passes";
+          }
+        }
       }
       EXPECT_TRUE(zeros) << "an all-zeros output passes the check";
       EXPECT_TRUE(copy) << "a copy of an input passes the check";

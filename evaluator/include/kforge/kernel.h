@@ -149,6 +149,15 @@ int kf_reduce(kf_ctx* ctx, const void* send, void* recv, size_t count, kf_dtype 
               int root);
 /* count elements go to each peer: send holds world_size blocks, block p for rank p. */
 int kf_all_to_all(kf_ctx* ctx, const void* send, void* recv, size_t count, kf_dtype dt);
+/* Variable counts (all_to_all_single with splits, MPI_Alltoallv): send_counts[p]
+ * elements from send + send_displs[p] go to rank p, and recv_counts[p]
+ * elements from rank p land at recv + recv_displs[p]. The four arrays are HOST
+ * arrays of world_size entries, in elements; recv_counts[p] must equal rank p's
+ * send_counts[this rank] (exchange the counts first, e.g. with kf_all_to_all of
+ * one count per peer, then copy them to the host). */
+int kf_all_to_allv(kf_ctx* ctx, const void* send, const size_t* send_counts,
+                   const size_t* send_displs, void* recv, const size_t* recv_counts,
+                   const size_t* recv_displs, kf_dtype dt);
 /* Point-to-point; wrap matching sends and receives in kf_group_start/kf_group_end. */
 int kf_group_start(kf_ctx* ctx);
 int kf_group_end(kf_ctx* ctx);

@@ -233,5 +233,51 @@ TEST(Compare, RelativeRmsBoundRefusesAnOutputOffAsAWhole) {
   }
 }
 
+// A counted output: only the first `count` rows (the expected count) are
+// compared; what lies past them is never read, and a row inside them that is
+// wrong fails.
+TEST(Compare, ACountedOutputIsComparedOnTheExpectedRowsOnly) {
+  ConcreteTensor out = Out({4, 2});
+  out.count_output = 1;
+  const std::vector<double> expected = {1, 2, 3, 4, 0, 0, 0, 0};
+  const std::vector<double> two = {2};
+  // Right rows, garbage (NaN and poison-like values) past them: passes.
+  std::vector<float> got = {1, 2, 3, 4, NAN, 9e9f, -1, 7};
+  CompareContext ctx;
+  auto r = CompareOutputRows(out, got.data(), expected, two, ctx);
+  EXPECT_TRUE(r.passed) << Hints(r);
+  EXPECT_EQ(r.numel, 4);
+  EXPECT_EQ(r.counted_rows, 2);
+  EXPECT_EQ(ToJson(r)["counted_rows"], 2);
+  // A wrong value inside the counted rows fails, at its 2-D index.
+  got[3] = 5;
+  r = CompareOutputRows(out, got.data(), expected, two, ctx);
+  EXPECT_FALSE(r.passed);
+  ASSERT_EQ(r.first_bad.size(), 1u);
+  EXPECT_EQ(r.first_bad[0].index, (std::vector<int64_t>{1, 1}));
+  // Zero rows: nothing is compared, nothing is required.
+  const std::vector<double> none = {0};
+  EXPECT_TRUE(CompareOutputRows(out, got.data(), expected, none, ctx).passed);
+}
+
+TEST(Compare, AnExpectedCountThatIsNoRowCountNeverPasses) {
+  ConcreteTensor out = Out({4});
+  out.count_output = 1;
+  const std::vector<double> expected = {1, 2, 3, 4};
+  const std::vector<float> got = {1, 2, 3, 4};
+  CompareContext ctx;
+  for (double bad : {-1.0, 5.0, 1.5, static_cast<double>(NAN)}) {
+    const std::vector<double> count = {bad};
+    auto r = CompareOutputRows(out, got.data(), expected, count, ctx);
+    EXPECT_FALSE(r.passed) << bad;
+    ASSERT_FALSE(r.hints.empty());
+    EXPECT_EQ(r.hints[0].rfind("harness: ", 0), 0u) << r.hints[0];
+  }
+  EXPECT_FALSE(CompareOutputRows(out, got.data(), expected, {}, ctx).passed);
+  auto rows = CountedRows(out, 0, 4);
+  ASSERT_TRUE(rows.ok());
+  EXPECT_EQ(*rows, 4);
+}
+
 }  // namespace
 }  // namespace kforge::eval

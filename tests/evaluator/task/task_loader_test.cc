@@ -134,7 +134,7 @@ const BadCase kBadCases[] = {
      "inputs[0].init.kind", "unknown init kind 'gaussian'"},
     {"unknown init field", "mean = 0.0, std = 1.0", "mean = 0.0, stdev = 1.0", "stdev",
      "inputs[0].init.stdev",
-     "unknown field (expected one of: kind, mean, std, pieces, column_std)"},
+     "unknown field (expected one of: kind, mean, std, pieces, column_std, distinct)"},
     {"negative std", "std = 1.0", "std = -1.0", "std = -1.0", "inputs[0].init.std", "must be >= 0"},
     {"piece without until", "mean = 0.0, std = 1.0", "pieces = [{ std = 1.0 }, { std = 2.0 }]",
      "pieces", "inputs[0].init.pieces[0].until", "required on every piece but the last"},
@@ -159,7 +159,8 @@ const BadCase kBadCases[] = {
      "tensor name 'x' is used twice"},
     {"unknown field on an output", "name = \"y\"", "name = \"y\"\ninit = { kind = \"normal\" }",
      "init = { kind = \"normal\" }", "outputs[0].init",
-     "unknown field (expected one of: name, dtype, shape, ranks, tolerance, rank_symmetric)"},
+     "unknown field (expected one of: name, dtype, shape, ranks, tolerance, rank_symmetric, "
+     "count)"},
     {"missing tolerance for a dtype", "bf16 = { atol = 2e-2, rtol = 2e-2 }\n", "", "[[outputs]]",
      "outputs[0].tolerance", "output 'y' can be bf16 but there is no tolerance for it"},
     {"tolerance for an unknown dtype", "bf16 = { atol", "bf61 = { atol", "bf61", "tolerance.bf61",
@@ -226,6 +227,22 @@ const BadCase kBadCases[] = {
      "tiny", "sizes.check[0]", "does not bind 'K', which floor.flops"},
     {"param not a number", "root = 0", "root = \"zero\"", "root", "params.root",
      "expected a number, found string"},
+    {"count names no output", "[[outputs]]\nname = \"y\"",
+     "[[outputs]]\nname = \"y\"\ncount = \"n\"", "count = ", "outputs[0].count",
+     "'n' is not one of the task's outputs"},
+    {"count of a float dtype", "[[outputs]]\nname = \"y\"",
+     "[[outputs]]\nname = \"n\"\ndtype = \"T\"\nshape = [\"1\"]\n\n"
+     "[[outputs]]\nname = \"y\"\ncount = \"n\"",
+     "count = ", "outputs[1].count", "the count 'n' must have dtype i32 or i64, not T"},
+    {"count of more than one number", "[[outputs]]\nname = \"y\"",
+     "[[outputs]]\nname = \"n\"\ndtype = \"i64\"\nshape = [\"W\"]\n\n"
+     "[[outputs]]\nname = \"y\"\ncount = \"n\"",
+     "count = ", "outputs[1].count", "the count 'n' must have shape [\"1\"]"},
+    {"an output counting itself", "[[outputs]]\nname = \"y\"",
+     "[[outputs]]\nname = \"y\"\ncount = \"y\"", "count = ", "outputs[0].count",
+     "an output cannot count its own rows"},
+    {"count not a string", "[[outputs]]\nname = \"y\"", "[[outputs]]\nname = \"y\"\ncount = 3",
+     "count = 3", "outputs[0].count", "expected a string, found integer"},
 };
 
 INSTANTIATE_TEST_SUITE_P(All, TaskLoaderErrors, ::testing::ValuesIn(kBadCases));

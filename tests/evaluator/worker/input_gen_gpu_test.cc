@@ -54,6 +54,16 @@ std::vector<Case> Cases(Dtype dt) {
       t.init = InitSpec::Kind::kUniform;
       t.init_a = -3.0, t.init_b = 5.0;
     });
+    // Narrow dtypes repeat values within a row of 67 often: the row pass runs.
+    add("normal with distinct rows and column offsets", [](ConcreteTensor& t) {
+      t.init_column_std = 1.0;
+      t.init_distinct = true;
+    });
+    add("uniform with distinct rows", [](ConcreteTensor& t) {
+      t.init = InitSpec::Kind::kUniform;
+      t.init_a = -1.0, t.init_b = 1.0;
+      t.init_distinct = true;
+    });
   }
   add("int", [dt](ConcreteTensor& t) {
     t.init = InitSpec::Kind::kInt;

@@ -86,6 +86,10 @@ struct InitSpec {
   // normal: the std of a per-column offset (a column is an index along the
   // last dimension), drawn once per trial and the same on every rank; "0": none.
   std::string column_std = "0";
+  // normal, uniform: the values along the last dimension of every row are
+  // distinct after rounding to the dtype (a duplicate moves up one step of the
+  // dtype until it is unique), so that top-k and sorts over a row have no ties.
+  bool distinct = false;
 };
 
 struct TensorSpec {
@@ -101,6 +105,11 @@ struct TensorSpec {
   // Outputs and inout inputs: the same whichever rank holds which input (a sum
   // over ranks), so an answer for rank-rotated inputs is right, not a mix-up.
   bool rank_symmetric = false;
+  // Outputs only: the name of another output (integer, shape ["1"]) holding
+  // how many rows of this one are valid; the first dimension is then a
+  // capacity, and only the first `count` rows are compared (docs/tasks.md,
+  // "Outputs whose length depends on the data"). Empty: every row counts.
+  std::string count;
 };
 
 struct SizeSpec {
@@ -166,6 +175,7 @@ struct ConcreteTensor {
   InitSpec::Kind init = InitSpec::Kind::kNormal;
   double init_a = 0, init_b = 1;
   double init_column_std = 0;  // normal: see InitSpec::column_std
+  bool init_distinct = false;  // normal, uniform: see InitSpec::distinct
   // Normal and uniform inputs with pieces: element ranges [previous until,
   // until) with their own a, b (the last one's until is kRest); empty: init_a,
   // init_b everywhere.
@@ -179,6 +189,13 @@ struct ConcreteTensor {
   bool inout = false;
   int inout_of = -1;            // outputs: >= 0 for the checked state of in-place input inout_of
   bool rank_symmetric = false;  // outputs: see TensorSpec::rank_symmetric
+  int count_output = -1;        // outputs: index of the output counting its valid rows, or -1
+
+  // Elements in one row (a slice of the first dimension); 1 for a 1-D tensor.
+  int64_t RowElems(int rank) const;
+  // This rank's shape cut to its first `rows` rows (rows <= ShapeOf(rank)[0]):
+  // the part of a counted output that is compared.
+  ConcreteTensor FirstRows(int rank, int64_t rows) const;
 
   const std::vector<int64_t>& ShapeOf(int rank) const {
     return rank_shapes.empty() ? shape : rank_shapes[static_cast<size_t>(rank)];
