@@ -252,6 +252,11 @@ Result<std::unique_ptr<StorePort>> OpenRunStore(const fs::path& run_dir) {
   return std::unique_ptr<StorePort>(std::make_unique<RunStoreAdapter>(std::move(store)));
 }
 
+Result<std::unique_ptr<StorePort>> CreateRunStore(const fs::path& run_dir) {
+  KF_ASSIGN_OR_RETURN(auto store, results::RunStore::Create(run_dir));
+  return std::unique_ptr<StorePort>(std::make_unique<RunStoreAdapter>(std::move(store)));
+}
+
 Result<nlohmann::json> ProbeHardwareCard(const std::vector<int>& gpus) {
   KF_ASSIGN_OR_RETURN(nlohmann::json card, eval::ProbeHardware(gpus));
   if (!card.contains("world") && card.contains("gpus")) card["world"] = card["gpus"].size();

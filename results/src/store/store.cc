@@ -1,5 +1,10 @@
 #include "kforge/results/store.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <system_error>
 
 #include "kforge/core/clock.h"
@@ -75,6 +80,22 @@ Result<std::unique_ptr<RunStore>> RunStore::Open(const fs::path& run_dir, bool r
                      "` (or any command that writes to it) migrates it");
   }
   return store;
+}
+
+Result<std::unique_ptr<RunStore>> RunStore::Create(const fs::path& run_dir) {
+  KF_RETURN_IF_ERROR(MakeDirs(run_dir / "blobs"));
+  const fs::path db = StorePath(run_dir);
+  // SQLite's own default mode for a new database (SQLITE_DEFAULT_FILE_PERMISSIONS).
+  const int fd = ::open(db.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    if (errno == EEXIST) {
+      return Error(ErrorKind::kInvalidInput, db.string() + " already holds a run store");
+    }
+    return Error(ErrorKind::kIo, db.string() + ": " + std::strerror(errno));
+  }
+  ::close(fd);
+  // SQLite takes the empty file as a new database.
+  return Open(run_dir, false);
 }
 
 Status RunStore::Migrate() {

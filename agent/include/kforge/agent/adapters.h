@@ -41,6 +41,9 @@ std::unique_ptr<EvalPort> MakeEvaluatorPort(const std::vector<eval::Task>* tasks
 
 // The run store at `run_dir` (results::RunStore).
 Result<std::unique_ptr<StorePort>> OpenRunStore(const std::filesystem::path& run_dir);
+// A new run store at `run_dir` (results::RunStore::Create): kInvalidInput
+// when a store is already there, also one another process just created.
+Result<std::unique_ptr<StorePort>> CreateRunStore(const std::filesystem::path& run_dir);
 
 // The probed hardware card of `gpus`, or an error when there is no usable GPU.
 Result<nlohmann::json> ProbeHardwareCard(const std::vector<int>& gpus);
