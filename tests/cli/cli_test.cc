@@ -1,6 +1,7 @@
 // The kforge CLI end to end: every mistake gets a clear message and an exit
 // status from the one table (apps/kforge/exit_codes.h, docs/cli.md).
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -147,6 +148,59 @@ TEST_F(CliTest, EvalWithoutAGpuIsNotEvaluatedAndExitsEight) {
   // Asked for explicitly, compile-only succeeds.
   auto asked = Kforge({"eval", "--task", "1", "--kernel", kernel, "--compile-only"});
   EXPECT_EQ(asked.exit_code, 0) << asked.out << asked.err;
+}
+
+// The eval report names the world asked for ("-" when none: nothing was
+// placed), and `--json -` is the document alone on stdout, never a file "-".
+TEST_F(CliTest, EvalShowsTheAskedWorldAndWritesJsonDashToStdout) {
+  const std::string kernel = (kRoot / "tasks/001_allreduce/solutions/oneshot.cu").string();
+  auto asked =
+      Kforge({"eval", "--task", "1", "--kernel", kernel, "--compile-only", "--world", "4"});
+  ASSERT_EQ(asked.exit_code, 0) << asked.out << asked.err;
+  EXPECT_NE(asked.out.find("world 4"), std::string::npos) << asked.out;
+  auto any = Kforge({"eval", "--task", "1", "--kernel", kernel, "--compile-only"});
+  ASSERT_EQ(any.exit_code, 0) << any.out << any.err;
+  EXPECT_NE(any.out.find("world -"), std::string::npos) << any.out;
+  EXPECT_EQ(any.out.find("world 0"), std::string::npos) << any.out;
+
+  auto json = Kforge({"eval", "--task", "1", "--kernel", kernel, "--compile-only", "--json", "-"});
+  const bool stray = fs::exists(kRoot / "-");
+  if (stray) fs::remove(kRoot / "-");
+  ASSERT_EQ(json.exit_code, 0) << json.out << json.err;
+  EXPECT_FALSE(stray) << "--json - wrote a file named '-'";
+  const nlohmann::json doc = nlohmann::json::parse(json.out, nullptr, false);
+  ASSERT_TRUE(doc.is_object()) << json.out;
+  EXPECT_EQ(doc["status"], "compiled");
+  EXPECT_EQ(json.out.find("task      "), std::string::npos) << "the report went to stdout too";
+}
+
+// Published outputs get the mode any new file gets under the umask (a web
+// server must read an HTML leaderboard); the store stays as it was.
+TEST_F(CliTest, OutputFilesFollowTheUmask) {
+  results::FixtureSpec spec;
+  spec.run_name = "fx";
+  spec.tasks = 2;
+  ASSERT_TRUE(results::WriteFixtureRun(tmp_ / "fx", spec).ok());
+  const std::string kernel = (kRoot / "tasks/001_allreduce/solutions/oneshot.cu").string();
+  for (const mode_t mask : {mode_t{022}, mode_t{027}}) {
+    const mode_t old = umask(mask);  // the children inherit it
+    const std::string tag = std::to_string(mask);
+    const fs::path html = tmp_ / ("lb" + tag + ".html"), jsonl = tmp_ / ("x" + tag + ".jsonl"),
+                   eval = tmp_ / ("e" + tag + ".json");
+    auto lb =
+        Kforge({"leaderboard", (tmp_ / "fx").string(), "--format", "html", "-o", html.string()});
+    auto ex = Kforge({"results", "export", (tmp_ / "fx").string(), "-o", jsonl.string()});
+    auto ev = Kforge(
+        {"eval", "--task", "1", "--kernel", kernel, "--compile-only", "--json", eval.string()});
+    umask(old);
+    ASSERT_EQ(lb.exit_code, 0) << lb.err;
+    ASSERT_EQ(ex.exit_code, 0) << ex.err;
+    ASSERT_EQ(ev.exit_code, 0) << ev.err;
+    const auto want = static_cast<fs::perms>(0666 & ~mask);
+    for (const fs::path& p : {html, jsonl, eval}) {
+      EXPECT_EQ(fs::status(p).permissions(), want) << p << " under umask 0" << std::oct << mask;
+    }
+  }
 }
 
 std::vector<std::string> EntriesOf(const fs::path& dir) {
