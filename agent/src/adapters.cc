@@ -226,9 +226,11 @@ class RunStoreAdapter final : public StorePort {
 std::unique_ptr<LlmPort> MakeProviderLlm() { return std::make_unique<ProviderLlm>(); }
 
 Result<std::unique_ptr<LlmPort>> MakeProviderLlmFor(const std::vector<std::string>& models,
-                                                    const std::vector<std::string>& registries) {
+                                                    const std::vector<std::string>& registries,
+                                                    const fs::path& record) {
   auto llm = std::make_unique<ProviderLlm>();
   for (const auto& r : registries) llm->options().registry_paths.emplace_back(r);
+  llm->options().record_path = record;
   std::vector<std::string> problems;
   for (const auto& model : models) {
     Status st = llm->Prepare(model);

@@ -107,7 +107,8 @@ struct RunArgs {
   double baseline_reuse_s = -1;
   std::vector<int> gpus;
   std::vector<std::string> registries;
-  std::string json;  // --json FILE|-: the summary
+  std::string json;    // --json FILE|-: the summary
+  std::string record;  // --record FILE: the model exchanges, as a replay cassette
   std::string evaluators, evaluators_dir, eval_token_file;
   double evaluator_liveness_s = -1;
   bool slurm = false;
@@ -208,6 +209,7 @@ int RunRun(const RunArgs& a) {
   env.resume = !a.resume.empty();
   env.default_name = default_name;
   env.remote_pools = MakeRemotePools;
+  env.record = a.record;
   auto plan_or = agent::PlanRun(*cfg, env);
   if (!plan_or.ok()) return FailWith("run", plan_or.status());
   agent::RunPlan& plan = **plan_or;
@@ -324,6 +326,9 @@ void AddRun(CLI::App& app, int& exit_code) {
   cmd->add_option("--slurm-time", a->slurm_time, "Slurm time limit for --slurm, e.g. 12:00:00");
   cmd->add_option("--registry", a->registries,
                   "extra model registry file(s), after ~/.config/kforge/models.toml");
+  cmd->add_option("--record", a->record,
+                  "append every model exchange to this replay cassette (replay it later with "
+                  "--models replay:FILE)");
   AddJsonOption(cmd, a->json);
   cmd->callback([a, &exit_code] { exit_code = RunRun(*a); });
 }
