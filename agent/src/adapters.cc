@@ -116,6 +116,9 @@ class RunStoreAdapter final : public StorePort {
   Status FinishRun(int64_t run_id, const std::string& state) override {
     return store_->FinishRun(run_id, state);
   }
+  Status SetRunConfig(int64_t run_id, const nlohmann::json& config) override {
+    return store_->SetRunConfig(run_id, config);
+  }
   Result<int64_t> UpsertSession(int64_t run_id, const SessionKeyRow& k) override {
     results::SessionKey key;
     key.model = k.model;

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <ctime>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -201,6 +202,46 @@ TEST_F(CliTest, OutputFilesFollowTheUmask) {
       EXPECT_EQ(fs::status(p).permissions(), want) << p << " under umask 0" << std::oct << mask;
     }
   }
+}
+
+// A run stopped by its deadline continues when a resume moves the deadline;
+// what a resume cannot change is refused, naming the flags.
+TEST_F(CliTest, AResumeExtendsTheDeadlineAndRefusesWhatItCannotChange) {
+  const std::string out = (tmp_ / "runs").string();
+  auto turns = [&]() {
+    int n = 0;
+    auto store = results::RunStore::Open(tmp_ / "runs" / "dl", true);
+    EXPECT_TRUE(store.ok());
+    if (!store.ok()) return -1;
+    auto runs = (*store)->ListRuns();
+    if (!runs.ok() || runs->empty()) return -1;
+    auto sessions = (*store)->ListSessions(runs->front().id);
+    if (!sessions.ok()) return -1;
+    for (const auto& s : *sessions) n += s.turns_done;
+    return n;
+  };
+  auto first = Kforge({"run", "--models", Cassette(), "--tasks", "1", "--name", "dl", "--out", out,
+                       "--compile-only", "--deadline", "2020-01-01T00:00"});
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  ASSERT_EQ(turns(), 0) << "the deadline had passed";
+
+  auto refused = Kforge({"run", "--resume", "dl", "--out", out, "--tasks", "2", "--turns", "9"});
+  EXPECT_EQ(refused.exit_code, 64) << refused.err;
+  EXPECT_NE(refused.err.find("--tasks, --turns would change what it asks"), std::string::npos)
+      << refused.err;
+
+  auto resumed =
+      Kforge({"run", "--resume", "dl", "--out", out, "--compile-only", "--deadline", "+1h"});
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  EXPECT_NE(resumed.err.find("resuming 'dl' with deadline 2020-01-01T00:00 -> "), std::string::npos)
+      << resumed.err;
+  EXPECT_GT(turns(), 0) << resumed.err;
+  auto stored = results::RunStore::Open(tmp_ / "runs" / "dl", true);
+  ASSERT_TRUE(stored.ok());
+  auto runs = (*stored)->ListRuns();
+  ASSERT_TRUE(runs.ok() && !runs->empty());
+  const double deadline = runs->front().config.value("deadline_unix", 0.0);
+  EXPECT_GT(deadline, static_cast<double>(std::time(nullptr))) << "the new deadline is stored";
 }
 
 std::vector<std::string> EntriesOf(const fs::path& dir) {

@@ -145,6 +145,13 @@ Status RunStore::FinishRun(int64_t run_id, const std::string& state) {
   return RequireOneChange(*db_, "no run with id " + std::to_string(run_id));
 }
 
+Status RunStore::SetRunConfig(int64_t run_id, const nlohmann::json& config) {
+  std::lock_guard lock(mu_);
+  KF_ASSIGN_OR_RETURN(Stmt q, db_->Prepare("UPDATE runs SET config=? WHERE id=?"));
+  KF_RETURN_IF_ERROR(q.Bind(1, config.dump()).Bind(2, run_id).Run());
+  return RequireOneChange(*db_, "no run with id " + std::to_string(run_id));
+}
+
 Status RunStore::SetRunOrigin(int64_t run_id, const std::string& origin) {
   std::lock_guard lock(mu_);
   KF_ASSIGN_OR_RETURN(Stmt q, db_->Prepare("UPDATE runs SET origin=? WHERE id=?"));

@@ -152,6 +152,9 @@ class RunStore {
                                  const std::string& task_suite_hash,
                                  const nlohmann::json& hardware);
   Status FinishRun(int64_t run_id, const std::string& state);
+  // Replaces a run's stored config (a resume that extends its deadline or
+  // budgets stores them, so that the next resume keeps them).
+  Status SetRunConfig(int64_t run_id, const nlohmann::json& config);
   // Records where an imported run came from (a host or file name).
   Status SetRunOrigin(int64_t run_id, const std::string& origin);
 
