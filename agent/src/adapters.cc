@@ -116,6 +116,9 @@ class RunStoreAdapter final : public StorePort {
   Status FinishRun(int64_t run_id, const std::string& state) override {
     return store_->FinishRun(run_id, state);
   }
+  Status SetRunConfig(int64_t run_id, const nlohmann::json& config) override {
+    return store_->SetRunConfig(run_id, config);
+  }
   Result<int64_t> UpsertSession(int64_t run_id, const SessionKeyRow& k) override {
     results::SessionKey key;
     key.model = k.model;
@@ -226,9 +229,11 @@ class RunStoreAdapter final : public StorePort {
 std::unique_ptr<LlmPort> MakeProviderLlm() { return std::make_unique<ProviderLlm>(); }
 
 Result<std::unique_ptr<LlmPort>> MakeProviderLlmFor(const std::vector<std::string>& models,
-                                                    const std::vector<std::string>& registries) {
+                                                    const std::vector<std::string>& registries,
+                                                    const fs::path& record) {
   auto llm = std::make_unique<ProviderLlm>();
   for (const auto& r : registries) llm->options().registry_paths.emplace_back(r);
+  llm->options().record_path = record;
   std::vector<std::string> problems;
   for (const auto& model : models) {
     Status st = llm->Prepare(model);
@@ -249,6 +254,11 @@ std::unique_ptr<EvalPort> MakeEvaluatorPort(const std::vector<eval::Task>* tasks
 
 Result<std::unique_ptr<StorePort>> OpenRunStore(const fs::path& run_dir) {
   KF_ASSIGN_OR_RETURN(auto store, results::RunStore::Open(run_dir, false));
+  return std::unique_ptr<StorePort>(std::make_unique<RunStoreAdapter>(std::move(store)));
+}
+
+Result<std::unique_ptr<StorePort>> CreateRunStore(const fs::path& run_dir) {
+  KF_ASSIGN_OR_RETURN(auto store, results::RunStore::Create(run_dir));
   return std::unique_ptr<StorePort>(std::make_unique<RunStoreAdapter>(std::move(store)));
 }
 

@@ -46,6 +46,7 @@ class RunEngine {
  private:
   // runner.cc
   Status Prepare();
+  Status StoreExtendedLimits(const RunRow& run);
   Status EnqueueWanted();
   Status StartDispatched();
   Status HandleDone(uint64_t id);

@@ -14,23 +14,39 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// A made-up name's n-th choice: "run-DATE-TIME", then "run-DATE-TIME-2", ...
+std::string MadeUpName(const std::string& base, int choice) {
+  return choice == 1 ? base : fmt::format("{}-{}", base, choice);
+}
+constexpr int kMaxNameChoices = 1000;
+
 // A run name already in use is refused unless resuming (a silent merge would
-// mix two configs under one stored config); a made-up name gets a suffix.
+// mix two configs under one stored config); a made-up name takes the next
+// free suffix. This early check names what differs; ClaimRunDir is what keeps
+// two runs starting at once out of one directory.
 Status CheckRunName(RunConfig& cfg, bool default_name) {
-  for (int attempt = 2;; ++attempt) {
+  const std::string base = cfg.name;
+  for (int choice = 1; choice <= kMaxNameChoices; ++choice) {
+    if (default_name) cfg.name = MadeUpName(base, choice);
     const fs::path dir = fs::path(cfg.out) / cfg.name;
     if (!fs::exists(results::StorePath(dir))) return Status::Ok();
+    if (default_name) continue;
     KF_ASSIGN_OR_RETURN(auto store, results::RunStore::Open(dir, true));
     KF_ASSIGN_OR_RETURN(auto runs, store->ListRuns());
     const results::RunInfo* same = nullptr;
+    std::vector<std::string> names;
     for (const auto& r : runs) {
       if (r.name == cfg.name) same = &r;
+      names.push_back(r.name);
     }
-    if (!same) return Status::Ok();
-    if (default_name) {
-      cfg.name =
-          fmt::format("{}-{}", fs::path(cfg.name).filename().string().substr(0, 19), attempt);
-      continue;
+    if (!same) {
+      // Another run's store (merged or imported), or one being created right
+      // now: a new run never joins it.
+      return Error(
+          ErrorKind::kInvalidInput,
+          fmt::format("{} already holds a run store ({}); pick another --name", dir.string(),
+                      names.empty() ? "no run in it yet"
+                                    : fmt::format("runs: {}", fmt::join(names, ", "))));
     }
     auto stored = RunConfigFromJson(same->config);
     std::vector<std::string> diff;
@@ -41,6 +57,42 @@ Status CheckRunName(RunConfig& cfg, bool default_name) {
                              cfg.name, dir.string(), diff.empty() ? "" : ", and this asks: ",
                              fmt::join(diff, "; "), cfg.name, cfg.out));
   }
+  return Error(ErrorKind::kInvalidInput, fmt::format("{}: {} runs named {}-N already; pass --name",
+                                                     cfg.out, kMaxNameChoices, base));
+}
+
+// Creates the run's store with RunStore::Create, which only one creator of a
+// directory wins: of two runs that passed CheckRunName at the same time under
+// one name, the second is refused or, when its name was made up, takes the
+// next free suffix (nothing else in the plan depends on the name yet, except
+// a Slurm rendezvous made under the first choice).
+Status ClaimRunDir(RunPlan& plan, const std::string& base, bool default_name) {
+  RunConfig& cfg = plan.config;
+  for (int choice = 1; choice <= kMaxNameChoices; ++choice) {
+    if (default_name) {
+      const std::string name = MadeUpName(base, choice);
+      if (name != cfg.name && fs::exists(results::StorePath(fs::path(cfg.out) / name))) continue;
+      cfg.name = name;
+    }
+    const fs::path dir = fs::path(cfg.out) / cfg.name;
+    auto store = CreateRunStore(dir);
+    if (store.ok()) {
+      plan.store = std::move(*store);
+      plan.run_dir = dir;
+      plan.spec.name = cfg.name;
+      plan.spec.config["name"] = cfg.name;
+      return Status::Ok();
+    }
+    if (store.status().kind() != ErrorKind::kInvalidInput) return store.status();
+    if (!default_name) {
+      return Error(ErrorKind::kInvalidInput,
+                   fmt::format("run '{}' was created in {} by another kforge run starting at the "
+                               "same time; pick another --name",
+                               cfg.name, dir.string()));
+    }
+  }
+  return Error(ErrorKind::kInvalidInput, fmt::format("{}: {} runs named {}-N already; pass --name",
+                                                     cfg.out, kMaxNameChoices, base));
 }
 
 // The selected tasks' keys; each must instantiate at the run's world and dtype.
@@ -128,6 +180,7 @@ Result<RunConfig> StoredRunConfig(const fs::path& out, const std::string& name) 
 }
 
 Result<std::unique_ptr<RunPlan>> PlanRun(RunConfig cfg, const PlanEnv& env) {
+  const std::string asked_name = cfg.name;
   if (!env.resume) KF_RETURN_IF_ERROR(CheckRunName(cfg, env.default_name));
   auto plan = std::make_unique<RunPlan>();
   plan->config = std::move(cfg);
@@ -141,7 +194,7 @@ Result<std::unique_ptr<RunPlan>> PlanRun(RunConfig cfg, const PlanEnv& env) {
   if (c.turns) plan->strategy.turns = *c.turns;
   if (c.samples) plan->strategy.samples = *c.samples;
   // Every model must be callable before anything is stored or spent.
-  KF_ASSIGN_OR_RETURN(plan->llm, MakeProviderLlmFor(c.models, c.registries));
+  KF_ASSIGN_OR_RETURN(plan->llm, MakeProviderLlmFor(c.models, c.registries, env.record));
   KF_ASSIGN_OR_RETURN(std::string suite_hash, eval::TaskSuiteHash(plan->tasks_dir));
   if (env.remote_pools) {
     KF_ASSIGN_OR_RETURN(plan->pools, env.remote_pools(c, suite_hash, plan->run_dir));
@@ -159,7 +212,11 @@ Result<std::unique_ptr<RunPlan>> PlanRun(RunConfig cfg, const PlanEnv& env) {
   const std::string hw_md = card.empty() ? "" : RenderHardwareCard(card);
   FillSpec(*plan, card, suite_hash);
   KF_RETURN_IF_ERROR(AddTasks(*plan, keys, hw_md));
-  KF_ASSIGN_OR_RETURN(plan->store, OpenRunStore(plan->run_dir));
+  if (env.resume) {
+    KF_ASSIGN_OR_RETURN(plan->store, OpenRunStore(plan->run_dir));
+  } else {
+    KF_RETURN_IF_ERROR(ClaimRunDir(*plan, asked_name, env.default_name));
+  }
   return plan;
 }
 

@@ -28,10 +28,32 @@ std::string KernelName(const Session& s, int cand) {
 RunEngine::RunEngine(const RunSpec& spec, const RunDeps& deps)
     : spec_(spec), deps_(deps), scheduler_(spec.pools, *deps.clock), budget_(spec.budgets) {}
 
+// A resume may move the deadline and the budgets (the only parts of a stored
+// config it may change): they are stored, so that the next resume keeps them,
+// and the change is an event of the run.
+Status RunEngine::StoreExtendedLimits(const RunRow& run) {
+  nlohmann::json stored = run.config.is_object() ? run.config : nlohmann::json::object();
+  nlohmann::json changed = nlohmann::json::object();
+  for (const char* key : {"deadline_unix", "budget"}) {
+    const nlohmann::json asked = spec_.config.value(key, nlohmann::json());
+    if (stored.value(key, nlohmann::json()) == asked) continue;
+    changed[key] = {{"from", stored.value(key, nlohmann::json())}, {"to", asked}};
+    if (asked.is_null()) {
+      stored.erase(key);
+    } else {
+      stored[key] = asked;
+    }
+  }
+  if (changed.empty()) return Status::Ok();
+  KF_RETURN_IF_ERROR(deps_.store->SetRunConfig(run_id_, stored));
+  return deps_.store->AppendEvent(run_id_, "limits_changed", changed);
+}
+
 Status RunEngine::Prepare() {
   KF_ASSIGN_OR_RETURN(RunRow run,
                       deps_.store->CreateOrGetRun(spec_.name, spec_.config, spec_.hardware));
   run_id_ = run.id;
+  KF_RETURN_IF_ERROR(StoreExtendedLimits(run));
   started_unix_ = run.started_at > 0 ? run.started_at : NowUnix();
   started_ = deps_.clock->Now();
   KF_ASSIGN_OR_RETURN(std::vector<SessionRow> stored, deps_.store->ListSessions(run_id_));

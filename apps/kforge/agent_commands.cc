@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <optional>
 #include <thread>
 
 #include "command.h"
@@ -107,7 +108,8 @@ struct RunArgs {
   double baseline_reuse_s = -1;
   std::vector<int> gpus;
   std::vector<std::string> registries;
-  std::string json;  // --json FILE|-: the summary
+  std::string json;    // --json FILE|-: the summary
+  std::string record;  // --record FILE: the model exchanges, as a replay cassette
   std::string evaluators, evaluators_dir, eval_token_file;
   double evaluator_liveness_s = -1;
   bool slurm = false;
@@ -127,13 +129,96 @@ void ApplySlurmFlags(const RunArgs& a, RunConfig* c) {
   if (!a.slurm_time.empty()) c->slurm_time = a.slurm_time;
 }
 
+// The flags that change what a run asks (its sessions and prompts): a
+// resume continues the stored run as it was asked, so it refuses them.
+std::vector<std::string> FlagsAResumeCannotChange(const RunArgs& a) {
+  std::vector<std::string> out;
+  auto given = [&out](bool is_given, const char* flag) {
+    if (is_given) out.push_back(flag);
+  };
+  given(!a.run_file.empty(), "a run file");
+  given(!a.name.empty(), "--name");
+  given(!a.models.empty(), "--models");
+  given(!a.tasks.empty(), "--tasks");
+  given(!a.strategy.empty(), "--strategy");
+  given(a.turns > 0, "--turns");
+  given(a.samples > 0, "--samples");
+  given(a.repeats > 0, "--repeats");
+  given(a.world > 0, "--world");
+  given(!a.dtype.empty(), "--dtype");
+  given(!a.hardware.empty(), "--hardware");
+  return out;
+}
+
+std::string Dollars(const std::optional<double>& v) {
+  return v ? fmt::format("${:g}", *v) : "none";
+}
+std::string Seconds(const std::optional<double>& v) {
+  return v ? fmt::format("{:g} s", *v) : "none";
+}
+std::string Tokens(const std::optional<int64_t>& v) { return v ? std::to_string(*v) : "none"; }
+std::string When(const std::optional<double>& unix_s) {
+  if (!unix_s) return "none";
+  char buf[32];
+  const std::time_t t = static_cast<std::time_t>(*unix_s);
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M", std::localtime(&t));
+  return buf;
+}
+
+// --deadline and the budgets on a resume: the new limits replace the stored
+// ones (and are stored with the run); each change is named for the log.
+Status ApplyLimitFlags(const RunArgs& a, RunConfig* c, std::vector<std::string>* changes) {
+  const RunConfig before = *c;
+  if (a.budget_usd >= 0) c->budgets.run.usd = a.budget_usd;
+  if (a.budget_tokens >= 0) c->budgets.run.tokens = a.budget_tokens;
+  if (a.budget_wall_s >= 0) c->budgets.run.wall_s = a.budget_wall_s;
+  if (a.model_budget_usd >= 0) c->budgets.per_model.usd = a.model_budget_usd;
+  if (a.model_budget_tokens >= 0) c->budgets.per_model.tokens = a.model_budget_tokens;
+  if (a.task_budget_usd >= 0) c->budgets.per_task.usd = a.task_budget_usd;
+  if (!a.deadline.empty()) {
+    KF_ASSIGN_OR_RETURN(c->deadline_unix,
+                        agent::ParseDeadline(a.deadline, static_cast<double>(std::time(nullptr))));
+  }
+  if (!changes) return Status::Ok();
+  auto note = [changes](const char* what, const std::string& from, const std::string& to) {
+    if (from != to) changes->push_back(fmt::format("{} {} -> {}", what, from, to));
+  };
+  note("deadline", When(before.deadline_unix), When(c->deadline_unix));
+  const auto& b = before.budgets;
+  const auto& n = c->budgets;
+  note("run budget", Dollars(b.run.usd), Dollars(n.run.usd));
+  note("run token budget", Tokens(b.run.tokens), Tokens(n.run.tokens));
+  note("run wall-clock budget", Seconds(b.run.wall_s), Seconds(n.run.wall_s));
+  note("per-model budget", Dollars(b.per_model.usd), Dollars(n.per_model.usd));
+  note("per-model token budget", Tokens(b.per_model.tokens), Tokens(n.per_model.tokens));
+  note("per-task budget", Dollars(b.per_task.usd), Dollars(n.per_task.usd));
+  return Status::Ok();
+}
+
 // The config: stored (resume), else the run file, then flags on top.
-Result<RunConfig> ConfigFromArgs(const RunArgs& a, bool* default_name) {
+// `resume_changes`: what a resume changed in the stored config, for the log.
+Result<RunConfig> ConfigFromArgs(const RunArgs& a, bool* default_name,
+                                 std::vector<std::string>* resume_changes) {
   RunConfig c;
   *default_name = false;
   if (!a.resume.empty()) {
+    if (auto fixed = FlagsAResumeCannotChange(a); !fixed.empty()) {
+      return Error(ErrorKind::kInvalidInput,
+                   fmt::format("--resume {} continues the run as it was asked; {} would change "
+                               "what it asks. A resume may change --deadline, the --budget-* "
+                               "flags, and where and how fast it evaluates (--compile-only, "
+                               "--gpus, --evaluators, --llm-concurrency, --compile-jobs, ...); "
+                               "for anything else start a new run with --name",
+                               a.resume, fmt::join(fixed, ", ")));
+    }
     KF_ASSIGN_OR_RETURN(c, agent::StoredRunConfig(a.out, a.resume));
     c.out = a.out;
+    KF_RETURN_IF_ERROR(ApplyLimitFlags(a, &c, resume_changes));
+    // How fast and on which GPUs: this resume only.
+    if (!a.gpus.empty()) c.gpus = a.gpus;
+    if (a.llm_concurrency > 0) c.llm_concurrency = a.llm_concurrency;
+    if (a.compile_jobs > 0) c.compile_jobs = a.compile_jobs;
+    if (a.baseline_reuse_s >= 0) c.baseline_reuse_s = a.baseline_reuse_s;
     if (a.compile_only) c.compile_only = true;
     if (!a.tasks_dir.empty()) c.tasks_dir = a.tasks_dir;
     if (!a.registries.empty()) c.registries = a.registries;
@@ -176,16 +261,7 @@ Result<RunConfig> ConfigFromArgs(const RunArgs& a, bool* default_name) {
                    fmt::format("--evaluators: '{}' is not an http:// or https:// URL", url));
   }
   if (a.run_file.empty() || a.out != "runs") c.out = a.out;
-  if (a.budget_usd >= 0) c.budgets.run.usd = a.budget_usd;
-  if (a.budget_tokens >= 0) c.budgets.run.tokens = a.budget_tokens;
-  if (a.budget_wall_s >= 0) c.budgets.run.wall_s = a.budget_wall_s;
-  if (a.model_budget_usd >= 0) c.budgets.per_model.usd = a.model_budget_usd;
-  if (a.model_budget_tokens >= 0) c.budgets.per_model.tokens = a.model_budget_tokens;
-  if (a.task_budget_usd >= 0) c.budgets.per_task.usd = a.task_budget_usd;
-  if (!a.deadline.empty()) {
-    KF_ASSIGN_OR_RETURN(c.deadline_unix,
-                        agent::ParseDeadline(a.deadline, static_cast<double>(std::time(nullptr))));
-  }
+  KF_RETURN_IF_ERROR(ApplyLimitFlags(a, &c, nullptr));
   if (c.models.empty())
     return Error(ErrorKind::kInvalidInput, "--models (or a run file) is required");
   if (c.tasks.empty())
@@ -202,16 +278,23 @@ Result<RunConfig> ConfigFromArgs(const RunArgs& a, bool* default_name) {
 
 int RunRun(const RunArgs& a) {
   bool default_name = false;
-  auto cfg = ConfigFromArgs(a, &default_name);
+  std::vector<std::string> resume_changes;
+  auto cfg = ConfigFromArgs(a, &default_name, &resume_changes);
   if (!cfg.ok()) return FailWith("run", cfg.status());
   agent::PlanEnv env;
   env.resume = !a.resume.empty();
   env.default_name = default_name;
   env.remote_pools = MakeRemotePools;
+  env.record = a.record;
   auto plan_or = agent::PlanRun(*cfg, env);
   if (!plan_or.ok()) return FailWith("run", plan_or.status());
   agent::RunPlan& plan = **plan_or;
   for (const auto& notice : plan.notices) std::fprintf(stderr, "kforge run: %s\n", notice.c_str());
+  if (!resume_changes.empty()) {
+    std::fprintf(stderr, "kforge run: resuming '%s' with %s (stored with the run)\n",
+                 plan.config.name.c_str(),
+                 fmt::format("{}", fmt::join(resume_changes, "; ")).c_str());
+  }
   std::vector<std::vector<int>> cpus(3);
   cpus[static_cast<size_t>(agent::Pool::kGpu)] = plan.pools->gpu_cpus;
   cpus[static_cast<size_t>(agent::Pool::kCompile)] = plan.pools->compile_cpus;
@@ -324,6 +407,9 @@ void AddRun(CLI::App& app, int& exit_code) {
   cmd->add_option("--slurm-time", a->slurm_time, "Slurm time limit for --slurm, e.g. 12:00:00");
   cmd->add_option("--registry", a->registries,
                   "extra model registry file(s), after ~/.config/kforge/models.toml");
+  cmd->add_option("--record", a->record,
+                  "append every model exchange to this replay cassette (replay it later with "
+                  "--models replay:FILE)");
   AddJsonOption(cmd, a->json);
   cmd->callback([a, &exit_code] { exit_code = RunRun(*a); });
 }

@@ -4,6 +4,7 @@
 
 #include "command.h"
 #include "exit_codes.h"
+#include "json_output.h"
 #include "kforge/agent/task_select.h"
 #include "kforge/core/fs.h"
 #include "kforge/evaluator/evaluate.h"
@@ -104,21 +105,23 @@ int RunEval(const EvalArgs& a) {
     std::fprintf(stderr, "kforge eval: %s\n", doc.status().ToString().c_str());
     return kExitHarnessError;
   }
-  // A compile-only document has no world; the report would print "world 0".
+  // A compile-only document places no ranks: the report shows the world
+  // asked for (none asked: "-").
   if (!doc->contains("world") && a.world > 0) (*doc)["world"] = a.world;
-  std::cout << eval::RenderEvalReport(*doc);
+  // `--json -`: the document alone on stdout, as in every other command.
+  const bool json_stdout = a.json_out == "-";
+  if (!json_stdout) std::cout << eval::RenderEvalReport(*doc) << std::flush;
   if (!a.json_out.empty()) {
-    if (Status s = WriteFileAtomic(a.json_out, doc->dump(2) + "\n"); !s.ok())
-      return FailWith("eval", s.WithContext("--json"));
+    if (Status s = WriteJson(a.json_out, *doc); !s.ok()) return FailWith("eval", s);
   }
   const std::string status = doc->value("status", "");
   if (status == "compiled" && no_gpu) {
     // Not a pass: nothing ran. A script reading the exit status must not
     // take a machine without a GPU for a correct kernel.
-    std::printf(
-        "verdict   NOT EVALUATED: the kernel compiled and passed the policy check, but "
-        "no GPU ran it (exit %d)\n",
-        static_cast<int>(kExitNotEvaluated));
+    std::fprintf(json_stdout ? stderr : stdout,
+                 "verdict   NOT EVALUATED: the kernel compiled and passed the policy check, but "
+                 "no GPU ran it (exit %d)\n",
+                 static_cast<int>(kExitNotEvaluated));
     return kExitNotEvaluated;
   }
   return eval::ExitCodeFor(status);
@@ -159,7 +162,9 @@ void AddEval(CLI::App& app, int& exit_code) {
                 "one rank on one GPU through the NCCL backend: checks every harness collective the "
                 "kernel calls against the oracle (never timed; W=1 is no benchmark world size)")
       ->excludes("--world");
-  cmd->add_option("--json", args->json_out, "write the result document here");
+  cmd->add_option("--json", args->json_out,
+                  "also write the result document to FILE, or to stdout instead of the report "
+                  "with -");
   cmd->add_option("--dump", args->dump_dir,
                   "write one check trial's inputs, outputs and expected outputs per size and rank "
                   "here (.npy + manifest.json)");

@@ -20,7 +20,7 @@ Status WriteJson(const std::string& dest, const nlohmann::json& doc) {
     std::fflush(stdout);
     return Status::Ok();
   }
-  return WriteFileAtomic(dest, text).WithContext("--json " + dest);
+  return WritePublishedFile(dest, text).WithContext("--json " + dest);
 }
 
 }  // namespace kforge::cli

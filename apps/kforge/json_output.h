@@ -17,7 +17,8 @@ namespace kforge::cli {
 void AddJsonOption(CLI::App* cmd, std::string& dest);
 
 // Writes `doc` (indented, one trailing newline) to `dest`: "-" is stdout,
-// anything else a file written atomically. Errors name the file.
+// anything else a file written atomically, with the mode of any new file
+// (0666 less the umask). Errors name the file.
 Status WriteJson(const std::string& dest, const nlohmann::json& doc);
 
 }  // namespace kforge::cli

@@ -75,7 +75,8 @@ Status WriteOutput(const std::string& out, const std::string& text) {
     std::fwrite(text.data(), 1, text.size(), stdout);
     return Status::Ok();
   }
-  return WriteFileAtomic(out, text);
+  // A page or an export is for others to read: not the store's 0600.
+  return WritePublishedFile(out, text);
 }
 
 void AddLeaderboard(CLI::App& app, int& exit_code) {

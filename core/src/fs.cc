@@ -1,6 +1,7 @@
 #include "kforge/core/fs.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -32,7 +33,25 @@ Status MakeDirs(const fs::path& path) {
   return Status::Ok();
 }
 
-Status WriteFileAtomic(const fs::path& path, std::string_view content) {
+namespace {
+
+// The mode a new file gets from open(..., 0666). The umask is read from
+// /proc/self/status (Linux 4.7+): umask(2) can only read it by setting it,
+// which would let another thread create a file unmasked in between.
+mode_t PublishedMode() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("Umask:", 0) == 0) {
+      return 0666 & ~static_cast<mode_t>(std::strtoul(line.c_str() + 6, nullptr, 8));
+    }
+  }
+  const mode_t mask = umask(0);
+  umask(mask);
+  return 0666 & ~mask;
+}
+
+Status WriteAtomic(const fs::path& path, std::string_view content, bool published) {
   if (path.has_parent_path()) KF_RETURN_IF_ERROR(MakeDirs(path.parent_path()));
   std::string tmpl = path.string() + ".tmp-XXXXXX";
   std::vector<char> buf(tmpl.begin(), tmpl.end());
@@ -51,6 +70,12 @@ Status WriteFileAtomic(const fs::path& path, std::string_view content) {
     }
     done += static_cast<size_t>(n);
   }
+  if (published && fchmod(fd, PublishedMode()) != 0) {
+    int err = errno;
+    close(fd);
+    unlink(buf.data());
+    return Error(ErrorKind::kIo, path.string() + ": " + std::strerror(err));
+  }
   fsync(fd);
   close(fd);
   if (rename(buf.data(), path.c_str()) != 0) {
@@ -59,6 +84,16 @@ Status WriteFileAtomic(const fs::path& path, std::string_view content) {
     return Error(ErrorKind::kIo, path.string() + ": " + std::strerror(err));
   }
   return Status::Ok();
+}
+
+}  // namespace
+
+Status WriteFileAtomic(const fs::path& path, std::string_view content) {
+  return WriteAtomic(path, content, false);
+}
+
+Status WritePublishedFile(const fs::path& path, std::string_view content) {
+  return WriteAtomic(path, content, true);
 }
 
 fs::path DefaultCacheDir() {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <string>
 
 #include "kforge/evaluator/dtype.h"
 
@@ -91,8 +92,10 @@ int ExitCodeFor(const std::string& status) {
 
 std::string RenderEvalReport(const nlohmann::json& d) {
   std::string out;
+  // No world when no rank ran (compile-only) and none was asked for.
+  const int world = d.value("world", 0);
   out += fmt::format("task      {}  dtype {}  world {}{}\n", d.value("task", "?"),
-                     d.value("dtype", "?"), d.value("world", 0),
+                     d.value("dtype", "?"), world > 0 ? std::to_string(world) : "-",
                      d.value("emulated", false) ? "  (emulated: ranks share a GPU)"
                      : d.contains("self_test")  ? "  (NCCL self-test: one rank, never timed)"
                                                 : "");

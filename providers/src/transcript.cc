@@ -42,6 +42,12 @@ std::string RequestHash(const ChatRequest& request) {
   return Sha256Hex("kforge-request-v1\n" + RequestToJson(request).dump());
 }
 
+std::string PromptHash(const Json& request_json) {
+  Json j = request_json;
+  j.erase("model");
+  return Sha256Hex("kforge-prompt-v1\n" + j.dump());
+}
+
 int TurnIndex(const ChatRequest& request) {
   int n = 0;
   for (const Message& m : request.messages) n += (m.role == "assistant");
@@ -151,6 +157,9 @@ Result<Cassette> Cassette::Load(const std::filesystem::path& path) {
     CassetteEntry e;
     e.line = line_no;
     e.hash = JsonString(j, "hash");
+    if (const Json& request = JsonField(j, "request"); request.is_object()) {
+      e.prompt_hash = PromptHash(request);
+    }
     e.model = JsonString(j, "model");
     e.marker = JsonString(j, "marker");
     if (JsonHas(j, "turn")) {
@@ -183,6 +192,10 @@ const CassetteEntry* Cassette::Match(const ChatRequest& request, const std::stri
   for (const CassetteEntry& e : entries_) {
     if (e.hash == hash) return &e;
   }
+  const std::string prompt_hash = PromptHash(RequestToJson(request));
+  for (const CassetteEntry& e : entries_) {
+    if (!e.prompt_hash.empty() && e.prompt_hash == prompt_hash) return &e;
+  }
   const int turn = TurnIndex(request);
   for (const CassetteEntry& e : entries_) {
     if (!e.hash.empty()) continue;  // recorded entries match by hash only
@@ -200,13 +213,14 @@ std::string Cassette::DescribeMiss(const ChatRequest& request, const std::string
     if (m.role != "assistant") last_user = m.text;
   }
   if (last_user.size() > 80) last_user = last_user.substr(0, 80) + "…";
-  size_t by_hash = 0;
-  for (const CassetteEntry& e : entries_) by_hash += !e.hash.empty();
+  size_t recorded = 0;
+  for (const CassetteEntry& e : entries_) recorded += !e.hash.empty();
   return fmt::format(
-      "replay cassette {} has no recording for model '{}', turn {}, request hash {} "
-      "(it holds {} entries: {} matched by hash, {} by model/turn/marker); last user message: '{}'",
-      path_.string(), request.model, TurnIndex(request), hash, entries_.size(), by_hash,
-      entries_.size() - by_hash, last_user);
+      "replay cassette {} has no recording for model '{}', turn {}, request hash {}: none of "
+      "its {} entries fits ({} recorded, matched by the request without its model spec; {} "
+      "hand-written, matched by model/turn/marker); last user message: '{}'",
+      path_.string(), request.model, TurnIndex(request), hash, entries_.size(), recorded,
+      entries_.size() - recorded, last_user);
 }
 
 }  // namespace kforge::providers

@@ -18,6 +18,10 @@ namespace kforge::providers {
 // spec, system, messages, sampling and reasoning options, stop); `stream`
 // does not count. Keys never enter it.
 std::string RequestHash(const ChatRequest& request);
+// The same without the model spec, from RequestToJson's form: what a replay
+// matches a recording by, since a replayed request names the cassette
+// ("replay:rec.jsonl"), not the model it was recorded from.
+std::string PromptHash(const Json& request_json);
 Json RequestToJson(const ChatRequest& request);
 // The number of assistant messages before the new user turn: 0 for a first prompt.
 int TurnIndex(const ChatRequest& request);
@@ -55,6 +59,7 @@ class CassetteWriter {
 struct CassetteEntry {
   int line = 0;
   std::string hash;         // empty: match by model/turn/marker
+  std::string prompt_hash;  // PromptHash of the recorded request ("" when none is stored)
   std::string model;        // empty or "*": any model
   std::optional<int> turn;  // absent: any turn
   std::string marker;       // absent: any request
@@ -64,8 +69,9 @@ struct CassetteEntry {
 class Cassette {
  public:
   static Result<Cassette> Load(const std::filesystem::path& path);
-  // Exact hash first; then the first entry (in file order) whose model, turn
-  // and marker all fit the request.
+  // Exact hash first; then a recording of the same request from any model
+  // spec (PromptHash; the first in file order); then the first hand-written
+  // entry whose model, turn and marker all fit the request.
   const CassetteEntry* Match(const ChatRequest& request, const std::string& hash) const;
   // A message saying what was asked and what the cassette holds.
   std::string DescribeMiss(const ChatRequest& request, const std::string& hash) const;

@@ -196,6 +196,11 @@ class FakeStore final : public StorePort {
     run_state = state;
     return Status::Ok();
   }
+  Status SetRunConfig(int64_t, const nlohmann::json& config) override {
+    KF_RETURN_IF_ERROR(Mutate());
+    run_->config = config;
+    return Status::Ok();
+  }
   Result<int64_t> UpsertSession(int64_t, const SessionKeyRow& key) override {
     KF_RETURN_IF_ERROR(Mutate());
     for (auto& [id, s] : sessions) {

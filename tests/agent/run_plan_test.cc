@@ -5,6 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+#include <thread>
+
 #include "kforge/evaluator/suite_hash.h"
 #include "kforge/results/store.h"
 #include "kforge/testing/test_util.h"
@@ -87,6 +90,60 @@ TEST_F(RunPlanTest, AStoredNameIsRefusedRenamedWhenMadeUpAndKeptOnResume) {
   auto resumed = PlanRun(*stored, resume);
   ASSERT_TRUE(resumed.ok()) << resumed.status().ToString();
   EXPECT_EQ((*resumed)->config.name, "night");
+}
+
+// Another `kforge run` creates the same run directory after this one checked
+// the name and before it created its store (two runs started in the same
+// second): a made-up name moves on to the next suffix, a chosen one is
+// refused, and neither writes into the other's store.
+TEST_F(RunPlanTest, AStoreCreatedMeanwhileIsNeverShared) {
+  std::vector<std::unique_ptr<results::RunStore>> others;
+  PlanEnv env;
+  // Runs after the name check and before the store is created.
+  env.remote_pools = [&](const RunConfig&, const std::string&,
+                         const fs::path& run_dir) -> Result<std::unique_ptr<EvalPools>> {
+    auto other = results::RunStore::Open(run_dir);
+    if (!other.ok()) return other.status();
+    KF_RETURN_IF_ERROR(
+        (*other)->CreateOrGetRun(run_dir.filename().string(), {}, "v", "h", {}).status());
+    others.push_back(std::move(*other));
+    return std::unique_ptr<EvalPools>();
+  };
+  env.default_name = true;
+  auto made_up = PlanRun(Config("run-20261206-173703"), env);
+  ASSERT_TRUE(made_up.ok()) << made_up.status().ToString();
+  EXPECT_EQ((*made_up)->config.name, "run-20261206-173703-2");
+  EXPECT_EQ((*made_up)->run_dir, tmp_.path() / "run-20261206-173703-2");
+  EXPECT_EQ((*made_up)->spec.name, "run-20261206-173703-2");
+  EXPECT_EQ((*made_up)->spec.config["name"], "run-20261206-173703-2");
+  EXPECT_TRUE(fs::exists(results::StorePath(tmp_.path() / "run-20261206-173703-2")));
+
+  env.default_name = false;
+  auto chosen = PlanRun(Config("nightly"), env);
+  ASSERT_FALSE(chosen.ok());
+  EXPECT_EQ(chosen.status().kind(), ErrorKind::kInvalidInput);
+  EXPECT_NE(chosen.status().message().find("by another kforge run"), std::string::npos)
+      << chosen.status().message();
+  auto runs = others.back()->ListRuns();
+  ASSERT_TRUE(runs.ok());
+  EXPECT_EQ(runs->size(), 1u);
+}
+
+// Two runs planned at once under one made-up name get two directories.
+TEST_F(RunPlanTest, TwoMadeUpNamesPlannedAtOnceDiffer) {
+  PlanEnv env;
+  env.default_name = true;
+  Result<std::unique_ptr<RunPlan>> a = Error(ErrorKind::kInternal, "not run");
+  Result<std::unique_ptr<RunPlan>> b = Error(ErrorKind::kInternal, "not run");
+  std::thread ta([&] { a = PlanRun(Config("run-x"), env); });
+  std::thread tb([&] { b = PlanRun(Config("run-x"), env); });
+  ta.join();
+  tb.join();
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_NE((*a)->run_dir, (*b)->run_dir);
+  EXPECT_EQ((std::set<std::string>{(*a)->config.name, (*b)->config.name}),
+            (std::set<std::string>{"run-x", "run-x-2"}));
 }
 
 TEST_F(RunPlanTest, ABadSelectorStoresNothing) {

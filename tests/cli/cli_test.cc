@@ -1,8 +1,10 @@
 // The kforge CLI end to end: every mistake gets a clear message and an exit
 // status from the one table (apps/kforge/exit_codes.h, docs/cli.md).
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <algorithm>
+#include <ctime>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -147,6 +149,99 @@ TEST_F(CliTest, EvalWithoutAGpuIsNotEvaluatedAndExitsEight) {
   // Asked for explicitly, compile-only succeeds.
   auto asked = Kforge({"eval", "--task", "1", "--kernel", kernel, "--compile-only"});
   EXPECT_EQ(asked.exit_code, 0) << asked.out << asked.err;
+}
+
+// The eval report names the world asked for ("-" when none: nothing was
+// placed), and `--json -` is the document alone on stdout, never a file "-".
+TEST_F(CliTest, EvalShowsTheAskedWorldAndWritesJsonDashToStdout) {
+  const std::string kernel = (kRoot / "tasks/001_allreduce/solutions/oneshot.cu").string();
+  auto asked =
+      Kforge({"eval", "--task", "1", "--kernel", kernel, "--compile-only", "--world", "4"});
+  ASSERT_EQ(asked.exit_code, 0) << asked.out << asked.err;
+  EXPECT_NE(asked.out.find("world 4"), std::string::npos) << asked.out;
+  auto any = Kforge({"eval", "--task", "1", "--kernel", kernel, "--compile-only"});
+  ASSERT_EQ(any.exit_code, 0) << any.out << any.err;
+  EXPECT_NE(any.out.find("world -"), std::string::npos) << any.out;
+  EXPECT_EQ(any.out.find("world 0"), std::string::npos) << any.out;
+
+  auto json = Kforge({"eval", "--task", "1", "--kernel", kernel, "--compile-only", "--json", "-"});
+  const bool stray = fs::exists(kRoot / "-");
+  if (stray) fs::remove(kRoot / "-");
+  ASSERT_EQ(json.exit_code, 0) << json.out << json.err;
+  EXPECT_FALSE(stray) << "--json - wrote a file named '-'";
+  const nlohmann::json doc = nlohmann::json::parse(json.out, nullptr, false);
+  ASSERT_TRUE(doc.is_object()) << json.out;
+  EXPECT_EQ(doc["status"], "compiled");
+  EXPECT_EQ(json.out.find("task      "), std::string::npos) << "the report went to stdout too";
+}
+
+// Published outputs get the mode any new file gets under the umask (a web
+// server must read an HTML leaderboard); the store stays as it was.
+TEST_F(CliTest, OutputFilesFollowTheUmask) {
+  results::FixtureSpec spec;
+  spec.run_name = "fx";
+  spec.tasks = 2;
+  ASSERT_TRUE(results::WriteFixtureRun(tmp_ / "fx", spec).ok());
+  const std::string kernel = (kRoot / "tasks/001_allreduce/solutions/oneshot.cu").string();
+  for (const mode_t mask : {mode_t{022}, mode_t{027}}) {
+    const mode_t old = umask(mask);  // the children inherit it
+    const std::string tag = std::to_string(mask);
+    const fs::path html = tmp_ / ("lb" + tag + ".html"), jsonl = tmp_ / ("x" + tag + ".jsonl"),
+                   eval = tmp_ / ("e" + tag + ".json");
+    auto lb =
+        Kforge({"leaderboard", (tmp_ / "fx").string(), "--format", "html", "-o", html.string()});
+    auto ex = Kforge({"results", "export", (tmp_ / "fx").string(), "-o", jsonl.string()});
+    auto ev = Kforge(
+        {"eval", "--task", "1", "--kernel", kernel, "--compile-only", "--json", eval.string()});
+    umask(old);
+    ASSERT_EQ(lb.exit_code, 0) << lb.err;
+    ASSERT_EQ(ex.exit_code, 0) << ex.err;
+    ASSERT_EQ(ev.exit_code, 0) << ev.err;
+    const auto want = static_cast<fs::perms>(0666 & ~mask);
+    for (const fs::path& p : {html, jsonl, eval}) {
+      EXPECT_EQ(fs::status(p).permissions(), want) << p << " under umask 0" << std::oct << mask;
+    }
+  }
+}
+
+// A run stopped by its deadline continues when a resume moves the deadline;
+// what a resume cannot change is refused, naming the flags.
+TEST_F(CliTest, AResumeExtendsTheDeadlineAndRefusesWhatItCannotChange) {
+  const std::string out = (tmp_ / "runs").string();
+  auto turns = [&]() {
+    int n = 0;
+    auto store = results::RunStore::Open(tmp_ / "runs" / "dl", true);
+    EXPECT_TRUE(store.ok());
+    if (!store.ok()) return -1;
+    auto runs = (*store)->ListRuns();
+    if (!runs.ok() || runs->empty()) return -1;
+    auto sessions = (*store)->ListSessions(runs->front().id);
+    if (!sessions.ok()) return -1;
+    for (const auto& s : *sessions) n += s.turns_done;
+    return n;
+  };
+  auto first = Kforge({"run", "--models", Cassette(), "--tasks", "1", "--name", "dl", "--out", out,
+                       "--compile-only", "--deadline", "2020-01-01T00:00"});
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  ASSERT_EQ(turns(), 0) << "the deadline had passed";
+
+  auto refused = Kforge({"run", "--resume", "dl", "--out", out, "--tasks", "2", "--turns", "9"});
+  EXPECT_EQ(refused.exit_code, 64) << refused.err;
+  EXPECT_NE(refused.err.find("--tasks, --turns would change what it asks"), std::string::npos)
+      << refused.err;
+
+  auto resumed =
+      Kforge({"run", "--resume", "dl", "--out", out, "--compile-only", "--deadline", "+1h"});
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  EXPECT_NE(resumed.err.find("resuming 'dl' with deadline 2020-01-01T00:00 -> "), std::string::npos)
+      << resumed.err;
+  EXPECT_GT(turns(), 0) << resumed.err;
+  auto stored = results::RunStore::Open(tmp_ / "runs" / "dl", true);
+  ASSERT_TRUE(stored.ok());
+  auto runs = (*stored)->ListRuns();
+  ASSERT_TRUE(runs.ok() && !runs->empty());
+  const double deadline = runs->front().config.value("deadline_unix", 0.0);
+  EXPECT_GT(deadline, static_cast<double>(std::time(nullptr))) << "the new deadline is stored";
 }
 
 std::vector<std::string> EntriesOf(const fs::path& dir) {

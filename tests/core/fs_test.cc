@@ -1,6 +1,7 @@
 #include "kforge/core/fs.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 namespace kforge {
 namespace {
@@ -15,6 +16,29 @@ TEST(FsTest, AtomicWriteThenReadRoundTrips) {
   ASSERT_TRUE(content.ok());
   EXPECT_EQ(*content, "second");
   std::filesystem::remove_all(*dir);
+}
+
+// Stores, caches and token files stay private; published outputs get what
+// creat(path, 0666) would give under the umask, also when replacing a file.
+TEST(FsTest, PublishedFilesFollowTheUmaskAtomicWritesStayPrivate) {
+  auto dir = MakeTempDir("kforge-fs-test");
+  ASSERT_TRUE(dir.ok());
+  namespace fs = std::filesystem;
+  for (const mode_t mask : {mode_t{022}, mode_t{077}, mode_t{002}}) {
+    const mode_t old = umask(mask);
+    const fs::path published = *dir / ("page" + std::to_string(mask) + ".html");
+    const fs::path secret = *dir / ("token" + std::to_string(mask));
+    const Status p1 = WritePublishedFile(published, "<p>1</p>");
+    const Status p2 = WritePublishedFile(published, "<p>2</p>");
+    const Status s = WriteFileAtomic(secret, "t");
+    umask(old);
+    ASSERT_TRUE(p1.ok() && p2.ok() && s.ok());
+    EXPECT_EQ(fs::status(published).permissions(), static_cast<fs::perms>(0666 & ~mask))
+        << "umask 0" << std::oct << mask;
+    EXPECT_EQ(fs::status(secret).permissions(), static_cast<fs::perms>(0600));
+    EXPECT_EQ(*ReadFile(published), "<p>2</p>");
+  }
+  fs::remove_all(*dir);
 }
 
 TEST(FsTest, ReadingAMissingFileIsNotFound) {

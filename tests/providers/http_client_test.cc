@@ -500,6 +500,39 @@ TEST_F(HttpClientTest, RecordThenReplayOffline) {
   EXPECT_EQ(server_.count(), 1u);
 }
 
+// What `kforge ask --record` then `kforge ask --model replay:FILE` (or a run
+// with that spec) does: the replayed request names the cassette, not the model
+// it was recorded from, and must still find the recording.
+TEST_F(HttpClientTest, ARecordingReplaysUnderTheReplaySpec) {
+  KF_FIXTURE(ok, "anthropic_stream_ok.sse");
+  const std::filesystem::path cassette = dir_ / "rec.jsonl";
+  options_.record_path = cassette;
+  server_.Push(SseReply(ok));
+  ChatRequest req;
+  req.system = "sys";
+  req.messages = {{"user", "hello there"}};
+  req.max_output_tokens = 512;
+  req.model = "anthropic:claude-test";
+  ASSERT_TRUE(Ask("anthropic:claude-test", req).ok());
+  const std::string spec = "replay:" + cassette.string();
+  auto replay = MakeClient(spec, ClientOptions{});
+  ASSERT_TRUE(replay.ok()) << replay.status().ToString();
+  req.model = spec;
+  auto again = (*replay)->Complete(req);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(again->text, "[12345,67890]");
+  EXPECT_TRUE(again->from_cache);
+
+  req.max_output_tokens = 1024;  // another request: no recording fits
+  auto miss = (*replay)->Complete(req);
+  ASSERT_FALSE(miss.ok());
+  EXPECT_EQ(miss.status().kind(), ErrorKind::kNotFound);
+  const std::string& m = miss.status().message();
+  EXPECT_NE(m.find("none of its 1 entries fits"), std::string::npos) << m;
+  EXPECT_EQ(m.find("1 matched"), std::string::npos) << m;
+  EXPECT_EQ(server_.count(), 1u);
+}
+
 TEST_F(HttpClientTest, MissingKeyNamesTheVariable) {
   options_.api_key.clear();
   auto client = MakeClient("openai:gpt-test", options_);

@@ -133,6 +133,40 @@ TEST(SelectorTest, ParsesRunsAndFilters) {
   EXPECT_FALSE(Matches(*sel, s));
 }
 
+// Every real model spec has a colon; the documented "model=M --run R" and
+// "RUN:model=M" forms must take it as part of the value.
+TEST(SelectorTest, ModelSpecsWithColonsAreFilterValues) {
+  testing::TempDir tmp;
+  ASSERT_STATUS_OK(MakeDirs(tmp.path() / "night1"));
+  ASSERT_STATUS_OK(WriteFileAtomic(StorePath(tmp.path() / "night1"), ""));
+  const std::vector<std::filesystem::path> runs = {tmp.path() / "night1"};
+
+  auto bare = ParseSelector("model=openai:gpt-5.5", tmp.path(), runs);
+  ASSERT_OK(bare);
+  EXPECT_EQ(bare->run_dirs, runs);
+  EXPECT_EQ(bare->filters.at("model"), "openai:gpt-5.5");
+
+  auto two = ParseSelector("model=anthropic:claude-opus-4-7,strategy=refine", tmp.path(), runs);
+  ASSERT_OK(two);
+  EXPECT_EQ(two->filters.at("model"), "anthropic:claude-opus-4-7");
+  EXPECT_EQ(two->filters.at("strategy"), "refine");
+
+  auto in_run =
+      ParseSelector("night1:model=compat:http://127.0.0.1:8000/v1#m,world=8", tmp.path(), {});
+  ASSERT_OK(in_run);
+  ASSERT_EQ(in_run->run_dirs.size(), 1u);
+  EXPECT_EQ(in_run->filters.at("model"), "compat:http://127.0.0.1:8000/v1#m");
+  EXPECT_EQ(in_run->filters.at("world"), "8");
+
+  SampleOutcome s = S("t", true, 1.0);
+  s.model = "openai:gpt-5.5";
+  EXPECT_TRUE(Matches(*bare, s));
+  s.model = "openai:gpt-5";
+  EXPECT_FALSE(Matches(*bare, s));
+
+  EXPECT_FALSE(ParseSelector("night1:colour=openai:x", tmp.path(), {}).ok());
+}
+
 }  // namespace
 }  // namespace kforge::results
 

@@ -163,5 +163,53 @@ TEST(RunStoreConcurrencyTest, KillNineKeepsEveryCommittedRow) {
   ASSERT_OK((*store)->AppendTurn(MakeTurn(sid, static_cast<int>(turns->size()) + 1000)));
 }
 
+// Two processes creating the same run directory at once (two `kforge run`
+// started in the same second under one made-up name): exactly one gets the
+// store, the other is told a store is there, and the winner's run is the only
+// one in it.
+TEST(RunStoreConcurrencyTest, OfTwoConcurrentCreatorsExactlyOneWins) {
+  TempDir tmp;
+  for (int round = 0; round < 10; ++round) {
+    const std::filesystem::path dir = tmp.path() / ("run-" + std::to_string(round));
+    int go[2];
+    ASSERT_EQ(pipe(go), 0);
+    pid_t children[2];
+    for (int c = 0; c < 2; ++c) {
+      children[c] = fork();
+      ASSERT_GE(children[c], 0);
+      if (children[c] == 0) {
+        close(go[1]);
+        char byte;
+        if (read(go[0], &byte, 1) != 0) _exit(9);  // released when the parent closes
+        auto store = RunStore::Create(dir);
+        if (!store.ok()) _exit(store.status().kind() == ErrorKind::kInvalidInput ? 1 : 2);
+        auto run = (*store)->CreateOrGetRun("creator-" + std::to_string(c), {}, "v", "h", {});
+        _exit(run.ok() ? 0 : 3);
+      }
+    }
+    close(go[0]);
+    close(go[1]);  // both children start now
+    int codes[2];
+    for (int c = 0; c < 2; ++c) {
+      int wstatus = 0;
+      ASSERT_EQ(waitpid(children[c], &wstatus, 0), children[c]);
+      ASSERT_TRUE(WIFEXITED(wstatus));
+      codes[c] = WEXITSTATUS(wstatus);
+    }
+    std::multiset<int> got(codes, codes + 2);
+    EXPECT_EQ(got, (std::multiset<int>{0, 1})) << "round " << round;
+    auto store = RunStore::Open(dir, true);
+    ASSERT_OK(store);
+    auto runs = (*store)->ListRuns();
+    ASSERT_OK(runs);
+    EXPECT_EQ(runs->size(), 1u) << "two creators wrote into one store";
+  }
+  auto again = RunStore::Create(tmp.path() / "run-0");
+  ASSERT_FALSE(again.ok());
+  EXPECT_EQ(again.status().kind(), ErrorKind::kInvalidInput);
+  EXPECT_NE(again.status().message().find("already holds a run store"), std::string::npos);
+  EXPECT_TRUE(RunStore::Create(tmp.path() / "fresh").ok()) << "a new directory is created";
+}
+
 }  // namespace
 }  // namespace kforge::results

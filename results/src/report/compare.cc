@@ -75,19 +75,58 @@ Status ValidateCompareOptions(const CompareOptions& o) {
   return Status::Ok();
 }
 
+namespace {
+
+const std::set<std::string> kFilterKeys = {"model", "strategy", "category", "world", "dtype"};
+
+// Where a filter "KEY=" begins at `pos`, for a known key.
+bool FilterStartsAt(const std::string& spec, size_t pos) {
+  const auto eq = spec.find('=', pos);
+  return eq != std::string::npos && kFilterKeys.count(spec.substr(pos, eq - pos)) > 0;
+}
+
+// Model specs hold colons ("openai:gpt-5.5", "compat:http://host:8000/v1#m"),
+// so neither the run/filter boundary nor the boundary between filters is the
+// first separator: a filter starts only where a known "KEY=" follows it.
+std::vector<std::string> SplitFilters(const std::string& filters) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  for (size_t i = 0; i < filters.size(); ++i) {
+    if (filters[i] == ',' && FilterStartsAt(filters, i + 1)) {
+      out.push_back(filters.substr(start, i - start));
+      start = i + 1;
+    }
+  }
+  out.push_back(filters.substr(start));
+  return out;
+}
+
+}  // namespace
+
 Result<Selector> ParseSelector(const std::string& spec, const fs::path& runs_root,
                                const std::vector<fs::path>& default_runs) {
   Selector sel;
   sel.label = spec;
   std::string run_part, filter_part;
-  const auto colon = spec.find(':');
-  if (colon != std::string::npos) {
-    run_part = spec.substr(0, colon);
-    filter_part = spec.substr(colon + 1);
-  } else if (spec.find('=') != std::string::npos) {
+  if (FilterStartsAt(spec, 0)) {
     filter_part = spec;
   } else {
-    run_part = spec;
+    // RUN:KEY=...: the first colon followed by a known key; a colon inside a
+    // run path or a misspelled key leaves the whole spec to the run lookup
+    // or to the bad-filter message below.
+    size_t colon = spec.find(':');
+    while (colon != std::string::npos && !FilterStartsAt(spec, colon + 1)) {
+      colon = spec.find(':', colon + 1);
+    }
+    if (colon == std::string::npos) colon = spec.find(':');  // RUN:bad=filter
+    if (colon != std::string::npos) {
+      run_part = spec.substr(0, colon);
+      filter_part = spec.substr(colon + 1);
+    } else if (spec.find('=') != std::string::npos) {
+      filter_part = spec;
+    } else {
+      run_part = spec;
+    }
   }
   if (!run_part.empty()) {
     KF_ASSIGN_OR_RETURN(fs::path dir, ResolveRunDir(run_part, runs_root));
@@ -99,10 +138,10 @@ Result<Selector> ParseSelector(const std::string& spec, const fs::path& runs_roo
     }
     sel.run_dirs = default_runs;
   }
-  static const std::set<std::string> kKeys = {"model", "strategy", "category", "world", "dtype"};
-  for (const std::string& item : Split(filter_part, ',')) {
+  for (const std::string& item : SplitFilters(filter_part)) {
+    if (item.empty() && filter_part.empty()) break;
     const auto eq = item.find('=');
-    if (eq == std::string::npos || !kKeys.count(item.substr(0, eq))) {
+    if (eq == std::string::npos || !kFilterKeys.count(item.substr(0, eq))) {
       return Error(ErrorKind::kInvalidInput,
                    "\"" + spec + "\": bad filter \"" + item +
                        "\" (use model=, strategy=, category=, world=, dtype=)");

@@ -1,5 +1,10 @@
 #include "kforge/results/store.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <system_error>
 
 #include "kforge/core/clock.h"
@@ -77,6 +82,22 @@ Result<std::unique_ptr<RunStore>> RunStore::Open(const fs::path& run_dir, bool r
   return store;
 }
 
+Result<std::unique_ptr<RunStore>> RunStore::Create(const fs::path& run_dir) {
+  KF_RETURN_IF_ERROR(MakeDirs(run_dir / "blobs"));
+  const fs::path db = StorePath(run_dir);
+  // SQLite's own default mode for a new database (SQLITE_DEFAULT_FILE_PERMISSIONS).
+  const int fd = ::open(db.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    if (errno == EEXIST) {
+      return Error(ErrorKind::kInvalidInput, db.string() + " already holds a run store");
+    }
+    return Error(ErrorKind::kIo, db.string() + ": " + std::strerror(errno));
+  }
+  ::close(fd);
+  // SQLite takes the empty file as a new database.
+  return Open(run_dir, false);
+}
+
 Status RunStore::Migrate() {
   KF_ASSIGN_OR_RETURN(int version, internal::SchemaVersion(*db_));
   if (version > kSchemaVersion) return Status::Ok();  // reported by Open
@@ -121,6 +142,13 @@ Status RunStore::FinishRun(int64_t run_id, const std::string& state) {
   std::lock_guard lock(mu_);
   KF_ASSIGN_OR_RETURN(Stmt q, db_->Prepare("UPDATE runs SET state=?, finished_at=? WHERE id=?"));
   KF_RETURN_IF_ERROR(q.Bind(1, state).Bind(2, Now()).Bind(3, run_id).Run());
+  return RequireOneChange(*db_, "no run with id " + std::to_string(run_id));
+}
+
+Status RunStore::SetRunConfig(int64_t run_id, const nlohmann::json& config) {
+  std::lock_guard lock(mu_);
+  KF_ASSIGN_OR_RETURN(Stmt q, db_->Prepare("UPDATE runs SET config=? WHERE id=?"));
+  KF_RETURN_IF_ERROR(q.Bind(1, config.dump()).Bind(2, run_id).Run());
   return RequireOneChange(*db_, "no run with id " + std::to_string(run_id));
 }
 

@@ -27,9 +27,11 @@ std::unique_ptr<LlmPort> MakeProviderLlm();
 // each model whose spec, provider, API key or cassette is unusable (nothing
 // is sent to any model).
 // `registries`: extra model registry files (after the built-in one and the
-// user's models.toml).
-Result<std::unique_ptr<LlmPort>> MakeProviderLlmFor(
-    const std::vector<std::string>& models, const std::vector<std::string>& registries = {});
+// user's models.toml). `record`: a cassette every exchange that reaches a
+// provider is appended to (docs/providers.md), empty for none.
+Result<std::unique_ptr<LlmPort>> MakeProviderLlmFor(const std::vector<std::string>& models,
+                                                    const std::vector<std::string>& registries = {},
+                                                    const std::filesystem::path& record = {});
 
 // An evaluator over `tasks` (which must outlive it), bound to `gpus`
 // (empty: the evaluator's default). One evaluation at a time.
@@ -41,6 +43,9 @@ std::unique_ptr<EvalPort> MakeEvaluatorPort(const std::vector<eval::Task>* tasks
 
 // The run store at `run_dir` (results::RunStore).
 Result<std::unique_ptr<StorePort>> OpenRunStore(const std::filesystem::path& run_dir);
+// A new run store at `run_dir` (results::RunStore::Create): kInvalidInput
+// when a store is already there, also one another process just created.
+Result<std::unique_ptr<StorePort>> CreateRunStore(const std::filesystem::path& run_dir);
 
 // The probed hardware card of `gpus`, or an error when there is no usable GPU.
 Result<nlohmann::json> ProbeHardwareCard(const std::vector<int>& gpus);

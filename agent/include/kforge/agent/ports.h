@@ -118,6 +118,7 @@ class StorePort {
   virtual Result<RunRow> CreateOrGetRun(const std::string& name, const nlohmann::json& config,
                                         const nlohmann::json& hardware) = 0;
   virtual Status FinishRun(int64_t run_id, const std::string& state) = 0;
+  virtual Status SetRunConfig(int64_t run_id, const nlohmann::json& config) = 0;
   virtual Result<int64_t> UpsertSession(int64_t run_id, const SessionKeyRow& key) = 0;
   virtual Result<std::vector<SessionRow>> ListSessions(int64_t run_id) = 0;
   virtual Status SetSessionState(int64_t session_id, const std::string& state,

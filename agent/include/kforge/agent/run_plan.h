@@ -63,6 +63,7 @@ struct PlanEnv {
   bool resume = false;                // continuing the stored run of cfg.name
   bool default_name = false;          // cfg.name was made up: a clash picks another
   RemotePoolsFn remote_pools;         // empty: local evaluators only
+  std::filesystem::path record;       // a cassette to append every model exchange to
 };
 
 struct RunPlan {

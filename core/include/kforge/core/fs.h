@@ -13,7 +13,14 @@ Result<std::string> ReadFile(const std::filesystem::path& path);
 
 // Writes via a temporary file in the same directory and rename(2), so readers
 // see either the old or the new content, never a torn file. Creates parents.
+// The file is private (mode 0600, mkstemp's): stores, caches and token files
+// rely on it.
 Status WriteFileAtomic(const std::filesystem::path& path, std::string_view content);
+
+// WriteFileAtomic for outputs meant to be read by others (a leaderboard page,
+// an export, a JSON document): the file gets the mode creat(path, 0666)
+// would give it, 0666 less the umask.
+Status WritePublishedFile(const std::filesystem::path& path, std::string_view content);
 
 Status MakeDirs(const std::filesystem::path& path);
 

@@ -130,6 +130,12 @@ class RunStore {
   // this code knows, kInvalidInput.
   static Result<std::unique_ptr<RunStore>> Open(const std::filesystem::path& run_dir,
                                                 bool read_only = false);
+  // Creates a new store in `run_dir` (the directory may exist; a store in it
+  // may not). The database file is created with O_EXCL, so of several
+  // processes creating the same run directory at once exactly one gets the
+  // store; the others, and every call where a store is already there, get
+  // kInvalidInput naming the file.
+  static Result<std::unique_ptr<RunStore>> Create(const std::filesystem::path& run_dir);
   ~RunStore();
 
   const std::filesystem::path& dir() const { return dir_; }
@@ -146,6 +152,9 @@ class RunStore {
                                  const std::string& task_suite_hash,
                                  const nlohmann::json& hardware);
   Status FinishRun(int64_t run_id, const std::string& state);
+  // Replaces a run's stored config (a resume that extends its deadline or
+  // budgets stores them, so that the next resume keeps them).
+  Status SetRunConfig(int64_t run_id, const nlohmann::json& config);
   // Records where an imported run came from (a host or file name).
   Status SetRunOrigin(int64_t run_id, const std::string& origin);
 
