@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kforge/results/fixture.h"
+#include "kforge/results/html.h"
 #include "kforge/results/store.h"
 #include "test_util.h"
 
@@ -199,6 +200,73 @@ TEST(NotEvaluatedTest, UnreachedAndCompileOnlySessionsAreNamedNotScored) {
   EXPECT_EQ(csv.find("openai:gpt-5.5,refine,real,0,0,0.0000"), std::string::npos) << csv;
   EXPECT_NE(csv.find("openai:gpt-5.5,refine,none,0,0,,"), std::string::npos) << csv;
   EXPECT_NE(csv.find(",1\n"), std::string::npos) << csv;
+}
+
+}  // namespace
+}  // namespace kforge::results
+
+namespace kforge::results {
+namespace {
+
+// Every format renders the same figures: the HTML table's cells are the
+// Markdown table's, a row nothing evaluated says "not evaluated" everywhere
+// (never 0.0% or 1.000x), and the not-evaluated sessions are named.
+TEST(LeaderboardFormats, EveryFormatShowsTheSameFiguresForEveryRow) {
+  std::vector<SampleOutcome> samples;
+  SampleOutcome judged;
+  judged.run = "r";
+  judged.model = "model-a";
+  judged.strategy = "refine";
+  judged.task = "001_allreduce";
+  judged.category = "collective";
+  judged.world = 2;
+  judged.dtype = "bf16";
+  judged.evaluated = true;
+  judged.correct = true;
+  judged.speedup = 1.5;
+  samples.push_back(judged);
+  SampleOutcome unjudged = judged;
+  unjudged.model = "model-b";
+  unjudged.evaluated = false;
+  unjudged.correct = false;
+  unjudged.speedup.reset();
+  unjudged.not_evaluated = true;
+  unjudged.not_evaluated_reason = "compiled; evaluation needs a GPU";
+  samples.push_back(unjudged);
+  MetricsOptions options;
+  const Leaderboard board = BuildLeaderboard(samples, options);
+  ASSERT_EQ(board.rows.size(), 2u);
+
+  const LeaderboardTable human = BuildLeaderboardTable(board, true);
+  const std::string md = RenderMarkdown(board);
+  const std::string html = RenderHtmlPage(board);
+  for (const auto& row : human.rows) {
+    std::string md_line = "| ";
+    for (size_t c = 0; c < row.size(); ++c) md_line += (c ? " | " : "") + row[c];
+    EXPECT_NE(md.find(md_line + " |"), std::string::npos) << md_line << "\n" << md;
+    std::string html_cells;
+    for (size_t c = 0; c < row.size(); ++c) {
+      html_cells += (c < options.group_by.size() ? "<td class=\"l\">" : "<td>") +
+                    HtmlEscape(row[c]) + "</td>";
+    }
+    EXPECT_NE(html.find(html_cells), std::string::npos) << html_cells;
+  }
+  // The row of model-b: no figure in any format.
+  const size_t b = html.find("<td class=\"l\">model-b</td>");
+  ASSERT_NE(b, std::string::npos);
+  const std::string b_row = html.substr(b, html.find("</tr>", b) - b);
+  EXPECT_NE(b_row.find("not evaluated"), std::string::npos) << b_row;
+  EXPECT_EQ(b_row.find("0.0%"), std::string::npos) << b_row;
+  EXPECT_EQ(b_row.find("1.000x"), std::string::npos) << b_row;
+  EXPECT_NE(html.find("compiled; evaluation needs a GPU"), std::string::npos);
+  auto doc = nlohmann::json::parse(RenderJson(board));
+  EXPECT_TRUE(doc["rows"][1]["correct_rate"].is_null());
+  EXPECT_EQ(doc["rows"][0]["correct_rate"], 1.0);
+  // model-a's figures are the same number in every format.
+  EXPECT_NE(html.find("<td>100.0%</td>"), std::string::npos);
+  EXPECT_NE(md.find("100.0%"), std::string::npos);
+  EXPECT_NE(RenderCsv(board).find("model-a,refine,real,1,1,1.0000"), std::string::npos)
+      << RenderCsv(board);
 }
 
 }  // namespace

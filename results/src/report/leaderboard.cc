@@ -32,14 +32,10 @@ std::string Num(std::optional<double> v, int digits) {
   return v ? fmt::format("{:.{}f}", *v, digits) : "";
 }
 
-// One table as header + string cells, shared by Markdown and CSV.
-struct Table {
-  std::vector<std::string> header;
-  std::vector<std::vector<std::string>> rows;
-};
+}  // namespace
 
-Table BuildTable(const Leaderboard& board, bool human) {
-  Table t;
+LeaderboardTable BuildLeaderboardTable(const Leaderboard& board, bool human) {
+  LeaderboardTable t;
   for (const auto& dim : board.options.group_by) t.header.push_back(dim);
   t.header.insert(t.header.end(), {"timings", "problems", "samples", "correct"});
   for (double p : board.options.ps) {
@@ -88,6 +84,8 @@ Table BuildTable(const Leaderboard& board, bool human) {
   }
   return t;
 }
+
+namespace {
 
 std::string CsvCell(const std::string& v) {
   if (v.find_first_of(",\"\n") == std::string::npos) return v;
@@ -155,7 +153,7 @@ Leaderboard BuildLeaderboard(std::vector<SampleOutcome> samples, const MetricsOp
 }
 
 std::string RenderMarkdown(const Leaderboard& board) {
-  const Table t = BuildTable(board, /*human=*/true);
+  const LeaderboardTable t = BuildLeaderboardTable(board, /*human=*/true);
   std::string out =
       "# kforge leaderboard\n\nRuns: " + fmt::format("{}", fmt::join(board.runs, ", ")) + "\n\n";
   out += "| " + fmt::format("{}", fmt::join(t.header, " | ")) + " |\n|";
@@ -177,7 +175,7 @@ std::string RenderMarkdown(const Leaderboard& board) {
 }
 
 std::string RenderCsv(const Leaderboard& board) {
-  const Table t = BuildTable(board, /*human=*/false);
+  const LeaderboardTable t = BuildLeaderboardTable(board, /*human=*/false);
   std::string out;
   auto line = [&](const std::vector<std::string>& cells) {
     for (size_t i = 0; i < cells.size(); ++i) out += (i ? "," : "") + CsvCell(cells[i]);

@@ -12,6 +12,8 @@ table{border-collapse:collapse;margin:8px 0;font-size:.92em}
 th,td{border-bottom:1px solid #d9dde5;padding:4px 10px;text-align:right;white-space:nowrap}
 th{background:#f2f4f8}td.l,th.l{text-align:left}
 tr.emulated td{color:#7a5a00;background:#fff8e1}
+tr.not-evaluated td{color:#8a8f99;font-style:italic}
+.table-wrap{overflow-x:auto;max-width:100%}
 .tag{display:inline-block;padding:0 6px;border-radius:3px;font-size:.8em;background:#eef}
 .tag.emulated{background:#ffe08a}.tag.passed{background:#c8f0c8}.tag.failed{background:#f6c6c6}
 .note{color:#5a6170;font-size:.9em}

@@ -12,8 +12,6 @@ namespace kforge::results {
 
 namespace {
 
-std::string Pct(double v) { return std::isnan(v) ? "—" : fmt::format("{:.1f}%", v * 100); }
-
 bool RowHas(const GroupMetrics& row, const SampleOutcome& s, const MetricsOptions& options) {
   if (s.emulated && options.emulated == EmulatedPolicy::kExclude) return false;
   if (row.emulated != (s.emulated && options.emulated == EmulatedPolicy::kSeparate)) return false;
@@ -28,6 +26,7 @@ std::string RowName(const GroupMetrics& r) { return r.label + (r.emulated ? " [e
 std::string Charts(const Leaderboard& board) {
   std::vector<ChartSeries> fast, speedups, cost;
   for (const auto& r : board.rows) {
+    if (!r.evaluated()) continue;  // no figures to plot (never a point at 0)
     ChartSeries f{RowName(r), {}};
     for (const auto& [p, v] : r.fast_p) f.points.emplace_back(p, v);
     fast.push_back(std::move(f));
@@ -55,49 +54,67 @@ std::string Charts(const Leaderboard& board) {
 }  // namespace
 
 std::string RenderHtmlBody(const Leaderboard& board, std::string_view link_base) {
-  std::string h = "<table class=\"leaderboard\"><thead><tr><th>#</th>";
-  for (const auto& dim : board.options.group_by)
-    h += "<th class=\"l\">" + HtmlEscape(dim) + "</th>";
-  h += "<th>problems</th><th>samples</th><th>correct</th>";
-  for (double p : board.options.ps) {
-    if (p != 0) h += fmt::format("<th>fast_{:g}</th>", p);
+  // The cells Markdown prints (BuildLeaderboardTable), so that the page can
+  // never show a figure another format does not: a row nothing evaluated
+  // reads "not evaluated", never 0% or 1.000x.
+  const LeaderboardTable t = BuildLeaderboardTable(board, /*human=*/true);
+  const size_t dims = board.options.group_by.size();
+  std::string h = "<div class=\"table-wrap\"><table class=\"leaderboard\"><thead><tr><th>#</th>";
+  for (size_t c = 0; c < t.header.size(); ++c) {
+    h += (c < dims ? "<th class=\"l\">" : "<th>") + HtmlEscape(t.header[c]) + "</th>";
   }
-  h += "<th>pass@k</th><th>geomean (correct)</th><th>geomean (all)</th><th>$ / solved</th>"
-       "<th>tokens / solved</th></tr></thead><tbody>";
+  h += "</tr></thead><tbody>";
   int rank = 0;
-  for (const auto& r : board.rows) {
-    h += r.emulated ? "<tr class=\"emulated\"><td><span class=\"tag emulated\">emulated</span></td>"
-                    : fmt::format("<tr><td>{}</td>", ++rank);
-    for (const auto& [dim, value] : r.key) {
-      if (dim == "model" && !link_base.empty()) {
+  for (size_t i = 0; i < t.rows.size(); ++i) {
+    const GroupMetrics& r = board.rows[i];
+    if (r.emulated) {
+      h += "<tr class=\"emulated\"><td><span class=\"tag emulated\">emulated</span></td>";
+    } else if (!r.evaluated()) {
+      h += "<tr class=\"not-evaluated\"><td>—</td>";
+    } else {
+      h += fmt::format("<tr><td>{}</td>", ++rank);
+    }
+    for (size_t c = 0; c < t.rows[i].size(); ++c) {
+      const std::string& cell = t.rows[i][c];
+      if (c < dims && board.options.group_by[c] == "model" && !link_base.empty()) {
         h += fmt::format("<td class=\"l\"><a href=\"{}{}\">{}</a></td>", link_base,
-                         HtmlEscape(value), HtmlEscape(value));
+                         HtmlEscape(cell), HtmlEscape(cell));
       } else {
-        h += "<td class=\"l\">" + HtmlEscape(value) + "</td>";
+        h += (c < dims ? "<td class=\"l\">" : "<td>") + HtmlEscape(cell) + "</td>";
       }
     }
-    h += fmt::format("<td>{}</td><td>{}</td><td>{}</td>", r.problems, r.samples,
-                     Pct(r.correct_rate));
-    for (double p : board.options.ps) {
-      if (p != 0) h += "<td>" + Pct(r.FastP(p)) + "</td>";
-    }
-    std::string pass;
-    for (const auto& [k, v] : r.pass_at_k) pass += fmt::format("{}@{}: {} ", "pass", k, Pct(v));
-    h += "<td>" + (pass.empty() ? "—" : HtmlEscape(pass)) + "</td>";
-    h += "<td>" + (r.geomean_correct ? fmt::format("{:.3f}x", *r.geomean_correct) : "—") + "</td>";
-    h += fmt::format("<td>{:.3f}x</td>", r.geomean_all);
-    h += "<td>" + (r.cost_per_solved ? fmt::format("${:.3f}", *r.cost_per_solved) : "—") + "</td>";
-    h += "<td>" + (r.tokens_per_solved ? fmt::format("{:.0f}", *r.tokens_per_solved) : "—") +
-         "</td></tr>";
+    h += "</tr>";
   }
-  h += "</tbody></table>";
+  h += "</tbody></table></div>";
   if (board.rows.empty()) h += "<p class=\"note\">No evaluated sessions yet.</p>";
+  if (const std::string missing = NotEvaluatedNote(board); !missing.empty()) {
+    // The same list as Markdown's, one item a session.
+    h += "<div class=\"note not-evaluated\">";
+    size_t at = 0;
+    bool first = true;
+    while (at < missing.size()) {
+      const size_t nl = missing.find('\n', at);
+      const std::string line =
+          missing.substr(at, nl == std::string::npos ? std::string::npos : nl - at);
+      at = nl == std::string::npos ? missing.size() : nl + 1;
+      if (line.empty()) continue;
+      if (line.rfind("- ", 0) == 0) {
+        h += (first ? "<ul>" : "") + std::string("<li>") + HtmlEscape(line.substr(2)) + "</li>";
+        first = false;
+      } else {
+        h += "<p>" + HtmlEscape(line) + "</p>";
+      }
+    }
+    if (!first) h += "</ul>";
+    h += "</div>";
+  }
   h += "<p class=\"note\">A problem is (task, world size, dtype). correct = fast_0; fast_p: share "
        "of problems with "
-       "a correct sample faster than p× the NCCL baseline. geomean (correct) is over correct, "
+       "a correct sample faster than p× the NCCL baseline. geomean_correct is over correct, "
        "timed problems; "
-       "geomean (all) counts an incorrect problem as 1.0×. Rows tagged <span class=\"tag "
-       "emulated\">emulated</span> "
+       "geomean_all counts an incorrect problem as 1.0×. Sessions nothing evaluated (no GPU, the "
+       "model never reached) are left out of every figure and named above. Rows tagged <span "
+       "class=\"tag emulated\">emulated</span> "
        "ran with ranks sharing a GPU: their timings are not NVLink timings and are ranked "
        "apart.</p>";
   h += Charts(board);

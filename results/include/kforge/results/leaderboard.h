@@ -24,6 +24,16 @@ struct Leaderboard {
 
 Leaderboard BuildLeaderboard(std::vector<SampleOutcome> samples, const MetricsOptions& options);
 
+// The leaderboard's figures as cells, one model for every format so that no
+// two can disagree: Markdown and HTML render the human cells (a row nothing
+// evaluated reads "not evaluated" and "—", never 0% or 1.000x), CSV the plain
+// ones (blank where there is no figure); JSON carries the same numbers.
+struct LeaderboardTable {
+  std::vector<std::string> header;
+  std::vector<std::vector<std::string>> rows;  // one per board.rows entry, in order
+};
+LeaderboardTable BuildLeaderboardTable(const Leaderboard& board, bool human);
+
 std::string RenderMarkdown(const Leaderboard& board);
 std::string RenderCsv(const Leaderboard& board);
 // Schema "kforge.leaderboard/1": {schema, runs, group_by, emulated_policy, rows:[…]}.
