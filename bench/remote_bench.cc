@@ -156,6 +156,9 @@ class NullStore final : public kforge::agent::StorePort {
     return R{1, 0, c};
   }
   kforge::Status FinishRun(int64_t, const std::string&) override { return kforge::Status::Ok(); }
+  kforge::Status SetRunConfig(int64_t, const nlohmann::json&) override {
+    return kforge::Status::Ok();
+  }
   kforge::Result<int64_t> UpsertSession(int64_t, const kforge::agent::SessionKeyRow&) override {
     return ++id_;
   }
