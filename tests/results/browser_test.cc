@@ -14,6 +14,7 @@
 #include "kforge/core/subprocess.h"
 #include "kforge/results/fixture.h"
 #include "kforge/results/server.h"
+#include "kforge/results/store.h"
 #include "test_util.h"
 
 namespace kforge::results {
@@ -175,6 +176,43 @@ TEST_F(BrowserTest, LeaderboardRendersChartsInTheDom) {
   EXPECT_EQ(series, 3u);
   EXPECT_NE(dom.find("class=\"legend\""), std::string::npos);
   EXPECT_NE(dom.find("model-c / refine [emulated]"), std::string::npos);
+}
+
+// A run whose one session compiled and was never evaluated (no GPU): the
+// leaderboard on / and the run's page, as a browser shows them, say "not
+// evaluated" for it and give it no correctness or speedup figure.
+TEST_F(BrowserTest, ASessionNothingEvaluatedReadsNotEvaluatedNotZero) {
+  {
+    auto store = RunStore::Open(tmp_.path() / "runs" / "nogpu");
+    ASSERT_OK(store);
+    auto run = (*store)->CreateOrGetRun("nogpu", {}, "v", "h", {});
+    ASSERT_OK(run);
+    auto s = (*store)->UpsertSession(
+        run->id, {"replay:only-compiled", "001_allreduce", "refine", 0, 2, "bf16", "collective"});
+    ASSERT_OK(s);
+    auto k = (*store)->PutBlob("kernel");
+    ASSERT_OK(k);
+    TurnRecord t;
+    t.session_id = *s;
+    t.prompt = "p";
+    t.reply = "r";
+    t.kernel_sha = *k;
+    ASSERT_OK((*store)->AppendTurn(t));
+    ASSERT_STATUS_OK((*store)->AppendEvent(run->id, "compiled", {{"session", *s}, {"turn", 0}}));
+    ASSERT_STATUS_OK((*store)->SetSessionState(*s, "stopped", "compiled; evaluation needs a GPU"));
+  }
+  for (const char* page : {"/", "/run/nogpu"}) {
+    const ProcessResult r = Chromium({"--dump-dom", Url(page)});
+    ASSERT_TRUE(r.Succeeded()) << r.err;
+    const size_t at = r.out.find(">replay:only-compiled<");
+    ASSERT_NE(at, std::string::npos) << page << "\n" << r.out.substr(0, 2000);
+    const size_t row = r.out.rfind("<tr", at);
+    const std::string cells = r.out.substr(row, r.out.find("</tr>", at) - row);
+    EXPECT_NE(cells.find("not evaluated"), std::string::npos) << page << ": " << cells;
+    EXPECT_EQ(cells.find("0.0%"), std::string::npos) << page << ": " << cells;
+    EXPECT_EQ(cells.find("1.000x"), std::string::npos) << page << ": " << cells;
+    EXPECT_NE(r.out.find("compiled; evaluation needs a GPU"), std::string::npos) << page;
+  }
 }
 
 TEST_F(BrowserTest, SessionPageRenders) {
