@@ -75,8 +75,9 @@ Result<json> HarnessWorker::Calibrate(const eval::Message& m) {
   return times.ToJson();
 }
 
-// Per round: fresh inputs for the round's sets, the baseline's outputs for
-// them (the expected values), every output poisoned; then one candidate call
+// Per round: once every rank's calls of the last round have answered, fresh
+// inputs for the round's sets, the baseline's outputs for them (the expected
+// values), every output poisoned; then one candidate call
 // per entry of the round's order: all ranks post together, each rank's wall
 // time runs from its post to the candidate's answer, and the call's outputs
 // and inputs are verified right after, before the next call (which never
@@ -99,6 +100,10 @@ Result<json> HarnessWorker::Drive(const eval::Message& m) {
         return Error(ErrorKind::kHarness, "drive: a call on a set without fresh inputs");
       }
     }
+    // A kernel may read its peers' inputs until its own call returns, and a
+    // peer's call can still be running when this rank's has answered: no
+    // rank's inputs change before every rank is done with the last round.
+    KF_RETURN_IF_ERROR(control_.Barrier());
     KF_RETURN_IF_ERROR(MakeInputs(round.seeds));
     KF_RETURN_IF_ERROR(RunBaseline(sets));
     KF_RETURN_IF_ERROR(PoisonSets(round.order, round.poison));

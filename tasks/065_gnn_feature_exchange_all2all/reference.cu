@@ -30,18 +30,16 @@ extern "C" int kf_run(kf_ctx* ctx) {
   const int64_t rows = ids.numel, hidden = out.shape[1];
   const size_t elem = kf_dtype_size(out.dtype);
   if (ctx->workspace.nbytes < out.nbytes) return 1;
-  const int blocks =
-      static_cast<int>((rows * hidden + 255) / 256 < 4096 ? (rows * hidden + 255) / 256 : 4096);
+  int64_t want = (rows * hidden + 255) / 256;
+  const int grid = static_cast<int>(want < 1 ? 1 : (want > 4096 ? 4096 : want));
   if (elem == 2) {
-    GatherRows < < <blocks> 0 ? blocks : 1, 256, 0,
-        ctx->stream >>> (static_cast<const uint16_t*>(feats.data),
-                         static_cast<const int64_t*>(ids.data),
-                         static_cast<uint16_t*>(ctx->workspace.data), rows, hidden);
+    GatherRows<<<grid, 256, 0, ctx->stream>>>(
+        static_cast<const uint16_t*>(feats.data), static_cast<const int64_t*>(ids.data),
+        static_cast<uint16_t*>(ctx->workspace.data), rows, hidden);
   } else {
-    GatherRows < < <blocks> 0 ? blocks : 1, 256, 0,
-        ctx->stream >>> (static_cast<const uint32_t*>(feats.data),
-                         static_cast<const int64_t*>(ids.data),
-                         static_cast<uint32_t*>(ctx->workspace.data), rows, hidden);
+    GatherRows<<<grid, 256, 0, ctx->stream>>>(
+        static_cast<const uint32_t*>(feats.data), static_cast<const int64_t*>(ids.data),
+        static_cast<uint32_t*>(ctx->workspace.data), rows, hidden);
   }
   if (cudaGetLastError() != cudaSuccess) return 1;
   const size_t chunk = static_cast<size_t>(rows / world * hidden);

@@ -29,8 +29,12 @@
  * monotonic (epochs) so that back-to-back calls work.
  *
  * Synchronisation between ranks is the kernel's job: a rank may start kf_run
- * while a peer is still finishing its previous call. The harness times each
- * call from a cross-rank barrier to the end of ctx->stream on every rank.
+ * while a peer is still finishing its previous call. Every rank's inputs stay
+ * as they are until every rank's call has returned (the harness writes new
+ * inputs only then), so a kernel may read its peers' inputs up to its own end
+ * without an end barrier; a peer's outputs and workspace are the peer's again
+ * as soon as its next call starts. The harness times each call from a
+ * cross-rank barrier to the end of ctx->stream on every rank.
  */
 #ifndef KFORGE_KERNEL_H_
 #define KFORGE_KERNEL_H_
