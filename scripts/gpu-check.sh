@@ -4,7 +4,11 @@
 # hand-written solution, and print a short table. Full logs and JSON go to
 # $OUT (or ./gpu-check-out). SKIP_CTEST=1 / SKIP_TABLE=1 skip a part;
 # WORLDS="2 4", BENCH_SIZE=1MiB and TASKS="013_* 016_*" (globs over task
-# folders) narrow the table.
+# folders) narrow the table. `gpu-check.sh PART` runs one part of the gpu
+# tests and stops, each sized for one device call (a few minutes on an H100):
+#   core     the harness tests (wrong, hung and crashing kernels, exploits, timing)
+#   tasks-1  every reference and solution of tasks 001-019 at W = 2 and 4
+#   tasks-2  tasks 020-039, tasks-3 040-069, tasks-4 070-099
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -34,6 +38,22 @@ fi
 KFORGE="$ROOT/$BUILD/bin/kforge"
 nvidia-smi --query-gpu=index,name,clocks.sm,temperature.gpu --format=csv,noheader 2>/dev/null | tee "$OUT/gpus.txt"
 GPUS=$(nvidia-smi -L 2>/dev/null | wc -l)
+
+PART=${1:-}
+if [[ -n "$PART" ]]; then
+  case "$PART" in
+    core) select=(-E "EveryTask") ;;
+    tasks-1) select=(-R "EveryTask.*t0[01][0-9]_") ;;
+    tasks-2) select=(-R "EveryTask.*t0[23][0-9]_") ;;
+    tasks-3) select=(-R "EveryTask.*t0[456][0-9]_") ;;
+    tasks-4) select=(-R "EveryTask.*t0[789][0-9]_") ;;
+    *) echo "gpu-check: unknown part '$PART' (core, tasks-1 .. tasks-4)" >&2; exit 64 ;;
+  esac
+  echo "== ctest -L gpu, part $PART"
+  (cd "$BUILD" && ctest -L gpu "${select[@]}" --output-on-failure --timeout 600) 2>&1 |
+    tee "$OUT/ctest-gpu-$PART.log" | tail -n 25
+  exit "${PIPESTATUS[0]}"
+fi
 
 if [[ -z "${SKIP_CTEST:-}" ]]; then
   echo "== ctest -L gpu"
