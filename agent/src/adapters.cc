@@ -35,6 +35,14 @@ class ProviderLlm final : public LlmPort {
     req.temperature = call.temperature;
     req.max_output_tokens = call.max_output_tokens;
     req.reasoning_effort = call.reasoning_effort;
+    // Samples and repeats are meant to be independent draws: each is its own
+    // cache entry, while a resumed session finds the answers it already paid for.
+    req.draw = fmt::format("repeat {}, turn {}", call.repeat, call.turn_index);
+    if (!call.task.empty()) {
+      // Named as `kforge show` names them: the session's sample, turns from 1.
+      req.context =
+          fmt::format("task {}, sample {}, turn {}", call.task, call.repeat, call.turn_index + 1);
+    }
     KF_ASSIGN_OR_RETURN(providers::ChatResponse r, client->Complete(req));
     LlmAnswer a;
     a.text = std::move(r.text);
@@ -230,10 +238,11 @@ std::unique_ptr<LlmPort> MakeProviderLlm() { return std::make_unique<ProviderLlm
 
 Result<std::unique_ptr<LlmPort>> MakeProviderLlmFor(const std::vector<std::string>& models,
                                                     const std::vector<std::string>& registries,
-                                                    const fs::path& record) {
+                                                    const fs::path& record, bool use_cache) {
   auto llm = std::make_unique<ProviderLlm>();
   for (const auto& r : registries) llm->options().registry_paths.emplace_back(r);
   llm->options().record_path = record;
+  llm->options().cache_enabled = use_cache;
   std::vector<std::string> problems;
   for (const auto& model : models) {
     Status st = llm->Prepare(model);

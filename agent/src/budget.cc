@@ -21,6 +21,8 @@ void BudgetBook::Charge(const std::string& model, const std::string& task, doubl
 std::optional<std::string> BudgetBook::Check(const char* scope, const std::string& name,
                                              const BudgetLimits& limits, const Spend& spend,
                                              double now_s) {
+  // Every reason starts with results::kBudgetStopPrefix: the results tell a
+  // budget stop from a wrong answer by it.
   std::string who = name.empty() ? std::string(scope) : fmt::format("{} {}", scope, name);
   if (limits.usd && spend.usd >= *limits.usd) {
     return fmt::format("budget: {} spent ${:.4f} of ${:.4f}", who, spend.usd, *limits.usd);

@@ -194,7 +194,8 @@ Result<std::unique_ptr<RunPlan>> PlanRun(RunConfig cfg, const PlanEnv& env) {
   if (c.turns) plan->strategy.turns = *c.turns;
   if (c.samples) plan->strategy.samples = *c.samples;
   // Every model must be callable before anything is stored or spent.
-  KF_ASSIGN_OR_RETURN(plan->llm, MakeProviderLlmFor(c.models, c.registries, env.record));
+  KF_ASSIGN_OR_RETURN(plan->llm,
+                      MakeProviderLlmFor(c.models, c.registries, env.record, env.use_cache));
   KF_ASSIGN_OR_RETURN(std::string suite_hash, eval::TaskSuiteHash(plan->tasks_dir));
   if (env.remote_pools) {
     KF_ASSIGN_OR_RETURN(plan->pools, env.remote_pools(c, suite_hash, plan->run_dir));

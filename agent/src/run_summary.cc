@@ -3,14 +3,18 @@
 #include <fmt/format.h>
 
 #include "kforge/agent/runner.h"
+#include "kforge/results/samples.h"
 #include "run_engine.h"
 
 namespace kforge::agent {
 namespace internal {
 namespace {
 
-// Mirrors results::NotEvaluated over the session's finished candidates.
+// Mirrors results::NotEvaluated over the session's finished candidates. A
+// session a budget or the deadline stopped counts only an evaluation's
+// verdict: a reply without a kernel alone does not make it a wrong answer.
 bool SessionNotEvaluated(const Session& s) {
+  const bool limit = results::StoppedByLimit(s.stop_reason());
   bool verdict = false, compiled = false, gpu = false;
   for (const auto& c : s.candidates()) {
     if (c.phase != Phase::kFinished) continue;
@@ -20,6 +24,9 @@ bool SessionNotEvaluated(const Session& s) {
         compiled = true;
         break;
       case Outcome::kHarnessError:
+        break;
+      case Outcome::kNoKernel:
+        verdict = verdict || !limit;
         break;
       case Outcome::kRuntimeError:
       case Outcome::kHang:

@@ -8,6 +8,7 @@
 
 #include "kforge/agent/extract.h"
 #include "kforge/core/json.h"
+#include "kforge/results/samples.h"
 #include "run_engine.h"
 
 namespace kforge::agent {
@@ -107,7 +108,7 @@ Status RunEngine::EnqueueWanted() {
       if (retry != slot.retry_at.end() && retry->second > now) continue;
       std::optional<std::string> why = budget_.Exhausted(s.spec().model, s.spec().task, NowUnix());
       if (!why && spec_.deadline_unix && NowUnix() >= *spec_.deadline_unix)
-        why = "deadline reached";
+        why = std::string(results::kDeadlineStopReason);  // the results read it as a limit
       if (why) {
         s.RequestStop(*why);
         if (deps_.progress)

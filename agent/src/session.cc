@@ -113,6 +113,7 @@ LlmCall Session::BuildCall(int index) const {
   call.reasoning_effort = s.reasoning_effort;
   call.task = spec_.task;
   call.turn_index = c.index;
+  call.repeat = spec_.sample;
   call.messages.push_back({"user", spec_.prompt.user});
   for (size_t i = 0; i < chain.size(); ++i) {
     const Candidate& a = candidates_[chain[i]];

@@ -118,6 +118,7 @@ struct RunArgs {
   double budget_usd = -1, model_budget_usd = -1, task_budget_usd = -1, budget_wall_s = -1;
   int64_t budget_tokens = -1, model_budget_tokens = -1;
   bool compile_only = false;
+  bool no_cache = false;  // --no-cache: ask every model, whatever the response cache holds
 };
 
 // --slurm and its options (a run file's [slurm] table says the same).
@@ -286,6 +287,7 @@ int RunRun(const RunArgs& a) {
   env.default_name = default_name;
   env.remote_pools = MakeRemotePools;
   env.record = a.record;
+  env.use_cache = !a.no_cache;
   auto plan_or = agent::PlanRun(*cfg, env);
   if (!plan_or.ok()) return FailWith("run", plan_or.status());
   agent::RunPlan& plan = **plan_or;
@@ -410,6 +412,8 @@ void AddRun(CLI::App& app, int& exit_code) {
   cmd->add_option("--record", a->record,
                   "append every model exchange to this replay cassette (replay it later with "
                   "--models replay:FILE)");
+  cmd->add_flag("--no-cache", a->no_cache,
+                "ask every model, neither reading nor writing the response cache");
   AddJsonOption(cmd, a->json);
   cmd->callback([a, &exit_code] { exit_code = RunRun(*a); });
 }

@@ -199,19 +199,28 @@ Result<ChatResponse> HttpClient::Complete(const ChatRequest& original,
                  fmt::format("{}: the request has no messages", request.model));
   }
   const std::string hash = RequestHash(request);
+  const std::string who = request.context.empty()
+                              ? request.model
+                              : fmt::format("{} ({})", request.model, request.context);
+  const ChatRequest wire_request = ForWire(request);
+  std::string cache_key;
   if (config_.cache) {
-    if (auto hit = config_.cache->Get(hash)) {
+    const HttpRequest whole = adapter_.build(wire_request, endpoint_, /*stream=*/false);
+    cache_key = CacheKey(request, whole);
+    if (auto hit = config_.cache->Get(cache_key)) {
       hit->from_cache = true;
       hit->attempts = 0;
       hit->cost_usd = 0;  // paid when it was first asked
       hit->latency_s = 0;
       if (on_text && !hit->text.empty()) on_text(hit->text);
-      LogDebug("providers", "{}: answered from the response cache ({})", request.model,
-               hash.substr(0, 12));
+      // Said at INFO: an answer nobody asked for now must never pass silently.
+      LogInfo("providers",
+              "{}: answered from the response cache, nothing sent to {} (key {}; --no-cache asks "
+              "again)",
+              who, config_.base_url, cache_key.substr(0, 12));
       return *std::move(hit);
     }
   }
-  const ChatRequest wire_request = ForWire(request);
   Limiter::Lease lease = config_.limiter->Acquire(EstimateTokens(wire_request, config_.model));
   const Clock::TimePoint start = clock_.Now();
 
@@ -227,7 +236,7 @@ Result<ChatResponse> HttpClient::Complete(const ChatRequest& original,
     RetryDecision d = DecideRetry(err, attempt, options_.retry, Uniform());
     if (!d.retry) return Finish(d.final_status);
     Status why = Finish(err.status);
-    LogWarn("providers", "{}: attempt {} failed ({}); retrying in {:.1f} s", request.model, attempt,
+    LogWarn("providers", "{}: attempt {} failed ({}); retrying in {:.1f} s", who, attempt,
             why.ToString(), d.wait.count() / 1000.0);
     if (options_.on_retry) options_.on_retry(attempt, why, d.wait);
     clock_.SleepFor(d.wait);
@@ -258,7 +267,7 @@ Result<ChatResponse> HttpClient::Complete(const ChatRequest& original,
                              response.request_id));
   }
   if (config_.cache) {
-    if (Status s = config_.cache->Put(hash, request, response); !s.ok())
+    if (Status s = config_.cache->Put(cache_key, request, config_.base_url, response); !s.ok())
       LogWarn("providers", "response cache: {}", s.ToString());
   }
   if (config_.recorder) {

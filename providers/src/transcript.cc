@@ -42,6 +42,12 @@ std::string RequestHash(const ChatRequest& request) {
   return Sha256Hex("kforge-request-v1\n" + RequestToJson(request).dump());
 }
 
+std::string CacheKey(const ChatRequest& request, const HttpRequest& whole_answer_request) {
+  return Sha256Hex(fmt::format("kforge-cache-v2\n{}\n{}\n{}\n{}", RequestHash(request),
+                               Json(request.draw).dump(), whole_answer_request.url,
+                               whole_answer_request.body));
+}
+
 std::string PromptHash(const Json& request_json) {
   Json j = request_json;
   j.erase("model");
@@ -95,25 +101,27 @@ Result<ChatResponse> ResponseFromJson(const Json& j, const std::string& where) {
   return r;
 }
 
-std::filesystem::path ResponseCache::PathFor(const std::string& hash) const {
-  return dir_ / hash.substr(0, 2) / (hash + ".json");
+std::filesystem::path ResponseCache::PathFor(const std::string& key) const {
+  return dir_ / key.substr(0, 2) / (key + ".json");
 }
 
-std::optional<ChatResponse> ResponseCache::Get(const std::string& hash) const {
-  auto text = ReadFile(PathFor(hash));
+std::optional<ChatResponse> ResponseCache::Get(const std::string& key) const {
+  auto text = ReadFile(PathFor(key));
   if (!text.ok()) return std::nullopt;
   Json j = Json::parse(*text, nullptr, false);
   if (j.is_discarded()) return std::nullopt;  // a damaged entry is a miss, then overwritten
-  auto r = ResponseFromJson(JsonField(j, "response"), PathFor(hash).string());
+  auto r = ResponseFromJson(JsonField(j, "response"), PathFor(key).string());
   if (!r.ok()) return std::nullopt;
   return std::move(r).value();
 }
 
-Status ResponseCache::Put(const std::string& hash, const ChatRequest& request,
-                          const ChatResponse& response) const {
-  Json j = {
-      {"hash", hash}, {"request", RequestToJson(request)}, {"response", ResponseToJson(response)}};
-  return WriteFileAtomic(PathFor(hash), j.dump(1) + "\n");
+Status ResponseCache::Put(const std::string& key, const ChatRequest& request,
+                          const std::string& url, const ChatResponse& response) const {
+  Json j = {{"key", key},
+            {"url", url},
+            {"request", RequestToJson(request)},
+            {"response", ResponseToJson(response)}};
+  return WriteFileAtomic(PathFor(key), j.dump(1) + "\n");
 }
 
 Status CassetteWriter::Append(const std::string& hash, const ChatRequest& request,

@@ -11,6 +11,7 @@
 
 #include "json_util.h"
 #include "kforge/providers/client.h"
+#include "kforge/providers/transport.h"
 
 namespace kforge::providers {
 
@@ -18,6 +19,13 @@ namespace kforge::providers {
 // spec, system, messages, sampling and reasoning options, stop); `stream`
 // does not count. Keys never enter it.
 std::string RequestHash(const ChatRequest& request);
+// The response cache's key: the request (RequestHash), its draw, and the HTTP request the
+// adapter builds from it for a whole (non-streaming) answer: the endpoint URL
+// with its base URL, the model name sent, every parameter as sent, the
+// registry's defaults such as the output cap. Header values (API keys) do not
+// count. Prefixed "kforge-cache-v2": keys made before the base URL counted
+// are never looked up again, so an old entry is a miss, not a wrong answer.
+std::string CacheKey(const ChatRequest& request, const HttpRequest& whole_answer_request);
 // The same without the model spec, from RequestToJson's form: what a replay
 // matches a recording by, since a replayed request names the cassette
 // ("replay:rec.jsonl"), not the model it was recorded from.
@@ -35,8 +43,9 @@ Result<ChatResponse> ResponseFromJson(const Json& j, const std::string& where);
 class ResponseCache {
  public:
   explicit ResponseCache(std::filesystem::path dir) : dir_(std::move(dir)) {}
-  std::optional<ChatResponse> Get(const std::string& hash) const;
-  Status Put(const std::string& hash, const ChatRequest& request,
+  std::optional<ChatResponse> Get(const std::string& key) const;
+  // `url`: where the answer came from, stored beside it for people reading the entry.
+  Status Put(const std::string& key, const ChatRequest& request, const std::string& url,
              const ChatResponse& response) const;
 
  private:

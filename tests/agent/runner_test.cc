@@ -190,6 +190,27 @@ TEST(Runner, RunBudgetStopsEveryoneWithTheReason) {
   EXPECT_LE(turns, 5u + 4u);
 }
 
+// N14: a reply without a kernel, then a budget stop: the session was cut
+// short, not judged wrong; the summary names it "not evaluated" with the
+// budget as the reason, like the leaderboard does (results::NotEvaluated).
+TEST(Runner, SessionsABudgetStoppedBeforeAnEvaluationAreNotEvaluated) {
+  Rig rig("turns = 3\n");
+  rig.spec.budgets.run.usd = 0.01;
+  rig.llm.SetTags({{{"001_task", 0}, "NOKERNEL"}, {{"002_task", 0}, "NOKERNEL"}});  // $0.01 each
+  auto r = rig.Run();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  size_t with_turns = 0;
+  for (const auto& row : r->sessions) {
+    EXPECT_EQ(row.state, "stopped");
+    EXPECT_NE(row.stop_reason.find("budget: run spent"), std::string::npos) << row.stop_reason;
+    EXPECT_TRUE(row.not_evaluated) << row.model << " " << row.task << " " << row.turns;
+    EXPECT_FALSE(row.failed);
+    with_turns += row.turns > 0;
+  }
+  EXPECT_GE(with_turns, 1u);
+  EXPECT_NE(RenderRunSummary(*r).find("NOT EVALUATED"), std::string::npos);
+}
+
 TEST(Runner, PerModelBudgetStopsOnlyThatModel) {
   Rig rig("turns = 3\n");
   rig.spec.budgets.per_model.tokens = 1500;  // each call uses 1500 tokens

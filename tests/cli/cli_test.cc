@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "../providers/test_server.h"
 #include "kforge/core/fs.h"
 #include "kforge/core/subprocess.h"
 #include "kforge/results/fixture.h"
@@ -426,6 +427,46 @@ key_required = false
       {{"XDG_CONFIG_HOME", (tmp_ / "none").string()}});
   ASSERT_EQ(flag.exit_code, 0) << flag.err;
   EXPECT_EQ(ParseJson(flag.out)["name"], "noreg") << flag.out;
+}
+
+// N29: two deployments behind one spec (OPENAI_BASE_URL moved) share no
+// answers; a cache hit is said with the task; --no-cache asks again.
+TEST_F(CliTest, RunCachesPerEndpointSaysEveryHitAndNoCacheAsks) {
+  providers::testing::Reply reply;
+  reply.body = R"({"id":"c1","object":"chat.completion","model":"gpt-test",
+    "choices":[{"index":0,"message":{"role":"assistant","content":"No kernel today."},
+    "finish_reason":"stop"}],"usage":{"prompt_tokens":10,"completion_tokens":5}})";
+  providers::testing::TestServer a, b;
+  a.SetDefault(reply);
+  b.SetDefault(reply);
+  const std::string out = (tmp_ / "runs").string();
+  auto run = [&](const std::string& name, const std::string& url, bool no_cache) {
+    std::vector<std::string> args = {"run",    "--models",   "openai:gpt-test", "--tasks",
+                                     "1",      "--strategy", "one-shot",        "--compile-only",
+                                     "--name", name,         "--out",           out};
+    if (no_cache) args.push_back("--no-cache");
+    return Kforge(args, {{"OPENAI_BASE_URL", url + "/v1"}, {"OPENAI_API_KEY", "sk-test-cli"}});
+  };
+  auto first = run("on_a", a.url(), false);
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  EXPECT_EQ(a.count(), 1u);
+  auto second = run("on_b", b.url(), false);
+  ASSERT_EQ(second.exit_code, 0) << second.err;
+  EXPECT_EQ(b.count(), 1u) << "server B was answered from server A's cached reply\n" << second.err;
+  EXPECT_EQ(second.err.find("answered from the response cache"), std::string::npos) << second.err;
+
+  auto cached = run("on_b_again", b.url(), false);
+  ASSERT_EQ(cached.exit_code, 0) << cached.err;
+  EXPECT_EQ(b.count(), 1u);
+  EXPECT_NE(cached.err.find("providers: openai:gpt-test (task 001_allreduce, sample 0, turn 1): "
+                            "answered from the response cache"),
+            std::string::npos)
+      << cached.err;
+
+  auto fresh = run("on_b_fresh", b.url(), true);
+  ASSERT_EQ(fresh.exit_code, 0) << fresh.err;
+  EXPECT_EQ(b.count(), 2u);
+  EXPECT_EQ(fresh.err.find("answered from the response cache"), std::string::npos) << fresh.err;
 }
 
 // The help: commands in groups, defaults shown (not sentinels), examples.

@@ -10,6 +10,7 @@
 #include "kforge/providers/client.h"
 #include "kforge/providers/limiter.h"
 #include "test_server.h"
+#include "transcript.h"
 
 namespace kforge::providers {
 namespace {
@@ -473,6 +474,79 @@ TEST_F(HttpClientTest, CacheAnswersRepeatsWithoutPaying) {
   server_.Push(JsonReply(200, ok));
   ASSERT_TRUE(Ask("anthropic:claude-test", req).ok());
   EXPECT_EQ(server_.count(), 3u);
+}
+
+// Two deployments behind one spec (OPENAI_BASE_URL pointed elsewhere) are two
+// caches: the second is asked, not answered with the first's reply. A hit is
+// said in one INFO line naming the model and where the request sits.
+TEST_F(HttpClientTest, CacheKeysOnTheEndpointAndTheDraw) {
+  KF_FIXTURE(ok, "anthropic_ok.json");
+  options_.cache_enabled = true;
+  options_.cache_dir = dir_ / "cache";
+  ChatRequest req;
+  req.stream = false;
+  req.messages = {{"user", "write the kernel"}};
+  req.context = "task 001_allreduce, repeat 0, turn 0";
+  server_.Push(JsonReply(200, ok));
+  ASSERT_TRUE(Ask("anthropic:claude-test", req).ok());
+  EXPECT_EQ(server_.count(), 1u);
+
+  TestServer other;
+  other.Push(JsonReply(200, ok));
+  options_.base_url = other.url();
+  auto b = Ask("anthropic:claude-test", req);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_FALSE(b->from_cache);
+  EXPECT_EQ(other.count(), 1u);
+
+  ::testing::internal::CaptureStderr();
+  auto again = Ask("anthropic:claude-test", req);
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_TRUE(again->from_cache);
+  EXPECT_EQ(other.count(), 1u);
+  EXPECT_NE(log.find("INFO  providers: anthropic:claude-test (task 001_allreduce, repeat 0, turn "
+                     "0): answered from the response cache"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find(other.url()), std::string::npos) << log;
+
+  // Another draw of the same request (a sample, a repeat) is asked too.
+  req.draw = "repeat 1, turn 0";
+  other.Push(JsonReply(200, ok));
+  auto draw = Ask("anthropic:claude-test", req);
+  ASSERT_TRUE(draw.ok()) << draw.status().ToString();
+  EXPECT_FALSE(draw->from_cache);
+  EXPECT_EQ(other.count(), 2u);
+
+  // So is another output cap or temperature.
+  req.max_output_tokens = 77;
+  other.Push(JsonReply(200, ok));
+  ASSERT_TRUE(Ask("anthropic:claude-test", req).ok());
+  EXPECT_EQ(other.count(), 3u);
+}
+
+// An entry stored under the old key (the request alone) is never found: it
+// cannot answer for an endpoint it did not come from.
+TEST_F(HttpClientTest, OldCacheEntriesAreMisses) {
+  KF_FIXTURE(ok, "anthropic_ok.json");
+  options_.cache_enabled = true;
+  options_.cache_dir = dir_ / "cache";
+  ChatRequest req;
+  req.stream = false;
+  req.model = "anthropic:claude-test";
+  req.messages = {{"user", "hello"}};
+  const std::string old_key = RequestHash(req);
+  ChatResponse stale;
+  stale.text = "from another server";
+  ASSERT_TRUE(ResponseCache(dir_ / "cache").Put(old_key, req, "", stale).ok());
+  ASSERT_TRUE(ResponseCache(dir_ / "cache").Get(old_key).has_value());
+  server_.Push(JsonReply(200, ok));
+  auto r = Ask("anthropic:claude-test", req);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_FALSE(r->from_cache);
+  EXPECT_NE(r->text, "from another server");
+  EXPECT_EQ(server_.count(), 1u);
 }
 
 TEST_F(HttpClientTest, RecordThenReplayOffline) {

@@ -10,6 +10,7 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -55,6 +56,12 @@ class TestServer {
     std::lock_guard lock(mu_);
     replies_.push_back(std::move(r));
   }
+  // The reply for every request once the scripted ones are used up (without
+  // one: a 500 saying there is no scripted reply).
+  void SetDefault(Reply r) {
+    std::lock_guard lock(mu_);
+    default_ = std::move(r);
+  }
   std::vector<Received> received() {
     std::lock_guard lock(mu_);
     return received_;
@@ -72,6 +79,7 @@ class TestServer {
       received_.push_back(
           {req.path + (req.params.empty() ? "" : "?alt=" + req.get_param_value("alt")), req.body,
            req.headers});
+      if (replies_.empty() && default_) replies_.push_back(*default_);
       if (replies_.empty()) {
         res.status = 500;
         res.set_content(R"({"error":{"message":"no scripted reply","type":"server_error"}})",
@@ -119,6 +127,7 @@ class TestServer {
   std::condition_variable cv_;
   bool releasing_ = false;
   std::deque<Reply> replies_;
+  std::optional<Reply> default_;
   std::vector<Received> received_;
 };
 

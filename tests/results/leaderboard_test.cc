@@ -211,6 +211,58 @@ namespace {
 // Every format renders the same figures: the HTML table's cells are the
 // Markdown table's, a row nothing evaluated says "not evaluated" everywhere
 // (never 0.0% or 1.000x), and the not-evaluated sessions are named.
+
+// N14: a session a budget or the deadline stopped before any evaluation was
+// not attempted, whatever its replies held: it is named with its stop reason
+// and left out of the denominators, so the model that happened to be
+// scheduled last is not scored wrong for it. One with an evaluation counts.
+TEST(NotEvaluatedTest, SessionsABudgetOrDeadlineStoppedAreNamedNotScored) {
+  testing::TempDir tmp;
+  auto store = RunStore::Open(tmp.path() / "budget1");
+  ASSERT_OK(store);
+  auto run = (*store)->CreateOrGetRun("budget1", {}, "v", "h", {});
+  ASSERT_OK(run);
+  const std::string budget = "budget: run spent $0.0361 of $0.0100";
+  // A reply without a kernel, then the budget or the deadline stopped it.
+  auto add = [&](const std::string& task, const std::string& reason, const std::string& status) {
+    auto sid = (*store)->UpsertSession(run->id, {"modelB", task, "refine", 0, 2, "bf16", "x"});
+    EXPECT_TRUE(sid.ok());
+    auto tid = (*store)->AppendTurn(Turn(*sid, 0, ""));
+    EXPECT_TRUE(tid.ok());
+    if (!status.empty()) {
+      EXPECT_TRUE((*store)->RecordEvaluation(*sid, *tid, {{"status", status}}).ok());
+    }
+    EXPECT_TRUE((*store)
+                    ->SetSessionState(*sid, reason.starts_with("turn") ? "done" : "stopped", reason)
+                    .ok());
+  };
+  add("001_allreduce", budget, "");
+  add("002_allgather", "deadline reached", "");
+  add("003_broadcast", budget, "compile_error");             // judged before the stop: counts
+  add("004_reduce", "turn limit reached (1 round(s))", "");  // its own end: a wrong answer
+  store->reset();
+
+  auto samples = LoadRunDirs({tmp.path() / "budget1"});
+  ASSERT_OK(samples);
+  ASSERT_EQ(samples->size(), 4u);
+  EXPECT_TRUE((*samples)[0].not_evaluated);
+  EXPECT_EQ((*samples)[0].not_evaluated_reason, budget);
+  EXPECT_TRUE((*samples)[1].not_evaluated);
+  EXPECT_EQ((*samples)[1].not_evaluated_reason, "deadline reached");
+  EXPECT_FALSE((*samples)[2].not_evaluated);
+  EXPECT_FALSE((*samples)[3].not_evaluated);
+
+  const Leaderboard board = BuildLeaderboard(*samples, MetricsOptions{});
+  ASSERT_EQ(board.rows.size(), 1u);
+  EXPECT_EQ(board.rows[0].problems, 2);
+  EXPECT_EQ(board.rows[0].not_evaluated, 2);
+  auto doc = nlohmann::json::parse(RenderJson(board));
+  ASSERT_EQ(doc["not_evaluated"].size(), 2u);
+  EXPECT_EQ(doc["not_evaluated"][0]["reason"], budget);
+  EXPECT_EQ(doc["not_evaluated"][1]["reason"], "deadline reached");
+  const std::string md = RenderMarkdown(board);
+  EXPECT_NE(md.find(budget), std::string::npos) << md;
+}
 TEST(LeaderboardFormats, EveryFormatShowsTheSameFiguresForEveryRow) {
   std::vector<SampleOutcome> samples;
   SampleOutcome judged;

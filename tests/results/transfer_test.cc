@@ -64,6 +64,71 @@ TEST(TransferTest, ExportImportRoundTripKeepsTheLeaderboard) {
   EXPECT_EQ(second->duplicates, 12);
 }
 
+// N20: a compile-only session ("compiled" events, no GPU verdict) stays "not
+// evaluated" through export/import and merge; it must not turn into a wrong
+// answer. Every leaderboard figure survives both, and a second import adds
+// no event twice.
+TEST(TransferTest, CompileOnlySessionsStayNotEvaluatedThroughExportImportAndMerge) {
+  testing::TempDir tmp;
+  const auto src_dir = tmp.path() / "src";
+  ASSERT_STATUS_OK(WriteFixtureRun(src_dir, Small("night", {"model-a"})));
+  {
+    auto store = RunStore::Open(src_dir);
+    ASSERT_OK(store);
+    auto runs = (*store)->ListRuns();
+    ASSERT_OK(runs);
+    const int64_t run_id = (*runs)[0].id;
+    auto sid = (*store)->UpsertSession(
+        run_id, {"model-c", "001_allreduce", "refine", 0, 2, "bf16", "collective"});
+    ASSERT_OK(sid);
+    auto k = (*store)->PutBlob("__global__ void k() {}");
+    ASSERT_OK(k);
+    // Turn 0 failed to compile (a verdict); turn 1 compiled and never ran.
+    // Without its "compiled" event the session reads as a wrong answer.
+    TurnRecord t;
+    t.session_id = *sid;
+    t.prompt = "p";
+    t.reply = "r";
+    t.kernel_sha = *k;
+    auto t0 = (*store)->AppendTurn(t);
+    ASSERT_OK(t0);
+    ASSERT_OK((*store)->RecordEvaluation(*sid, *t0, {{"status", "compile_error"}}));
+    t.index = 1;
+    ASSERT_OK((*store)->AppendTurn(t));
+    ASSERT_STATUS_OK((*store)->AppendEvent(
+        run_id, "compiled", {{"session", *sid}, {"turn", 1}, {"compile", {{"ok", true}}}}));
+    ASSERT_STATUS_OK(
+        (*store)->SetSessionState(*sid, "stopped", "compiled; evaluation needs a GPU"));
+  }
+  const std::string original = LeaderboardJson(src_dir);
+  ASSERT_NE(original.find("compiled; evaluation needs a GPU"), std::string::npos) << original;
+
+  auto src = RunStore::Open(src_dir, true);
+  ASSERT_OK(src);
+  std::stringstream jsonl;
+  ASSERT_OK(ExportJsonl(**src, jsonl));
+  auto imported = RunStore::Open(tmp.path() / "imported");
+  ASSERT_OK(imported);
+  ASSERT_OK(ImportJsonl(**imported, jsonl, "night.jsonl"));
+  EXPECT_EQ(LeaderboardJson(tmp.path() / "imported"), original);
+
+  auto merged = RunStore::Open(tmp.path() / "merged");
+  ASSERT_OK(merged);
+  ASSERT_OK(MergeStore(**merged, **src));
+  EXPECT_EQ(LeaderboardJson(tmp.path() / "merged"), original);
+
+  // Merging the same runs again adds no event.
+  auto runs = (*merged)->ListRuns();
+  ASSERT_OK(runs);
+  auto before = (*merged)->ListEvents((*runs)[0].id);
+  ASSERT_OK(before);
+  ASSERT_OK(MergeStore(**merged, **src));
+  auto after = (*merged)->ListEvents((*runs)[0].id);
+  ASSERT_OK(after);
+  EXPECT_EQ(after->size(), before->size());
+  EXPECT_EQ(LeaderboardJson(tmp.path() / "merged"), original);
+}
+
 TEST(TransferTest, MergesRunsFromTwoMachines) {
   testing::TempDir tmp;
   ASSERT_STATUS_OK(WriteFixtureRun(tmp.path() / "host1", Small("night", {"model-a"})));

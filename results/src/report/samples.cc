@@ -37,9 +37,13 @@ bool IsGpuVerdict(const std::string& status) {
 
 }  // namespace
 
+bool StoppedByLimit(std::string_view stop_reason) {
+  return stop_reason.starts_with(kBudgetStopPrefix) || stop_reason == kDeadlineStopReason;
+}
+
 bool NotEvaluated(const std::vector<std::string>& statuses, int no_kernel_turns,
-                  bool compiled_unevaluated) {
-  bool verdict = no_kernel_turns > 0, gpu = false;
+                  bool compiled_unevaluated, bool stopped_by_limit) {
+  bool verdict = no_kernel_turns > 0 && !stopped_by_limit, gpu = false;
   for (const auto& st : statuses) {
     if (st == "passed") return false;
     verdict = verdict || IsVerdict(st);
@@ -108,7 +112,8 @@ Result<std::vector<SampleOutcome>> LoadSamples(const RunStore& store) {
       for (const auto* e : mine) statuses.push_back(e->status);
       const auto u = usage_by_session.find(s.id);
       const int no_kernel = u == usage_by_session.end() ? 0 : u->second->no_kernel_turns;
-      o.not_evaluated = NotEvaluated(statuses, no_kernel, compiled.count(s.id) > 0);
+      o.not_evaluated = NotEvaluated(statuses, no_kernel, compiled.count(s.id) > 0,
+                                     s.state == "stopped" && StoppedByLimit(s.stop_reason));
       if (o.not_evaluated) {
         if (!s.stop_reason.empty()) {
           o.not_evaluated_reason = s.stop_reason;

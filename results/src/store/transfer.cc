@@ -29,6 +29,32 @@ nlohmann::json SessionJson(const SessionRecord& s) {
           {"category", s.key.category}, {"state", s.state},     {"stop_reason", s.stop_reason}};
 }
 
+// The run's events that belong to one session (detail.session), by session
+// id. Session ids are the store's own, so an export names the session by its
+// key instead and leaves "session" out of the detail.
+std::map<int64_t, nlohmann::json> SessionEvents(const std::vector<EventRecord>& events) {
+  std::map<int64_t, nlohmann::json> out;
+  for (const auto& e : events) {
+    if (!e.detail.is_object() || !e.detail.contains("session") ||
+        !e.detail["session"].is_number_integer())
+      continue;
+    nlohmann::json detail = e.detail;
+    const int64_t sid = detail["session"].get<int64_t>();
+    detail.erase("session");
+    auto& list = out[sid];
+    if (list.is_null()) list = nlohmann::json::array();
+    list.push_back({{"kind", e.kind}, {"detail", std::move(detail)}, {"created_at", e.created_at}});
+  }
+  return out;
+}
+
+// What makes two session events the same event, across stores.
+std::string EventSignature(const std::string& kind, const nlohmann::json& detail) {
+  nlohmann::json d = detail;
+  if (d.is_object()) d.erase("session");
+  return kind + "\n" + d.dump();
+}
+
 Result<nlohmann::json> TurnJson(const RunStore& store, const TurnRecord& t) {
   KF_ASSIGN_OR_RETURN(std::string kernel, store.GetBlob(t.kernel_sha));
   return nlohmann::json{
@@ -89,6 +115,7 @@ class Importer {
       KF_ASSIGN_OR_RETURN(auto evals, dest_.ListEvaluations(sid));
       for (const auto& e : evals) eval_ids_[{sid, e.turn_id, e.doc_sha}] = e.id;
     }
+    if (ses.contains("events")) KF_RETURN_IF_ERROR(ApplyEvents(run_id, sid, ses["events"]));
     int64_t turn_id = 0;
     bool added = false;
     if (rec.contains("turn") && rec["turn"].is_object()) {
@@ -144,6 +171,33 @@ class Importer {
     return run_ids_[name] = created.id;
   }
 
+  // Appends the session's events the destination lacks (its compile-only
+  // "compiled" events among them: what makes a session "not evaluated").
+  Status ApplyEvents(int64_t run_id, int64_t sid, const nlohmann::json& events) {
+    if (!events.is_array())
+      return Error(ErrorKind::kInvalidInput, "field \"session.events\" must be an array");
+    if (event_runs_.insert(run_id).second) {
+      KF_ASSIGN_OR_RETURN(auto existing, dest_.ListEvents(run_id));
+      for (const auto& e : existing) {
+        if (e.detail.is_object() && e.detail.contains("session") &&
+            e.detail["session"].is_number_integer())
+          event_sigs_[e.detail["session"].get<int64_t>()].insert(EventSignature(e.kind, e.detail));
+      }
+    }
+    for (const auto& ev : events) {
+      const std::string kind = JsonString(ev, "kind");
+      if (kind.empty())
+        return Error(ErrorKind::kInvalidInput, "field \"session.events[].kind\" is missing");
+      nlohmann::json detail = ev.contains("detail") && ev["detail"].is_object()
+                                  ? ev["detail"]
+                                  : nlohmann::json::object();
+      if (!event_sigs_[sid].insert(EventSignature(kind, detail)).second) continue;
+      detail["session"] = sid;
+      KF_RETURN_IF_ERROR(dest_.AppendEvent(run_id, kind, detail));
+    }
+    return Status::Ok();
+  }
+
   Result<int64_t> TurnId(int64_t sid, const nlohmann::json& t, bool* added) {
     const int index = static_cast<int>(JsonNumber(t, "index"));
     if (auto it = turn_ids_.find({sid, index}); it != turn_ids_.end()) return it->second;
@@ -177,6 +231,8 @@ class Importer {
   TransferStats stats_;
   std::map<std::string, int64_t> run_ids_;
   std::set<int64_t> seen_sessions_;
+  std::set<int64_t> event_runs_;                         // runs whose events are in event_sigs_
+  std::map<int64_t, std::set<std::string>> event_sigs_;  // by destination session
   std::map<std::pair<int64_t, int>, int64_t> turn_ids_;
   // (session, turn, document hash): the same document may judge two turns.
   std::map<std::tuple<int64_t, int64_t, std::string>, int64_t> eval_ids_;
@@ -190,8 +246,12 @@ Status ForEachExportRecord(const RunStore& store,
   for (const auto& run : runs) {
     const nlohmann::json run_json = RunJson(run);
     KF_ASSIGN_OR_RETURN(auto sessions, store.ListSessions(run.id));
+    KF_ASSIGN_OR_RETURN(auto run_events, store.ListEvents(run.id));
+    std::map<int64_t, nlohmann::json> events = SessionEvents(run_events);
     for (const auto& s : sessions) {
-      const nlohmann::json session_json = SessionJson(s);
+      nlohmann::json session_json = SessionJson(s);
+      // The session's events travel once, with its first record.
+      if (auto it = events.find(s.id); it != events.end()) session_json["events"] = it->second;
       KF_ASSIGN_OR_RETURN(auto turns, store.ListTurns(s.id));
       KF_ASSIGN_OR_RETURN(auto evals, store.ListEvaluations(s.id));
       std::map<int64_t, nlohmann::json> turn_json;
@@ -200,9 +260,11 @@ Status ForEachExportRecord(const RunStore& store,
         KF_ASSIGN_OR_RETURN(turn_json[t.id], TurnJson(store, t));
       }
       auto record = [&](const nlohmann::json& turn, const nlohmann::json& eval, bool best) {
-        return nlohmann::json{{"schema", "kforge.export/1"}, {"run", run_json},
-                              {"session", session_json},     {"turn", turn},
-                              {"evaluation", eval},          {"best", best}};
+        nlohmann::json rec{{"schema", "kforge.export/1"}, {"run", run_json},
+                           {"session", session_json},     {"turn", turn},
+                           {"evaluation", eval},          {"best", best}};
+        session_json.erase("events");
+        return rec;
       };
       for (const auto& e : evals) {
         KF_ASSIGN_OR_RETURN(nlohmann::json doc, store.GetEvaluationDoc(e));

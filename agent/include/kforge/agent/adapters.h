@@ -28,10 +28,12 @@ std::unique_ptr<LlmPort> MakeProviderLlm();
 // is sent to any model).
 // `registries`: extra model registry files (after the built-in one and the
 // user's models.toml). `record`: a cassette every exchange that reaches a
-// provider is appended to (docs/providers.md), empty for none.
+// provider is appended to (docs/providers.md), empty for none. `use_cache`:
+// false neither reads nor writes the response cache (`kforge run --no-cache`).
 Result<std::unique_ptr<LlmPort>> MakeProviderLlmFor(const std::vector<std::string>& models,
                                                     const std::vector<std::string>& registries = {},
-                                                    const std::filesystem::path& record = {});
+                                                    const std::filesystem::path& record = {},
+                                                    bool use_cache = true);
 
 // An evaluator over `tasks` (which must outlive it), bound to `gpus`
 // (empty: the evaluator's default). One evaluation at a time.

@@ -31,6 +31,7 @@ struct LlmCall {
   // Where this call sits in the run: lets a replay cassette match it.
   std::string task;
   int turn_index = 0;
+  int repeat = 0;  // the session's sample number within the run (SessionSpec::sample)
 };
 
 struct LlmAnswer {

@@ -64,6 +64,7 @@ struct PlanEnv {
   bool default_name = false;          // cfg.name was made up: a clash picks another
   RemotePoolsFn remote_pools;         // empty: local evaluators only
   std::filesystem::path record;       // a cassette to append every model exchange to
+  bool use_cache = true;              // false: the response cache is neither read nor written
 };
 
 struct RunPlan {

@@ -44,6 +44,13 @@ struct ChatRequest {
   std::optional<int64_t> seed;
   std::vector<std::string> stop;
   bool stream = true;
+  // Which deliberate draw of the same request this is (a sample, a repeat):
+  // part of the response cache key, so draws meant to differ are never
+  // answered with one cached reply. Never sent; no part of a recording's hash.
+  std::string draw;
+  // Where the request sits, for log lines only ("task 001_allreduce, sample 0, turn 2"):
+  // never sent, and no part of a cache key or a recording.
+  std::string context;
 };
 
 // Token counts normalised across providers (docs/providers.md, "Usage"):

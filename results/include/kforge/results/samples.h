@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kforge/core/status.h"
@@ -35,19 +36,31 @@ struct SampleOutcome {
   double wall_s = 0;            // model latency plus evaluation time, summed over turns
   std::string best_kernel_sha;  // kernel of the best evaluation's turn
   // Nothing judged this session's work: the model was never reached, the
-  // evaluator failed, or a kernel compiled but never ran on a GPU (no GPU).
+  // evaluator failed, a kernel compiled but never ran on a GPU (no GPU), or a
+  // budget or the deadline stopped the session before any evaluation.
   // Such a sample is left out of every correctness and speed figure and
   // named instead (docs/results.md, "Not evaluated").
   bool not_evaluated = false;
   std::string not_evaluated_reason;  // the stop reason, or why nothing was judged
 };
 
+// The stop reasons of a limit the researcher set, as the agent writes them
+// (agent/src/budget.cc, agent/src/runner.cc): "budget: run spent $0.0361 of
+// $0.0100", "deadline reached".
+inline constexpr std::string_view kBudgetStopPrefix = "budget: ";
+inline constexpr std::string_view kDeadlineStopReason = "deadline reached";
+// True when a budget or the deadline stopped the session, not its own course.
+bool StoppedByLimit(std::string_view stop_reason);
+
 // The rule for SampleOutcome::not_evaluated, from what the store holds: no
 // evaluation passed, and either nothing was judged (no evaluation with a
 // verdict and no turn whose reply held no kernel) or a kernel compiled and
 // never reached a GPU. `statuses` are the session's evaluation statuses.
+// `stopped_by_limit` (StoppedByLimit of a stopped session): a budget or the
+// deadline cut the session short, so only an evaluation's verdict counts; a
+// reply without a kernel alone does not make it a wrong answer.
 bool NotEvaluated(const std::vector<std::string>& statuses, int no_kernel_turns,
-                  bool compiled_unevaluated);
+                  bool compiled_unevaluated, bool stopped_by_limit = false);
 
 // Every counted session of every run in one store. A session counts once it
 // is finished (done/stopped) or has an evaluation; pending and running

@@ -4,14 +4,21 @@
 // Export format "kforge.export/1", one JSON object per line:
 //   {"schema":"kforge.export/1", "run":{name, config, kforge_version, task_suite_hash, hardware,
 //   state, …},
-//    "session":{model, task, strategy, sample, world, dtype, category, state, stop_reason},
+//    "session":{model, task, strategy, sample, world, dtype, category, state, stop_reason,
+//               events (first record of the session only): [{kind, detail, created_at}]},
 //    "turn":{index, prompt, reply, feedback, kernel, input_tokens, …} | null,
 //    "evaluation": <kforge.eval/1 document> | null, "best": true|false}
 // Every evaluation gets a line; a turn without an evaluation gets one with
 // "evaluation": null, so an import rebuilds the whole session.
 //
+// `session.events` are the run's events about that session (detail.session,
+// which an import points at its own session id): the compile-only "compiled"
+// events that make a session "not evaluated" travel with it, so a round trip
+// keeps every leaderboard figure. Files without them still import.
+//
 // Import is idempotent: runs match by name, sessions by key, turns by index,
-// evaluations by document hash; what already exists is kept as is.
+// evaluations by document hash, session events by kind and detail; what
+// already exists is kept as is.
 #pragma once
 
 #include <functional>
