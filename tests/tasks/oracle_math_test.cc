@@ -388,5 +388,29 @@ TEST(OracleMathAdam, EpsIsAddedAfterBiasCorrection) {
   EXPECT_NEAR(p[0], -0.5, 1e-15);
 }
 
+// Top-k then top-p by value, on rows small enough to work out by hand.
+TEST(TopKTopPFilter, KeepsTiesAtTheKthValueAndWholeGroupsUnderTopP) {
+  const double l2 = std::log(2.0);
+  // exp(z - m) = 1, 1/2, 1/2, 1/4: top_k = 2 keeps both 1/2 (a tie at the k-th
+  // value), top-k mass 2; top_p = 0.4 keeps only the first group (above 0 <
+  // 0.8, then above 1 >= 0.8).
+  const std::vector<double> z = {0.0, -l2, -l2, -2 * l2};
+  FilteredRow r = TopKTopPFilter(z, 0, 2, 0.4);
+  EXPECT_DOUBLE_EQ(r.m, 0.0);
+  EXPECT_DOUBLE_EQ(r.theta, 0.0);
+  EXPECT_NEAR(r.log_z, 0.0, 1e-15);  // support {0}
+  // top_p = 0.9: the tied pair is kept or dropped together: kept (1 < 1.8).
+  r = TopKTopPFilter(z, 0, 2, 0.9);
+  EXPECT_DOUBLE_EQ(r.theta, -l2);
+  EXPECT_NEAR(r.log_z, std::log(2.0), 1e-15);
+  // A target outside the kept set joins the support.
+  r = TopKTopPFilter(z, 3, 2, 0.4);
+  EXPECT_NEAR(r.log_z, std::log(1.25), 1e-15);
+  // top_k past the row keeps everything; top_p = 1 keeps every group.
+  r = TopKTopPFilter(z, 3, 50, 1.0);
+  EXPECT_DOUBLE_EQ(r.theta, -2 * l2);
+  EXPECT_NEAR(r.log_z, std::log(2.25), 1e-15);
+}
+
 }  // namespace
 }  // namespace kforge::om

@@ -101,6 +101,20 @@ void Softmax(std::span<const double> x, std::span<double> y, int64_t rows, int64
 // row or a row of all -inf gives -inf; any +inf gives +inf; NaN gives NaN.
 double LogSumExp(std::span<const double> row);
 
+// Top-k then top-p (nucleus) filtering of one row of logits z, as samplers do
+// (NeMo-RL, vLLM), with ties decided by value: the top-k set is every value
+// >= the k-th largest counted with multiplicity (k = min(top_k, |z|)); top-p
+// then keeps groups of equal values, largest first, while the softmax mass of
+// the strictly larger values is < top_p times the top-k set's (the first group
+// always). The support is {v : z[v] >= theta} plus `target`, which is always
+// part of it. Returns m = max z, theta and log_z = log(sum over the support of
+// exp(z[v] - m)), so that a kept token's log-probability is z[v] - m - log_z.
+// top_k >= 1, 0 < top_p <= 1, z not empty, 0 <= target < |z|.
+struct FilteredRow {
+  double m = 0, theta = 0, log_z = 0;
+};
+FilteredRow TopKTopPFilter(std::span<const double> z, int64_t target, int64_t top_k, double top_p);
+
 // torch.nn.functional.cross_entropy(logits, targets, reduction='none'):
 // loss[r] = LogSumExp(logits[r, :]) - logits[r, targets[r]], and 0 where
 // targets[r] == ignore_index (torch's default is -100). logits [rows, cols],
