@@ -9,8 +9,7 @@
 
 namespace kforge::om {
 
-FilteredRow TopKTopPFilter(std::span<const double> z, int64_t target, int64_t top_k,
-                           double top_p) {
+FilteredRow TopKTopPFilter(std::span<const double> z, int64_t target, int64_t top_k, double top_p) {
   const int64_t v = static_cast<int64_t>(z.size());
   const int64_t k = std::min(top_k, v);
   std::vector<double> s(z.begin(), z.end());
