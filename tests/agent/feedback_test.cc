@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <sstream>
+
 #include "test_util.h"
 
 namespace kforge::agent {
@@ -12,6 +15,14 @@ using nlohmann::json;
 const Strategy& Refine() {
   static Strategy s = *FindStrategy("refine", testing::PromptsDir());
   return s;
+}
+
+std::string ReadText(const std::filesystem::path& path) {
+  std::ifstream f(path);
+  std::stringstream text;
+  text << f.rdbuf();
+  EXPECT_TRUE(f.good()) << path;
+  return text.str();
 }
 
 std::string Compose(FeedbackInput in) {
@@ -41,6 +52,50 @@ TEST(Feedback, CompileErrorsQuoteTheSourceAndDeduplicate) {
   EXPECT_EQ(fb.find("expected a ';'"), fb.rfind("expected a ';'"));  // once
   EXPECT_NE(fb.find("Turn 1 of 4"), std::string::npos);
   EXPECT_NE(fb.find("send the complete corrected kernel"), std::string::npos);
+}
+
+// The compile error of the demo's first allreduce kernel, as `kforge eval` recorded
+// it (real nvcc output): the source line with a caret under the column, and no
+// blank lines left by the template's skipped sections.
+TEST(Feedback, CompileErrorShowsTheLineWithACaretAndNoStrayBlankLines) {
+  const std::filesystem::path root(KFORGE_SOURCE_ROOT);
+  FeedbackInput in;
+  in.outcome = Outcome::kCompileError;
+  in.kernel_name = "001_allreduce_turn0.cu";
+  in.source = ReadText(root / "examples/demo/kernels/allreduce_syntax.cu");
+  in.eval = json::parse(ReadText(root / "tests/agent/golden/compile_error.eval.json"));
+  in.turn = 1;
+  in.turns = 4;
+  EXPECT_EQ(Compose(in),
+            "Turn 1 of 4: the kernel did not compile.\n"
+            "\n"
+            "- line 54:3: expected a \";\"\n"
+            "      if (x->numel > 0) {\n"
+            "      ^\n"
+            "\n"
+            "Fix the errors and send the complete corrected kernel in one ```cuda block.\n");
+  in.turn = 4;  // the last turn asks for nothing
+  EXPECT_EQ(Compose(in),
+            "Turn 4 of 4: the kernel did not compile.\n"
+            "\n"
+            "- line 54:3: expected a \";\"\n"
+            "      if (x->numel > 0) {\n"
+            "      ^\n");
+}
+
+TEST(Feedback, CaretKeepsTabsAndUnknownColumnsShowNoCaret) {
+  FeedbackInput in;
+  in.outcome = Outcome::kCompileError;
+  in.kernel_name = "k.cu";
+  in.source = "\tint x = y\n";
+  in.turns = 4;
+  json col = {{"file", "k.cu"}, {"line", 1}, {"column", 10}, {"message", "m1"}};
+  json nocol = {{"file", "k.cu"}, {"line", 1}, {"message", "m2"}};
+  in.eval = {{"status", "compile_error"}, {"compile", {{"diagnostics", {col, nocol}}}}};
+  std::string fb = Compose(in);
+  EXPECT_NE(fb.find("- line 1:10: m1\n    \tint x = y\n    \t        ^\n"), std::string::npos)
+      << fb;
+  EXPECT_NE(fb.find("- line 1: m2\n    \tint x = y\n\nFix"), std::string::npos) << fb;
 }
 
 TEST(Feedback, CompileLogShownWhenNoDiagnosticParsed) {
