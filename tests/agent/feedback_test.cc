@@ -5,6 +5,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "kforge/agent/extract.h"
 #include "test_util.h"
 
 namespace kforge::agent {
@@ -23,6 +24,12 @@ std::string ReadText(const std::filesystem::path& path) {
   text << f.rdbuf();
   EXPECT_TRUE(f.good()) << path;
   return text.str();
+}
+
+size_t Count(const std::string& text, const std::string& part) {
+  size_t n = 0;
+  for (size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++n;
+  return n;
 }
 
 std::string Compose(FeedbackInput in) {
@@ -228,6 +235,33 @@ TEST(Feedback, LastTurnDropsTheRequestForAnotherKernel) {
   std::string fb = Compose(in);
   EXPECT_NE(fb.find("- calls ncclSend"), std::string::npos);
   EXPECT_EQ(fb.find("Send the complete kernel"), std::string::npos) << fb;
+}
+
+// N41 of the 12-06 usability pass: the request for a kernel came twice (the
+// extraction problem and the template each asked) and called kf_setup and
+// kf_teardown required. Now the problem says what went wrong, the template
+// asks once, and agrees with docs/abi.md.
+TEST(Feedback, NoKernelAsksOnceAndCallsSetupAndTeardownOptional) {
+  for (const char* reply : {"I would use a one-shot all-reduce.", "```python\nprint(1)\n```\n",
+                            "```cuda\nint kf_run(kf_ctx* c) { return 0; }\n```\n```cuda\nint "
+                            "kf_run(kf_ctx* c) { return 1; }\n```\n",
+                            "```cuda\nint kf_run(kf_ctx* c) {"}) {
+    SCOPED_TRACE(reply);
+    Extraction x = ExtractKernel(reply);
+    ASSERT_FALSE(x.ok);
+    FeedbackInput in;
+    in.outcome = Outcome::kNoKernel;
+    in.extract_problem = x.problem;
+    in.turn = 1;
+    in.turns = 4;
+    std::string fb = Compose(in);
+    EXPECT_EQ(Count(fb, "Send"), 1u) << fb;
+    EXPECT_EQ(Count(fb, "```cuda"), 1u) << fb;
+    EXPECT_EQ(Count(fb, "kf_teardown"), 1u) << fb;
+    EXPECT_NE(fb.find("that defines kf_run (kf_setup and kf_teardown are optional)."),
+              std::string::npos)
+        << fb;
+  }
 }
 
 TEST(Feedback, ClassifiesDocuments) {

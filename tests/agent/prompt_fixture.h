@@ -56,8 +56,8 @@ inline Strategy GoldenStrategy(const std::string& name) {
 }
 
 inline Prompt GoldenPrompt(const Strategy& strategy) {
-  auto in = TaskPromptInputs(Allreduce(), kWorld, kDtype, strategy,
-                             RenderHardwareCard(HardwareCard()));
+  auto in =
+      TaskPromptInputs(Allreduce(), kWorld, kDtype, strategy, RenderHardwareCard(HardwareCard()));
   EXPECT_TRUE(in.ok()) << in.status().ToString();
   if (!in.ok()) return {};
   auto p = BuildPrompt(strategy, *in);

@@ -23,10 +23,18 @@ TEST(PromptParts, EachPartOfTheFirstPromptAppearsOnce) {
     SCOPED_TRACE(name);
     Prompt p = testing::GoldenPrompt(name);
     for (const char* part : {"# Task 001_allreduce: All-reduce (sum)", "World size", "W = 8 ranks",
-                             "lement type", "T = bf16 (2 bytes", "## Hardware",
-                             "## The kernel ABI", "## The baseline", "## What to send"}) {
+                             "lement type", "T = bf16 (2 bytes", "## Hardware", "## The kernel ABI",
+                             "## The baseline", "## What to send"}) {
       EXPECT_EQ(Count(p.user, part), 1u) << part << "\n" << p.user;
     }
+    // docs/abi.md: kf_run is required, kf_setup and kf_teardown optional.
+    for (const std::string* text : {&p.system, &p.user}) {
+      EXPECT_EQ(text->find("kf_setup, kf_run and kf_teardown"), std::string::npos) << *text;
+      EXPECT_EQ(text->find("defines `kf_setup`, `kf_run` and `kf_teardown`"), std::string::npos)
+          << *text;
+    }
+    EXPECT_NE(p.system.find("kf_run is required"), std::string::npos) << p.system;
+    EXPECT_NE(p.user.find("`kf_run` (required)"), std::string::npos) << p.user;
     // Parts are separated by one blank line, never more.
     EXPECT_EQ(p.user.find("\n\n\n"), std::string::npos) << p.user;
     EXPECT_EQ(p.system.find("\n\n\n"), std::string::npos) << p.system;

@@ -33,7 +33,11 @@ TEST(Prompt, UserPromptCarriesTaskAndHardwareVerbatim) {
   EXPECT_NE(p->user.find("up to 4 turns"), std::string::npos);
   // refine has example = false: the solution stays out.
   EXPECT_EQ(p->user.find("oneshot.cu"), std::string::npos);
-  EXPECT_NE(p->system.find("kf_setup, kf_run and kf_teardown"), std::string::npos);
+  // docs/abi.md: kf_run is required, kf_setup and kf_teardown optional.
+  EXPECT_NE(p->system.find("kf_run is required; kf_setup (once per shape, untimed) and kf_teardown "
+                           "are optional"),
+            std::string::npos)
+      << p->system;
 }
 
 TEST(Prompt, ExampleStrategyIncludesTheSolution) {
