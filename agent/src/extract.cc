@@ -102,20 +102,12 @@ Extraction ExtractKernel(std::string_view reply) {
     if (truncated_candidate) {
       x.problem =
           "Your reply was cut off inside the code block that defines kf_run (the closing ``` never "
-          "came), so there "
-          "is no complete kernel to compile. Send the whole kernel again, more concisely if "
-          "needed.";
+          "came), so there is no complete kernel to compile; a shorter reply would fit.";
     } else if (blocks.empty()) {
-      x.problem =
-          "Your reply contains no fenced code block. Put the complete kernel in one ```cuda block "
-          "that defines "
-          "kf_setup, kf_run and kf_teardown.";
+      x.problem = "Your reply contains no fenced code block.";
     } else {
-      x.problem = fmt::format(
-          "None of the {} code block(s) in your reply defines kf_run. Put the complete kernel in "
-          "one ```cuda "
-          "block that defines kf_setup, kf_run and kf_teardown.",
-          blocks.size());
+      x.problem =
+          fmt::format("None of the {} code block(s) in your reply defines kf_run.", blocks.size());
     }
     return x;
   }
@@ -123,8 +115,7 @@ Extraction ExtractKernel(std::string_view reply) {
     if (b->body != defining.front()->body) {
       x.problem = fmt::format(
           "Your reply contains {} different code blocks that each define kf_run, so it is unclear "
-          "which one to "
-          "evaluate. Send exactly one complete kernel in a single ```cuda block.",
+          "which one to evaluate.",
           defining.size());
       return x;
     }

@@ -12,6 +12,7 @@
 
 #include "kforge/agent/template.h"
 #include "kforge/core/json.h"
+#include "kforge/evaluator/diagnostics.h"
 
 namespace kforge::agent {
 namespace {
@@ -63,16 +64,19 @@ json CompileView(const FeedbackInput& in) {
     if (!seen.insert({line, message}).second) continue;
     ++total;
     if (errors.size() >= kMaxDiagnostics) continue;
-    json e = {{"line", line},
-              {"column", static_cast<int>(JsonIntIn(d, "column", 0, kMaxInt, 0))},
-              {"message", message},
-              {"file", JsonString(d, "file")}};
+    // column 0 means unknown: left out, so that {{#column}} stays false.
+    const int column = static_cast<int>(JsonIntIn(d, "column", 0, kMaxInt, 0));
+    json e = {{"line", line}, {"message", message}, {"file", JsonString(d, "file")}};
+    if (column > 0) e["column"] = column;
     std::string file = JsonString(d, "file");
     bool ours =
         file.empty() || file == in.kernel_name ||
         std::filesystem::path(file).filename() == std::filesystem::path(in.kernel_name).filename();
-    if (ours && line >= 1 && static_cast<size_t>(line) <= src.size())
+    if (ours && line >= 1 && static_cast<size_t>(line) <= src.size()) {
       e["source_line"] = src[line - 1];
+      std::string caret = eval::CaretLine(src[line - 1], column);
+      if (!caret.empty()) e["caret"] = caret;
+    }
     errors.push_back(e);
   }
   view["errors"] = errors;

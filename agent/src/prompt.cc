@@ -3,22 +3,32 @@
 #include "kforge/agent/template.h"
 
 namespace kforge::agent {
+namespace {
+
+// Blocks inserted whole (cards, sources) end without a newline, so that the
+// template alone decides the spacing around them: "```cuda\n{{{source}}}\n```".
+std::string Block(std::string text) {
+  while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
+  return text;
+}
+
+}  // namespace
 
 nlohmann::json PromptView(const Strategy& strategy, const PromptInputs& in) {
   nlohmann::json view = {{"task_key", in.task_key},
                          {"task_title", in.task_title},
                          {"world", in.world},
                          {"dtype", in.dtype},
-                         {"task_card", in.task_card},
-                         {"hardware_card", in.hardware_card},
+                         {"task_card", Block(in.task_card)},
+                         {"hardware_card", Block(in.hardware_card)},
                          {"has_hardware", !in.hardware_card.empty()},
-                         {"abi_header", in.abi_header},
-                         {"reference_source", in.reference_source},
+                         {"abi_header", Block(in.abi_header)},
+                         {"reference_source", Block(in.reference_source)},
                          {"turns", strategy.turns},
                          {"samples", strategy.samples},
                          {"multi_turn", strategy.turns > 1}};
   if (strategy.example && !in.example_source.empty()) {
-    view["example"] = {{"name", in.example_name}, {"source", in.example_source}};
+    view["example"] = {{"name", in.example_name}, {"source", Block(in.example_source)}};
   }
   return view;
 }

@@ -430,6 +430,14 @@ nlohmann::json Diagnostic::ToJson() const {
           {"message", message}};
 }
 
+std::string CaretLine(std::string_view source_line, int column) {
+  if (column <= 0 || static_cast<size_t>(column) > source_line.size() + 1) return "";
+  std::string out;
+  for (size_t i = 0; i + 1 < static_cast<size_t>(column); ++i)
+    out += source_line[i] == '\t' ? '\t' : ' ';
+  return out + "^";
+}
+
 std::vector<Diagnostic> ParseDiagnostics(std::string_view text, const ParseOptions& options) {
   Parser parser(options);
   size_t start = 0;
@@ -470,13 +478,8 @@ std::string FormatDiagnostics(const std::vector<Diagnostic>& items, std::string_
     if (!text.empty()) {
       std::string number = std::to_string(d.line);
       out += fmt::format("  {} | {}\n", number, text);
-      if (d.column > 0 && static_cast<size_t>(d.column) <= text.size() + 1) {
-        // Keep tabs so the caret lines up under the same terminal columns.
-        std::string pad;
-        for (size_t i = 0; i + 1 < static_cast<size_t>(d.column); ++i)
-          pad += text[i] == '\t' ? '\t' : ' ';
-        out += fmt::format("  {} | {}^\n", std::string(number.size(), ' '), pad);
-      }
+      if (std::string caret = CaretLine(text, d.column); !caret.empty())
+        out += fmt::format("  {} | {}\n", std::string(number.size(), ' '), caret);
     } else if (!d.context.empty()) {
       // Another file (a header) or a tool message: show what the tool printed, briefly.
       size_t start = 0;

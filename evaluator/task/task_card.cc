@@ -4,6 +4,8 @@
 
 #include <string_view>
 
+#include "kforge/abi_limits.h"
+
 namespace kforge::eval {
 namespace {
 
@@ -207,9 +209,11 @@ std::string RenderTaskCard(const Task& task, int world, Dtype dtype) {
        "symmetric workspace and the signal pad (`kf_signal` / `kf_wait`).\n";
 
   s += "\n## Contract\n\n";
-  s += "Write one `.cu` file against `kforge/kernel.h` (ABI version 1) that defines `kf_setup`, "
-       "`kf_run` and "
-       "`kf_teardown`. Tensors, params and buffers come in `kf_ctx`; inputs and outputs are in the "
+  s += fmt::format(
+      "Write one `.cu` file against `kforge/kernel.h` (ABI version {}) that defines `kf_run` "
+      "(required) and, if it needs them, `kf_setup` and `kf_teardown` (optional). ",
+      KF_ABI_VERSION);
+  s += "Tensors, params and buffers come in `kf_ctx`; inputs and outputs are in the "
        "order "
        "listed above. All device work of `kf_run` must be on `ctx->stream` when it returns; "
        "synchronising "

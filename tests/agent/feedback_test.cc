@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <sstream>
+
+#include "kforge/agent/extract.h"
 #include "test_util.h"
 
 namespace kforge::agent {
@@ -12,6 +16,20 @@ using nlohmann::json;
 const Strategy& Refine() {
   static Strategy s = *FindStrategy("refine", testing::PromptsDir());
   return s;
+}
+
+std::string ReadText(const std::filesystem::path& path) {
+  std::ifstream f(path);
+  std::stringstream text;
+  text << f.rdbuf();
+  EXPECT_TRUE(f.good()) << path;
+  return text.str();
+}
+
+size_t Count(const std::string& text, const std::string& part) {
+  size_t n = 0;
+  for (size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++n;
+  return n;
 }
 
 std::string Compose(FeedbackInput in) {
@@ -41,6 +59,50 @@ TEST(Feedback, CompileErrorsQuoteTheSourceAndDeduplicate) {
   EXPECT_EQ(fb.find("expected a ';'"), fb.rfind("expected a ';'"));  // once
   EXPECT_NE(fb.find("Turn 1 of 4"), std::string::npos);
   EXPECT_NE(fb.find("send the complete corrected kernel"), std::string::npos);
+}
+
+// The compile error of the demo's first allreduce kernel, as `kforge eval` recorded
+// it (real nvcc output): the source line with a caret under the column, and no
+// blank lines left by the template's skipped sections.
+TEST(Feedback, CompileErrorShowsTheLineWithACaretAndNoStrayBlankLines) {
+  const std::filesystem::path root(KFORGE_SOURCE_ROOT);
+  FeedbackInput in;
+  in.outcome = Outcome::kCompileError;
+  in.kernel_name = "001_allreduce_turn0.cu";
+  in.source = ReadText(root / "examples/demo/kernels/allreduce_syntax.cu");
+  in.eval = json::parse(ReadText(root / "tests/agent/golden/compile_error.eval.json"));
+  in.turn = 1;
+  in.turns = 4;
+  EXPECT_EQ(Compose(in),
+            "Turn 1 of 4: the kernel did not compile.\n"
+            "\n"
+            "- line 54:3: expected a \";\"\n"
+            "      if (x->numel > 0) {\n"
+            "      ^\n"
+            "\n"
+            "Fix the errors and send the complete corrected kernel in one ```cuda block.\n");
+  in.turn = 4;  // the last turn asks for nothing
+  EXPECT_EQ(Compose(in),
+            "Turn 4 of 4: the kernel did not compile.\n"
+            "\n"
+            "- line 54:3: expected a \";\"\n"
+            "      if (x->numel > 0) {\n"
+            "      ^\n");
+}
+
+TEST(Feedback, CaretKeepsTabsAndUnknownColumnsShowNoCaret) {
+  FeedbackInput in;
+  in.outcome = Outcome::kCompileError;
+  in.kernel_name = "k.cu";
+  in.source = "\tint x = y\n";
+  in.turns = 4;
+  json col = {{"file", "k.cu"}, {"line", 1}, {"column", 10}, {"message", "m1"}};
+  json nocol = {{"file", "k.cu"}, {"line", 1}, {"message", "m2"}};
+  in.eval = {{"status", "compile_error"}, {"compile", {{"diagnostics", {col, nocol}}}}};
+  std::string fb = Compose(in);
+  EXPECT_NE(fb.find("- line 1:10: m1\n    \tint x = y\n    \t        ^\n"), std::string::npos)
+      << fb;
+  EXPECT_NE(fb.find("- line 1: m2\n    \tint x = y\n\nFix"), std::string::npos) << fb;
 }
 
 TEST(Feedback, CompileLogShownWhenNoDiagnosticParsed) {
@@ -173,6 +235,33 @@ TEST(Feedback, LastTurnDropsTheRequestForAnotherKernel) {
   std::string fb = Compose(in);
   EXPECT_NE(fb.find("- calls ncclSend"), std::string::npos);
   EXPECT_EQ(fb.find("Send the complete kernel"), std::string::npos) << fb;
+}
+
+// N41 of the 12-06 usability pass: the request for a kernel came twice (the
+// extraction problem and the template each asked) and called kf_setup and
+// kf_teardown required. Now the problem says what went wrong, the template
+// asks once, and agrees with docs/abi.md.
+TEST(Feedback, NoKernelAsksOnceAndCallsSetupAndTeardownOptional) {
+  for (const char* reply : {"I would use a one-shot all-reduce.", "```python\nprint(1)\n```\n",
+                            "```cuda\nint kf_run(kf_ctx* c) { return 0; }\n```\n```cuda\nint "
+                            "kf_run(kf_ctx* c) { return 1; }\n```\n",
+                            "```cuda\nint kf_run(kf_ctx* c) {"}) {
+    SCOPED_TRACE(reply);
+    Extraction x = ExtractKernel(reply);
+    ASSERT_FALSE(x.ok);
+    FeedbackInput in;
+    in.outcome = Outcome::kNoKernel;
+    in.extract_problem = x.problem;
+    in.turn = 1;
+    in.turns = 4;
+    std::string fb = Compose(in);
+    EXPECT_EQ(Count(fb, "Send"), 1u) << fb;
+    EXPECT_EQ(Count(fb, "```cuda"), 1u) << fb;
+    EXPECT_EQ(Count(fb, "kf_teardown"), 1u) << fb;
+    EXPECT_NE(fb.find("that defines kf_run (kf_setup and kf_teardown are optional)."),
+              std::string::npos)
+        << fb;
+  }
 }
 
 TEST(Feedback, ClassifiesDocuments) {

@@ -1,7 +1,9 @@
 #include "kforge/evaluator/task_card.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "kforge/abi_limits.h"
 #include "task_fixture.h"
 
 namespace kforge::eval {
@@ -44,6 +46,12 @@ TEST(TaskCard, ShowsWhatAModelNeeds) {
       << card;
   EXPECT_TRUE(Has(card, "- NCCL: not allowed")) << card;
   EXPECT_TRUE(Has(card, "kforge/kernel.h")) << card;
+  // docs/abi.md: kf_run is required, kf_setup and kf_teardown optional; the
+  // version is the header's.
+  EXPECT_TRUE(Has(card, fmt::format("(ABI version {}) that defines `kf_run` (required) and, if it "
+                                    "needs them, `kf_setup` and `kf_teardown` (optional).",
+                                    KF_ABI_VERSION)))
+      << card;
   EXPECT_TRUE(Has(card, "0xFF")) << card;
 
   // The same task at another W and dtype shows other numbers.

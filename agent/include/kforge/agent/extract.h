@@ -9,7 +9,8 @@ namespace kforge::agent {
 struct Extraction {
   bool ok = false;
   std::string source;   // the kernel, when ok
-  std::string problem;  // why there is none, written for the model, when !ok
+  std::string problem;  // why there is none, written for the model, when !ok; what to send
+                        // instead is the no_kernel feedback template's to say
   int blocks_seen = 0;  // fenced code blocks in the reply
 };
 

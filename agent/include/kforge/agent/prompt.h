@@ -16,7 +16,7 @@ struct PromptInputs {
   int world = 0;
   std::string dtype;
   std::string
-      task_card;  // markdown from the evaluator (description, shapes, policy, ABI, reference)
+      task_card;  // markdown from the evaluator (heading, W, dtype, description, shapes, policy)
   std::string hardware_card;     // markdown (RenderHardwareCard); empty when unknown
   std::string abi_header;        // kforge/kernel.h, verbatim
   std::string reference_source;  // the task's reference.cu (the baseline), verbatim
@@ -31,8 +31,9 @@ struct Prompt {
 
 // The template view: task_key, task_title, world, dtype, task_card,
 // hardware_card, has_hardware, abi_header, reference_source, example
-// {name, source} (absent when none),
-// turns, samples.
+// {name, source} (absent when none), turns, samples, multi_turn. The cards and
+// sources lose their trailing newlines: the template places every blank line.
+// The task card already carries the task's heading, W and dtype.
 nlohmann::json PromptView(const Strategy& strategy, const PromptInputs& in);
 
 Result<Prompt> BuildPrompt(const Strategy& strategy, const PromptInputs& in);

@@ -16,7 +16,9 @@ Status CheckTemplate(std::string_view text, std::string_view origin);
 
 // Renders `text` with `view`: objects are sections and fields, arrays are
 // lists, booleans gate sections, numbers print in their shortest exact form.
-// A value absent from the view renders empty, as mustache specifies.
+// A value absent from the view renders empty, as mustache specifies. A line
+// holding only a section, inverted, closing or comment tag leaves nothing in
+// the output, whether the section renders or not (mustache's standalone rule).
 Result<std::string> RenderTemplate(std::string_view text, const nlohmann::json& view,
                                    std::string_view origin);
 

@@ -41,6 +41,12 @@ struct ParseOptions {
 // across its host and device passes) are kept once, in first-seen order.
 std::vector<Diagnostic> ParseDiagnostics(std::string_view text, const ParseOptions& options);
 
+// The line to print under `source_line` so that a '^' sits under its 1-based
+// `column`: the text before the column with every character but a tab turned
+// into a space (tabs stay, so the caret lines up however wide a tab is shown),
+// then '^'. Empty when column is 0 (unknown) or past the end of the line + 1.
+std::string CaretLine(std::string_view source_line, int column);
+
 // Renders up to max_items errors (or, when there are none, warnings) in the
 // gcc style "file:line:col: error: message", each followed by the offending
 // line of `source` and a caret when the item names the kernel's display name,
