@@ -2,7 +2,9 @@
 // must load, instantiate at every W, dtype and size, and its oracle must run.
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <filesystem>
+#include <string>
 
 #include "kforge/evaluator/task.h"
 #include "kforge/evaluator/task_check.h"
@@ -56,6 +58,29 @@ TEST(RealTasks, EveryBenchSizeHasAPhysicalFloor) {
       }
     }
   }
+}
+
+// A task ported from ParallelKernelBench names its problem first in its
+// provenance ("PKB #N ..."), and N is the task's own number, so that a
+// leaderboard's task can be set beside PKB's problem N and coverage counted.
+TEST(RealTasks, PkbProvenanceNamesTheTasksOwnProblem) {
+  const std::filesystem::path root = std::filesystem::path(KFORGE_SOURCE_ROOT) / "tasks";
+  if (!std::filesystem::exists(root / "001_allreduce" / "task.toml"))
+    GTEST_SKIP() << "no task folders under " << root;
+  auto tasks = LoadTasks(root);
+  ASSERT_TRUE(tasks.ok()) << tasks.status().ToString();
+  int ported = 0;
+  for (const Task& t : *tasks) {
+    const std::string prefix = "PKB #";
+    ASSERT_EQ(t.provenance.rfind(prefix, 0), 0u) << t.key << ": " << t.provenance.substr(0, 60);
+    size_t end = prefix.size();
+    while (end < t.provenance.size() && std::isdigit(static_cast<unsigned char>(t.provenance[end])))
+      ++end;
+    ASSERT_GT(end, prefix.size()) << t.key;
+    EXPECT_EQ(std::stoi(t.provenance.substr(prefix.size(), end - prefix.size())), t.id) << t.key;
+    ++ported;
+  }
+  EXPECT_EQ(ported, static_cast<int>(tasks->size()));
 }
 
 }  // namespace
