@@ -28,6 +28,37 @@ class ProviderLlm final : public LlmPort {
  public:
   Result<LlmAnswer> Complete(const LlmCall& call) override {
     KF_ASSIGN_OR_RETURN(providers::Client * client, ClientFor(call.model));
+    KF_ASSIGN_OR_RETURN(providers::ChatResponse r, client->Complete(ToRequest(call)));
+    LlmAnswer a;
+    a.text = std::move(r.text);
+    a.finish_reason = std::string(providers::FinishReasonName(r.finish));
+    a.input_tokens = r.usage.input_tokens;
+    a.cached_input_tokens = r.usage.cached_input_tokens;
+    a.output_tokens = r.usage.output_tokens;
+    a.reasoning_tokens = r.usage.reasoning_tokens;
+    a.cost_usd = r.cost_usd;
+    a.priced = r.cost_known || r.from_cache;
+    a.latency_s = r.latency_s;
+    a.request_id = r.request_id;
+    return a;
+  }
+
+  LlmQuote Quote(const LlmCall& call) override {
+    const providers::ChatRequest req = ToRequest(call);
+    Result<providers::Client*> client = ClientFor(call.model);
+    // No client: Complete fails the same way, so the call costs nothing.
+    if (!client.ok()) return LlmQuote{};
+    const providers::CostBound b = client.value()->WorstCase(req);
+    return LlmQuote{b.input_tokens, b.output_tokens, b.usd};
+  }
+
+  // Makes the model's client now: an unknown provider, a missing key or a
+  // missing cassette shows before the run starts.
+  Status Prepare(const std::string& model) { return ClientFor(model).status(); }
+  providers::ClientOptions& options() { return options_; }
+
+ private:
+  static providers::ChatRequest ToRequest(const LlmCall& call) {
     providers::ChatRequest req;
     req.model = call.model;
     req.system = call.system;
@@ -43,27 +74,9 @@ class ProviderLlm final : public LlmPort {
       req.context =
           fmt::format("task {}, sample {}, turn {}", call.task, call.repeat, call.turn_index + 1);
     }
-    KF_ASSIGN_OR_RETURN(providers::ChatResponse r, client->Complete(req));
-    LlmAnswer a;
-    a.text = std::move(r.text);
-    a.finish_reason = std::string(providers::FinishReasonName(r.finish));
-    a.input_tokens = r.usage.input_tokens;
-    a.cached_input_tokens = r.usage.cached_input_tokens;
-    a.output_tokens = r.usage.output_tokens;
-    a.reasoning_tokens = r.usage.reasoning_tokens;
-    a.cost_usd = r.cost_usd;
-    a.priced = r.cost_known || r.from_cache;
-    a.latency_s = r.latency_s;
-    a.request_id = r.request_id;
-    return a;
+    return req;
   }
 
-  // Makes the model's client now: an unknown provider, a missing key or a
-  // missing cassette shows before the run starts.
-  Status Prepare(const std::string& model) { return ClientFor(model).status(); }
-  providers::ClientOptions& options() { return options_; }
-
- private:
   Result<providers::Client*> ClientFor(const std::string& model) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = clients_.find(model);

@@ -22,6 +22,7 @@ struct Job {
   int candidate = 0;
   int slot = 0;
   LlmCall call;
+  CallCost worst;  // reserved against the budgets while the call is in flight
   // Written by the worker thread; read after the executor reports the job done.
   std::optional<Result<LlmAnswer>> answer;
   std::optional<Result<nlohmann::json>> doc;
@@ -64,6 +65,9 @@ class RunEngine {
   Result<std::string> Feedback(const Session& s, int cand, Outcome outcome,
                                const nlohmann::json& doc);
   void StopModel(const std::string& model, const std::string& reason);
+  // Tells the budgets which models have every session ended (their rest of
+  // the run budget goes to the others).
+  void NoteEndedModels();
   RunStats Stats() const;
   RunSummary Summarize() const;
   std::optional<Clock::TimePoint> NextRetry() const;

@@ -27,7 +27,10 @@ std::string KernelName(const Session& s, int cand) {
 }  // namespace
 
 RunEngine::RunEngine(const RunSpec& spec, const RunDeps& deps)
-    : spec_(spec), deps_(deps), scheduler_(spec.pools, *deps.clock), budget_(spec.budgets) {}
+    : spec_(spec),
+      deps_(deps),
+      scheduler_(spec.pools, *deps.clock),
+      budget_(spec.budgets, spec.models) {}
 
 // A resume may move the deadline and the budgets (the only parts of a stored
 // config it may change): they are stored, so that the next resume keeps them,
@@ -147,40 +150,67 @@ Status RunEngine::EnqueueWanted() {
 }
 
 Status RunEngine::StartDispatched() {
-  for (const Dispatch& d : scheduler_.DispatchReady()) {
-    Job* job = jobs_.at(d.id).get();
-    job->slot = d.slot;
-    Session& s = *sessions_[job->session].session;
-    const Candidate& cand = s.candidate(job->candidate);
-    dispatched_.insert(d.id);
-    if (d.pool == Pool::kLlm) {
-      // Spending may have crossed a limit while this call waited in the queue.
-      std::optional<std::string> why = budget_.Exhausted(s.spec().model, s.spec().task, NowUnix());
-      if (why || s.stop_requested()) {
-        scheduler_.Release(d.id);
-        dispatched_.erase(d.id);
-        s.Unstart(job->candidate);
-        if (why) s.RequestStop(*why);
-        jobs_.erase(d.id);
+  // A model call the budgets turn away frees its slot for the next one in
+  // the queue: dispatch again until nothing more is turned away.
+  for (bool refused = true; refused;) {
+    refused = false;
+    for (const Dispatch& d : scheduler_.DispatchReady()) {
+      Job* job = jobs_.at(d.id).get();
+      job->slot = d.slot;
+      Session& s = *sessions_[job->session].session;
+      const Candidate& cand = s.candidate(job->candidate);
+      dispatched_.insert(d.id);
+      if (d.pool == Pool::kLlm) {
+        // The call's worst case must fit in what every budget has left after
+        // what is spent and what the calls in flight hold: the overshoot of a
+        // budget came from calls in flight that nobody had counted.
+        const LlmQuote quote = deps_.llm->Quote(job->call);
+        job->worst = CallCost{quote.usd.value_or(0), quote.tokens()};
+        BudgetBook::Admission admit =
+            budget_.Admit(s.spec().model, s.spec().task, job->worst, NowUnix());
+        if (admit.kind != BudgetBook::Admission::kStart || s.stop_requested()) {
+          // kWait: back to the queue; a call in flight ends and frees its part.
+          scheduler_.Release(d.id);
+          dispatched_.erase(d.id);
+          s.Unstart(job->candidate);
+          if (admit.kind == BudgetBook::Admission::kStop) {
+            if (admit.worst_case) {
+              admit.reason +=
+                  fmt::format(" ({} input tokens as estimated + {} output tokens at most{})",
+                              quote.input_tokens, quote.output_tokens,
+                              job->call.max_output_tokens
+                                  ? ""
+                                  : "; the strategy's [model] max_output_tokens caps the output");
+            }
+            s.RequestStop(admit.reason);
+            if (deps_.progress)
+              deps_.progress->Event(
+                  fmt::format("{} {}: stopping: {}", s.spec().model, s.spec().task, admit.reason));
+          }
+          jobs_.erase(d.id);
+          refused = true;
+          continue;
+        }
+        budget_.Reserve(s.spec().model, s.spec().task, job->worst);
+        budget_.Touch(s.spec().model, s.spec().task, NowUnix());
+        LlmPort* llm = deps_.llm;
+        deps_.executor->Start(d.id, d.pool, [llm, job] {
+          job->answer = llm->Complete(job->call);
+          return job->answer->ok() ? job->answer->value().latency_s : 0.0;
+        });
         continue;
       }
-      budget_.Touch(s.spec().model, s.spec().task, NowUnix());
-      LlmPort* llm = deps_.llm;
-      deps_.executor->Start(d.id, d.pool, [llm, job] {
-        job->answer = llm->Complete(job->call);
-        return job->answer->ok() ? job->answer->value().latency_s : 0.0;
+      EvalJob ej{s.spec().task,  cand.kernel,    KernelName(s, job->candidate),
+                 s.spec().world, s.spec().dtype, d.pool == Pool::kCompile};
+      EvalPort* port = d.pool == Pool::kCompile
+                           ? deps_.compilers.at(d.slot % deps_.compilers.size())
+                           : deps_.gpu_sets.at(d.slot);
+      deps_.executor->Start(d.id, d.pool, [port, job, ej] {
+        job->doc = port->Evaluate(ej);
+        if (!job->doc->ok()) return 0.0;
+        return JsonNumber(job->doc->value(), "seconds");
       });
-      continue;
     }
-    EvalJob ej{s.spec().task,  cand.kernel,    KernelName(s, job->candidate),
-               s.spec().world, s.spec().dtype, d.pool == Pool::kCompile};
-    EvalPort* port = d.pool == Pool::kCompile ? deps_.compilers.at(d.slot % deps_.compilers.size())
-                                              : deps_.gpu_sets.at(d.slot);
-    deps_.executor->Start(d.id, d.pool, [port, job, ej] {
-      job->doc = port->Evaluate(ej);
-      if (!job->doc->ok()) return 0.0;
-      return JsonNumber(job->doc->value(), "seconds");
-    });
   }
   return Status::Ok();
 }
@@ -191,6 +221,11 @@ Status RunEngine::HandleDone(uint64_t id) {
   std::unique_ptr<Job> job = std::move(jobs_.at(id));
   jobs_.erase(id);
   SessionSlot& slot = sessions_[job->session];
+  if (job->pool == Pool::kLlm) {
+    // OnAnswer charges what the call cost, once its turn is stored.
+    const SessionSpec& ss = slot.session->spec();
+    budget_.Release(ss.model, ss.task, job->worst);
+  }
   if (job->pool != Pool::kLlm) {
     if (!job->doc->ok() && job->doc->status().kind() == ErrorKind::kSlotLost) {
       KF_RETURN_IF_ERROR(OnSlotLost(slot, *job, job->doc->status()));
@@ -394,6 +429,17 @@ Result<std::string> RunEngine::Feedback(const Session& s, int cand, Outcome outc
   return ComposeFeedback(*spec_.strategy, in);
 }
 
+void RunEngine::NoteEndedModels() {
+  std::map<std::string, bool> ended;
+  for (const auto& slot : sessions_) {
+    auto it = ended.emplace(slot.session->spec().model, true).first;
+    it->second = it->second && slot.session->Ended();
+  }
+  for (const auto& [model, all] : ended) {
+    if (all) budget_.ModelEnded(model);
+  }
+}
+
 void RunEngine::StopModel(const std::string& model, const std::string& reason) {
   stopped_models_.insert(model);
   for (auto& slot : sessions_) {
@@ -417,6 +463,7 @@ Result<RunSummary> RunEngine::Run() {
   for (auto& slot : sessions_) KF_RETURN_IF_ERROR(Settle(slot));
   while (true) {
     KF_RETURN_IF_ERROR(EnqueueWanted());
+    NoteEndedModels();
     KF_RETURN_IF_ERROR(StartDispatched());
     for (auto& slot : sessions_) KF_RETURN_IF_ERROR(Settle(slot));
     if (deps_.progress) deps_.progress->Update(Stats());

@@ -363,8 +363,11 @@ void AddRun(CLI::App& app, int& exit_code) {
   cmd->add_option("--hardware", a->hardware,
                   "hardware profile for the prompt instead of the probe");
   cmd->add_flag("--compile-only", a->compile_only, "compile and policy-check only (no GPU)");
-  cmd->add_option("--budget-usd", a->budget_usd, "dollars for the whole run")->check(NonNegative());
-  cmd->add_option("--budget-tokens", a->budget_tokens, "tokens for the whole run")
+  cmd->add_option("--budget-usd", a->budget_usd,
+                  "dollars for the whole run, shared evenly by its models")
+      ->check(NonNegative());
+  cmd->add_option("--budget-tokens", a->budget_tokens,
+                  "tokens for the whole run, shared evenly by its models")
       ->check(NonNegative());
   cmd->add_option("--budget-wall", a->budget_wall_s, "wall-clock seconds for the whole run")
       ->check(NonNegative());

@@ -56,6 +56,19 @@ std::string_view FinishReasonName(FinishReason reason) {
   return "other";
 }
 
+int64_t EstimateInputTokens(const ChatRequest& request) {
+  size_t chars = request.system.size();
+  for (const Message& m : request.messages) chars += m.text.size();
+  return static_cast<int64_t>((chars + 2) / 3);
+}
+
+CostBound Client::WorstCase(const ChatRequest& request) const {
+  CostBound b;
+  b.input_tokens = EstimateInputTokens(request);
+  b.output_tokens = request.max_output_tokens.value_or(kUnknownOutputTokens);
+  return b;
+}
+
 Status FinishStatus(const ChatResponse& response) {
   switch (response.finish) {
     case FinishReason::kLength:

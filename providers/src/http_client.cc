@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <set>
 
 #include "kforge/core/log.h"
@@ -97,6 +98,30 @@ ChatRequest HttpClient::ForWire(const ChatRequest& request) const {
     r.max_output_tokens = static_cast<int>(m.max_output_tokens);
   }
   return r;
+}
+
+CostBound HttpClient::WorstCase(const ChatRequest& request) const {
+  const ModelInfo& m = config_.model;
+  CostBound b;
+  b.input_tokens = EstimateInputTokens(request);
+  // What ForWire sends: the request's cap, lowered to the model's limit. With
+  // no cap the model may write up to its limit (Anthropic's adapter sends the
+  // smaller default_output; reserving the limit overstates, never understates).
+  if (request.max_output_tokens) {
+    b.output_tokens = *request.max_output_tokens;
+    if (m.max_output_tokens > 0) b.output_tokens = std::min(b.output_tokens, m.max_output_tokens);
+  } else if (m.max_output_tokens > 0) {
+    b.output_tokens = m.max_output_tokens;
+  } else if (m.default_output_tokens > 0) {
+    b.output_tokens = m.default_output_tokens;
+  } else {
+    b.output_tokens = kUnknownOutputTokens;
+  }
+  Usage worst;
+  worst.input_tokens = b.input_tokens;
+  worst.output_tokens = b.output_tokens;
+  b.usd = CostUsd(m, worst);  // no cached-input discount: the worst case
+  return b;
 }
 
 std::variant<ChatResponse, ProviderError> HttpClient::Attempt(const ChatRequest& request,

@@ -31,6 +31,7 @@ class HttpClient final : public Client {
  public:
   HttpClient(HttpClientConfig config, const ClientOptions& options);
   Result<ChatResponse> Complete(const ChatRequest& request, const TextCallback& on_text) override;
+  CostBound WorstCase(const ChatRequest& request) const override;
 
  private:
   // One HTTP exchange; a ProviderError says what failed and the retry hints.

@@ -15,6 +15,10 @@ class ReplayClient final : public Client {
   ReplayClient(Cassette cassette, bool strict, std::unique_ptr<Client> fallback)
       : cassette_(std::move(cassette)), strict_(strict), fallback_(std::move(fallback)) {}
   Result<ChatResponse> Complete(const ChatRequest& request, const TextCallback& on_text) override;
+  // A request without a recording may go to the fallback: its worst case.
+  CostBound WorstCase(const ChatRequest& request) const override {
+    return !strict_ && fallback_ ? fallback_->WorstCase(request) : Client::WorstCase(request);
+  }
 
  private:
   Cassette cassette_;

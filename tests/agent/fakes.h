@@ -5,6 +5,7 @@
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,8 @@ class FakeLlm final : public LlmPort {
 
   void SetTags(std::map<std::pair<std::string, int>, std::string> tags) { tags_ = std::move(tags); }
   void SetScript(Script s) { script_ = std::move(s); }
+  // The worst case Quote reports; unset: exactly what every call costs.
+  void SetQuote(LlmQuote q) { quote_ = q; }
 
   static std::string ReplyFor(const std::string& tag) {
     return "Plan: do it.\n\n```cuda\n#include \"kforge/kernel.h\"\n// " + tag +
@@ -53,6 +56,10 @@ class FakeLlm final : public LlmPort {
     return a;
   }
 
+  LlmQuote Quote(const LlmCall&) override {
+    return quote_ ? *quote_ : LlmQuote{1000, 500, cost_usd_};
+  }
+
   std::vector<LlmCall> calls() const {
     std::lock_guard<std::mutex> lock(mu_);
     return calls_;
@@ -62,6 +69,7 @@ class FakeLlm final : public LlmPort {
   double latency_s_, cost_usd_;
   std::map<std::pair<std::string, int>, std::string> tags_;
   Script script_;
+  std::optional<LlmQuote> quote_;
   mutable std::mutex mu_;
   std::vector<LlmCall> calls_;
 };

@@ -607,6 +607,29 @@ TEST_F(HttpClientTest, ARecordingReplaysUnderTheReplaySpec) {
   EXPECT_EQ(server_.count(), 1u);
 }
 
+// What a run's budgets reserve before a call (docs/agent.md, "Budgets").
+TEST_F(HttpClientTest, WorstCaseIsTheEstimatedPromptAndTheOutputCapAtListPrices) {
+  ChatRequest req;
+  req.system = std::string(150, 's');
+  req.messages = {{"user", std::string(149, 'u')}};  // 299 characters: 100 tokens
+  auto claude = MakeClient("anthropic:claude-test", options_);
+  ASSERT_TRUE(claude.ok()) << claude.status().ToString();
+  CostBound b = (*claude)->WorstCase(req);
+  EXPECT_EQ(b.input_tokens, 100);
+  EXPECT_EQ(b.output_tokens, 1000);  // no cap asked, no limit listed: the default it is sent
+  ASSERT_TRUE(b.usd);
+  EXPECT_NEAR(*b.usd, (100 * 3.0 + 1000 * 15.0) / 1e6, 1e-12);
+  req.max_output_tokens = 2000;
+  EXPECT_EQ((*claude)->WorstCase(req).output_tokens, 2000);
+  // No cap and nothing listed: kUnknownOutputTokens.
+  req.max_output_tokens.reset();
+  auto gpt = MakeClient("openai:gpt-test", options_);
+  ASSERT_TRUE(gpt.ok());
+  b = (*gpt)->WorstCase(req);
+  EXPECT_EQ(b.output_tokens, kUnknownOutputTokens);
+  EXPECT_NEAR(*b.usd, (100 * 2.0 + kUnknownOutputTokens * 8.0) / 1e6, 1e-12);
+}
+
 TEST_F(HttpClientTest, MissingKeyNamesTheVariable) {
   options_.api_key.clear();
   auto client = MakeClient("openai:gpt-test", options_);

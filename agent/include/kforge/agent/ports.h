@@ -44,12 +44,23 @@ struct LlmAnswer {
   std::string request_id;
 };
 
+// The most a call may cost, known before it is made: what the run's budgets
+// reserve for it while it is in flight (docs/agent.md, "Budgets").
+struct LlmQuote {
+  int64_t input_tokens = 0;   // estimated from the prompt
+  int64_t output_tokens = 0;  // the most the model may write
+  std::optional<double> usd;  // nullopt: no price for the model (dollar budgets reserve nothing)
+  int64_t tokens() const { return input_tokens + output_tokens; }
+};
+
 // Thread-safe: a run calls it from several threads at once. Errors carry the
 // providers' ErrorKind (kRateLimited, kQuota, kAuth, ...).
 class LlmPort {
  public:
   virtual ~LlmPort() = default;
   virtual Result<LlmAnswer> Complete(const LlmCall& call) = 0;
+  // The worst case of `call`; called on the run's thread before each call.
+  virtual LlmQuote Quote(const LlmCall& call) = 0;
 };
 
 // ---- the evaluator ----

@@ -84,6 +84,23 @@ struct ChatResponse {
 // from its beginning; ClientOptions::on_retry tells the caller when that happens.
 using TextCallback = std::function<void(std::string_view delta)>;
 
+// The most one request may cost, known before it is sent: what a budget
+// reserves for it (docs/agent.md, "Budgets").
+struct CostBound {
+  int64_t input_tokens = 0;   // estimated from the request's text (EstimateInputTokens)
+  int64_t output_tokens = 0;  // the most the model may write in answer
+  std::optional<double> usd;  // nullopt: the registry has no price for the model
+};
+
+// A third of the request's characters (system and messages), rounded up. Code
+// and English run three to four characters a token, so this overstates most
+// prompts: a reservation may be too large, rarely too small.
+int64_t EstimateInputTokens(const ChatRequest& request);
+
+// The output reserved for a request that sets no max_output_tokens, to a model
+// whose registry entry gives no output limit.
+inline constexpr int64_t kUnknownOutputTokens = 32000;
+
 class Client {
  public:
   virtual ~Client() = default;
@@ -95,6 +112,11 @@ class Client {
   // provider's own message; API keys are redacted from it.
   virtual Result<ChatResponse> Complete(const ChatRequest& request,
                                         const TextCallback& on_text = {}) = 0;
+  // The worst case of `request`: its input as estimated, the request's
+  // max_output_tokens (capped at the model's limit) or else the model's
+  // output limit, priced by the registry. This default knows no model:
+  // max_output_tokens or kUnknownOutputTokens, and no price.
+  virtual CostBound WorstCase(const ChatRequest& request) const;
 };
 
 struct RetryOptions {
