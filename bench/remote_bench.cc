@@ -136,6 +136,8 @@ class InstantLlm final : public kforge::agent::LlmPort {
     a.latency_s = 30;
     return a;
   }
+  // Unpriced and tiny: the bench measures the evaluator path, never a budget.
+  kforge::agent::LlmQuote Quote(const kforge::agent::LlmCall&) override { return {}; }
 };
 
 class SlowEnough final : public EvalPort {
