@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -63,14 +65,29 @@ int List(const TasksArgs& a) {
     if (Status st = WriteJson(a.json, doc); !st.ok()) return FailWith("tasks list", st);
     if (a.json == "-") return 0;
   }
-  std::printf("%-34s %-16s %-8s %-10s %-10s %s\n", "KEY", "CATEGORY", "WORLD", "DTYPES", "SOURCE",
-              "TITLE");
+  // Columns as wide as their longest cell, so that the titles line up however
+  // long a task's key or dtypes are.
+  std::vector<std::array<std::string, 6>> rows = {
+      {"KEY", "CATEGORY", "WORLD", "DTYPES", "SOURCE", "TITLE"}};
   for (const auto& t : *tasks) {
-    // The provenance up to its first ';' ("PKB #13"): where the workload comes from.
-    const std::string source = t.provenance.substr(0, t.provenance.find(';'));
-    std::printf("%-34s %-16s %-8s %-10s %-10s %s\n", t.key.c_str(), t.category.c_str(),
-                Join(t.world_sizes).c_str(), Join(t.dtypes).c_str(),
-                source.empty() ? "-" : source.c_str(), t.title.c_str());
+    // Where the workload comes from: "PKB #13", else the provenance up to its first ';'.
+    std::string source = t.provenance.substr(0, t.provenance.find(';'));
+    if (source.rfind("PKB #", 0) == 0) {
+      size_t end = 5;
+      while (end < source.size() && std::isdigit(static_cast<unsigned char>(source[end]))) ++end;
+      source.resize(end);
+    }
+    rows.push_back({t.key, t.category, Join(t.world_sizes), Join(t.dtypes),
+                    source.empty() ? "-" : source, t.title});
+  }
+  std::array<size_t, 6> width{};
+  for (const auto& row : rows) {
+    for (size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].size());
+  }
+  for (const auto& row : rows) {
+    std::string line;
+    for (size_t c = 0; c + 1 < row.size(); ++c) line += fmt::format("{:<{}}  ", row[c], width[c]);
+    std::printf("%s%s\n", line.c_str(), row.back().c_str());
   }
   return 0;
 }

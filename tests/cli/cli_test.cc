@@ -286,6 +286,30 @@ nlohmann::json ParseJson(const std::string& text) {
   return nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
 }
 
+// The table's columns line up whatever the longest key, dtypes or source:
+// every row's title starts where the header's TITLE does.
+TEST_F(CliTest, TasksListColumnsLineUp) {
+  auto r = Kforge({"tasks", "list"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::vector<std::string> lines;
+  for (size_t at = 0, nl; at < r.out.size(); at = nl + 1) {
+    nl = r.out.find('\n', at);
+    if (nl == std::string::npos) nl = r.out.size();
+    lines.push_back(r.out.substr(at, nl - at));
+  }
+  ASSERT_GT(lines.size(), 40u);
+  const size_t title = lines[0].find("TITLE");
+  const size_t source = lines[0].find("SOURCE");
+  ASSERT_NE(title, std::string::npos);
+  for (size_t i = 1; i < lines.size(); ++i) {
+    if (lines[i].empty()) continue;
+    ASSERT_GT(lines[i].size(), title) << lines[i];
+    EXPECT_EQ(lines[i][title - 1], ' ') << lines[i];
+    EXPECT_NE(lines[i][title], ' ') << lines[i];
+    EXPECT_EQ(lines[i].compare(source, 5, "PKB #"), 0) << lines[i];
+  }
+}
+
 // --json -: the document alone on stdout; --json FILE: the table as before and
 // the document in the file.
 TEST_F(CliTest, TasksListJson) {
