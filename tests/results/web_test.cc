@@ -126,12 +126,26 @@ TEST_F(WebTest, TaskPageShowsEachModelsBestKernel) {
   }
 }
 
-TEST_F(WebTest, UnknownThingsAre404) {
+TEST_F(WebTest, UnknownThingsAre404WithAPageThatSaysSo) {
   for (const char* path : {"/run/nope", "/session/finished/99999", "/task/none", "/nothing"}) {
     auto res = Get(path);
     ASSERT_TRUE(res) << path;
     EXPECT_EQ(res->status, 404) << path;
+    EXPECT_NE(res->body.find("<h1>404</h1>"), std::string::npos) << path << ": " << res->body;
   }
+}
+
+// The task page takes the names the CLI takes: key, number and name.
+TEST_F(WebTest, TaskPageTakesTheTasksNumberAndName) {
+  for (const char* path : {"/task/001_t1", "/task/1", "/task/t1"}) {
+    auto res = Get(path);
+    ASSERT_TRUE(res) << path;
+    EXPECT_EQ(res->status, 200) << path;
+    EXPECT_NE(res->body.find("model-a · refine"), std::string::npos) << path;
+  }
+  auto none = Get("/task/12");
+  ASSERT_TRUE(none);
+  EXPECT_EQ(none->status, 404) << "no task 12 in the fixture";
 }
 
 }  // namespace

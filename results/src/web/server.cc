@@ -98,6 +98,14 @@ Result<std::unique_ptr<Server>> Server::Bind(const ServerOptions& options) {
           }
         });
   }
+  // Anything no route matched: a page that says so, not an empty body.
+  self->http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    res.set_content(HtmlDocument("kforge: error", "<h1>" + std::to_string(res.status) +
+                                                      "</h1><p>nothing at " + HtmlEscape(req.path) +
+                                                      "</p><p><a href=\"/\">leaderboard</a></p>"),
+                    "text/html; charset=utf-8");
+  });
   if (options.port < 0 || options.port > 65535) {
     return Error(ErrorKind::kInvalidInput, "--port " + std::to_string(options.port) +
                                                ": expected 1..65535 (or 0 for any free port)");

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cctype>
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -255,6 +257,24 @@ Result<std::string> SessionPage(const Site& site, const std::string& run_key, in
   return HtmlDocument("kforge session " + std::to_string(session_id), body);
 }
 
+namespace {
+
+// A task as the CLI names it: its key ("001_allreduce"), its number ("1") or
+// its name ("allreduce").
+bool NamesTask(const std::string& key, const std::string& selector) {
+  if (key == selector) return true;
+  const size_t cut = key.find('_');
+  if (cut == std::string::npos) return false;
+  if (key.compare(cut + 1, std::string::npos, selector) == 0) return true;
+  const bool digits = !selector.empty() && selector.size() <= 6 &&
+                      std::all_of(selector.begin(), selector.end(), [](char c) {
+                        return std::isdigit(static_cast<unsigned char>(c));
+                      });
+  return digits && cut <= 6 && std::stoi(key.substr(0, cut)) == std::stoi(selector);
+}
+
+}  // namespace
+
 Result<std::string> TaskPage(const Site& site, const std::string& task) {
   std::string body = Nav() + "<h1>Task " + HtmlEscape(task) +
                      "</h1><p class=\"note\">Each model's best kernel: "
@@ -264,7 +284,7 @@ Result<std::string> TaskPage(const Site& site, const std::string& task) {
   for (const auto& dir : site.run_dirs) {
     KF_ASSIGN_OR_RETURN(auto samples, LoadRunDirs({dir}));
     for (auto& s : samples) {
-      if (s.task != task) continue;
+      if (!NamesTask(s.task, task)) continue;
       auto key = std::make_pair(s.model, s.strategy);
       auto it = best.find(key);
       auto score = [](const SampleOutcome& o) {
