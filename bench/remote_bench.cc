@@ -34,6 +34,7 @@
 #include "kforge/agent/adapters.h"
 #include "kforge/agent/runner.h"
 #include "kforge/agent/strategy.h"
+#include "kforge/core/eval_doc.h"
 #include "kforge/core/fs.h"
 #include "kforge/evaluator/suite_hash.h"
 #include "kforge/evaluator/task.h"
@@ -68,7 +69,9 @@ Stats Summary(std::vector<double> v) {
 class Instant final : public EvalPort {
  public:
   kforge::Result<nlohmann::json> Evaluate(const EvalJob& job) override {
-    return nlohmann::json{{"schema", "kforge.eval/1"}, {"status", "compiled"}, {"task", job.task}};
+    return nlohmann::json{{"schema", kforge::kEvalSchema},
+                          {"status", kforge::VerdictName(kforge::Verdict::kCompiled)},
+                          {"task", job.task}};
   }
 };
 
@@ -143,8 +146,8 @@ class InstantLlm final : public kforge::agent::LlmPort {
 class SlowEnough final : public EvalPort {
  public:
   kforge::Result<nlohmann::json> Evaluate(const EvalJob& job) override {
-    return nlohmann::json{{"schema", "kforge.eval/1"},
-                          {"status", "passed"},
+    return nlohmann::json{{"schema", kforge::kEvalSchema},
+                          {"status", kforge::VerdictName(kforge::Verdict::kPassed)},
                           {"speedup", 1.1},
                           {"seconds", job.compile_only ? 2.0 : 10.0}};
   }
@@ -269,7 +272,8 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "%s\n", first.status().ToString().c_str());
       return 1;
     }
-    const std::string expect = gpu ? "passed" : "compiled";
+    const std::string expect(
+        kforge::VerdictName(gpu ? kforge::Verdict::kPassed : kforge::Verdict::kCompiled));
     if (first->value("status", "") != expect) {
       std::fprintf(stderr, "the first evaluation is %s, not %s: %s\n",
                    first->value("status", "?").c_str(), expect.c_str(),
@@ -327,8 +331,8 @@ int main(int argc, char** argv) {
     kforge::results::TurnRecord turn;
     turn.session_id = *session;
     auto turn_id = (*store)->AppendTurn(turn);
-    nlohmann::json eval = {{"schema", "kforge.eval/1"},
-                           {"status", "passed"},
+    nlohmann::json eval = {{"schema", kforge::kEvalSchema},
+                           {"status", kforge::VerdictName(kforge::Verdict::kPassed)},
                            {"speedup", 1.2},
                            {"message", std::string(400, 'm')},
                            {"timing", nlohmann::json::array()}};

@@ -2,7 +2,7 @@
 
 #include <string>
 
-#include "kforge/results/eval_doc.h"
+#include "kforge/core/eval_doc.h"
 
 namespace kforge::agent {
 
@@ -43,25 +43,40 @@ bool IsCorrect(Outcome outcome) { return outcome == Outcome::kSlow || outcome ==
 
 Outcome ClassifyEvaluation(const nlohmann::json& doc, bool compile_only) {
   // A document that is not one (no status, another schema) is the harness's.
-  Result<results::EvalSummary> e = results::ReadEvalDoc(doc);
+  Result<EvalSummary> e = ReadEvalSummary(doc);
   if (!e.ok()) return Outcome::kHarnessError;
-  const std::string& status = e->status;
-  if (status == "compile_error") return Outcome::kCompileError;
-  // A process that broke the sandbox or the timing protocol is told so as a
-  // policy violation (the message says which).
-  if (status == "policy_violation" || status == "integrity_violation")
-    return Outcome::kPolicyViolation;
-  if (compile_only && status != "harness_error") return Outcome::kCompiled;
-  if (status == "runtime_error") return Outcome::kRuntimeError;
-  if (status == "timeout") return Outcome::kHang;
-  if (status == "mismatch") return Outcome::kMismatch;
-  if (status == "passed") return e->speedup.value_or(0) > 1.0 ? Outcome::kFast : Outcome::kSlow;
-  return Outcome::kHarnessError;
+  switch (e->verdict) {
+    case Verdict::kCompileError:
+      return Outcome::kCompileError;
+    // A process that broke the sandbox or the timing protocol is told so as
+    // a policy violation (the message says which).
+    case Verdict::kPolicyViolation:
+    case Verdict::kIntegrityViolation:
+      return Outcome::kPolicyViolation;
+    case Verdict::kHarnessError:
+      return Outcome::kHarnessError;
+    default:
+      break;
+  }
+  if (compile_only) return Outcome::kCompiled;
+  switch (e->verdict) {
+    case Verdict::kRuntimeError:
+      return Outcome::kRuntimeError;
+    case Verdict::kTimeout:
+      return Outcome::kHang;
+    case Verdict::kMismatch:
+      return Outcome::kMismatch;
+    case Verdict::kPassed:
+      return e->speedup.value_or(0) > 1.0 ? Outcome::kFast : Outcome::kSlow;
+    default:
+      // kCompiled from an evaluation that was to run: nothing judged it.
+      return Outcome::kHarnessError;
+  }
 }
 
 // The geometric-mean speedup of a passed evaluation's document, else 0.
 double EvalSpeedup(const nlohmann::json& doc) {
-  Result<results::EvalSummary> e = results::ReadEvalDoc(doc);
+  Result<EvalSummary> e = ReadEvalSummary(doc);
   return e.ok() ? e->speedup.value_or(0.0) : 0.0;
 }
 

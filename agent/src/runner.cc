@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "kforge/agent/extract.h"
+#include "kforge/core/eval_doc.h"
 #include "kforge/core/json.h"
 #include "kforge/results/samples.h"
 #include "run_engine.h"
@@ -343,7 +344,7 @@ Status RunEngine::OnCompileDoc(SessionSlot& slot, int cand, Result<json>& doc) {
     s.Unstart(cand);
     s.RequestStop(fmt::format("harness: {}", doc.status().ToString()));
     return deps_.store->AppendEvent(
-        run_id_, "harness_error",
+        run_id_, std::string(VerdictName(Verdict::kHarnessError)),
         {{"session", slot.id}, {"turn", cand}, {"message", doc.status().ToString()}});
   }
   Outcome o = ClassifyEvaluation(doc.value(), true);
@@ -354,7 +355,7 @@ Status RunEngine::OnCompileDoc(SessionSlot& slot, int cand, Result<json>& doc) {
   }
   KF_ASSIGN_OR_RETURN(std::string fb, Feedback(s, cand, Outcome::kCompiled, doc.value()));
   KF_RETURN_IF_ERROR(
-      deps_.store->AppendEvent(run_id_, "compiled",
+      deps_.store->AppendEvent(run_id_, std::string(VerdictName(Verdict::kCompiled)),
                                {{"session", slot.id},
                                 {"turn", cand},
                                 {"compile", doc.value().value("compile", json::object())}}));
@@ -372,7 +373,7 @@ Status RunEngine::OnGpuDoc(SessionSlot& slot, int cand, Result<json>& doc) {
     s.Unstart(cand);
     s.RequestStop(fmt::format("harness: {}", doc.status().ToString()));
     return deps_.store->AppendEvent(
-        run_id_, "harness_error",
+        run_id_, std::string(VerdictName(Verdict::kHarnessError)),
         {{"session", slot.id}, {"turn", cand}, {"message", doc.status().ToString()}});
   }
   return FinishWithEval(slot, cand, doc.value(), ClassifyEvaluation(doc.value(), false));

@@ -105,17 +105,18 @@ int RunEval(const EvalArgs& a) {
     std::fprintf(stderr, "kforge eval: %s\n", doc.status().ToString().c_str());
     return kExitHarnessError;
   }
-  // A compile-only document places no ranks: the report shows the world
-  // asked for (none asked: "-").
-  if (!doc->contains("world") && a.world > 0) (*doc)["world"] = a.world;
   // `--json -`: the document alone on stdout, as in every other command.
   const bool json_stdout = a.json_out == "-";
   if (!json_stdout) std::cout << eval::RenderEvalReport(*doc) << std::flush;
   if (!a.json_out.empty()) {
     if (Status s = WriteJson(a.json_out, *doc); !s.ok()) return FailWith("eval", s);
   }
-  const std::string status = doc->value("status", "");
-  if (status == "compiled" && no_gpu) {
+  Result<EvalSummary> summary = ReadEvalSummary(*doc);
+  if (!summary.ok()) {
+    std::fprintf(stderr, "kforge eval: %s\n", summary.status().ToString().c_str());
+    return kExitHarnessError;
+  }
+  if (summary->verdict == Verdict::kCompiled && no_gpu) {
     // Not a pass: nothing ran. A script reading the exit status must not
     // take a machine without a GPU for a correct kernel.
     std::fprintf(json_stdout ? stderr : stdout,
@@ -124,7 +125,7 @@ int RunEval(const EvalArgs& a) {
                  static_cast<int>(kExitNotEvaluated));
     return kExitNotEvaluated;
   }
-  return eval::ExitCodeFor(status);
+  return ExitCodeForVerdict(summary->verdict);
 }
 
 void AddEval(CLI::App& app, int& exit_code) {

@@ -20,6 +20,29 @@ int ExitCodeForStatus(const Status& status) {
   }
 }
 
+int ExitCodeForVerdict(Verdict verdict) {
+  switch (verdict) {
+    case Verdict::kPassed:
+    case Verdict::kCompiled:
+      return kExitOk;
+    case Verdict::kCompileError:
+      return kExitCompileError;
+    case Verdict::kPolicyViolation:
+      return kExitPolicyViolation;
+    case Verdict::kRuntimeError:
+      return kExitRuntimeError;
+    case Verdict::kMismatch:
+      return kExitMismatch;
+    case Verdict::kTimeout:
+      return kExitTimeout;
+    case Verdict::kIntegrityViolation:
+      return kExitIntegrityViolation;
+    case Verdict::kHarnessError:
+      return kExitHarnessError;
+  }
+  return kExitHarnessError;
+}
+
 int FailWith(const char* command, const Status& status) {
   // Input errors read as their message; other kinds keep their name ("auth: …").
   const bool plain =

@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "kforge/core/eval_doc.h"
 #include "kforge/core/status.h"
 
 namespace kforge::cli {
@@ -13,7 +14,7 @@ enum ExitCode : int {
   kExitOk = 0,
   kExitFailed = 1,  // the command ran and failed (I/O, a store, a model call,
                     // a run in which every session failed)
-  // kforge eval: the kernel's verdict (evaluator ExitCodeFor).
+  // kforge eval: the kernel's verdict (ExitCodeForVerdict).
   kExitCompileError = 2,
   kExitPolicyViolation = 3,
   kExitRuntimeError = 4,
@@ -31,6 +32,10 @@ enum ExitCode : int {
 // The exit status for an error: kInvalidInput and kAuth are usage errors,
 // kNotFound is kExitNotFound, kInternal kExitInternal, the rest kExitFailed.
 int ExitCodeForStatus(const Status& status);
+
+// `kforge eval`'s exit status for a verdict. kCompiled is 0 here: the eval
+// command itself says kExitNotEvaluated when no GPU could run the kernel.
+int ExitCodeForVerdict(Verdict verdict);
 
 // Prints "kforge CMD: message" to stderr and returns ExitCodeForStatus.
 int FailWith(const char* command, const Status& status);

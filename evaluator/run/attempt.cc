@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kforge/core/eval_doc.h"
 #include "kforge/core/hash.h"
 #include "kforge/core/log.h"
 #include "kforge/core/version.h"
@@ -11,28 +12,6 @@
 namespace kforge::eval {
 
 using nlohmann::json;
-
-std::string StatusName(ErrorKind kind) {
-  switch (kind) {
-    case ErrorKind::kOk:
-      return "passed";
-    case ErrorKind::kCompileError:
-      return "compile_error";
-    case ErrorKind::kPolicyViolation:
-      return "policy_violation";
-    case ErrorKind::kRuntimeError:
-      return "runtime_error";
-    case ErrorKind::kMismatch:
-      return "mismatch";
-    case ErrorKind::kIntegrityViolation:
-      return "integrity_violation";
-    case ErrorKind::kDeadlock:
-    case ErrorKind::kTimeout:
-      return "timeout";
-    default:
-      return "harness_error";
-  }
-}
 
 Result<Dtype> ChosenDtype(const Task& task, const EvalOptions& options) {
   Dtype dtype = options.dtype.value_or(task.dtypes.front());
@@ -45,7 +24,7 @@ Result<Dtype> ChosenDtype(const Task& task, const EvalOptions& options) {
 
 Attempt::Attempt(const Task& task, const std::string& source, const std::string& name, Dtype dtype,
                  bool compile_only)
-    : doc_({{"schema", "kforge.eval/1"},
+    : doc_({{"schema", kEvalSchema},
             {"task", task.key},
             {"kernel", {{"path", name}, {"sha256", Sha256Hex(source)}}},
             {"dtype", std::string(DtypeName(dtype))},
@@ -59,7 +38,9 @@ void Attempt::Mark(const std::string& phase) {
 }
 
 void Attempt::Finish(ErrorKind kind, const std::string& message) {
-  doc_["status"] = compile_only_ && kind == ErrorKind::kOk ? "compiled" : StatusName(kind);
+  const Verdict verdict =
+      compile_only_ && kind == ErrorKind::kOk ? Verdict::kCompiled : VerdictFor(kind);
+  doc_["status"] = VerdictName(verdict);
   doc_["message"] = message;
   doc_["seconds"] =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
@@ -86,7 +67,7 @@ void Attempt::FinishFrom(const EvalSession& s, const Status& st) {
   }
   if (!st.ok()) {
     if (st.kind() == ErrorKind::kHarness) LogWarn("evaluator", "{}", st.message());
-    Finish(st.kind(), StatusName(st.kind()) + ": " + st.message());
+    Finish(st.kind(), std::string(VerdictName(VerdictFor(st.kind()))) + ": " + st.message());
     return;
   }
   std::string msg = "passed: " + std::to_string(s.trials_passed) + " trials over " +

@@ -14,9 +14,6 @@ namespace kforge::eval {
 
 struct EvalSession;
 
-// The document's `status` for an evaluation that ended with `kind`.
-std::string StatusName(ErrorKind kind);
-
 // The dtype an evaluation runs at: the one asked for, else the task's first.
 Result<Dtype> ChosenDtype(const Task& task, const EvalOptions& options);
 

@@ -107,6 +107,9 @@ class RealEvaluator final : public Evaluator {
     if (options.nccl_self_test) options.timing = false;  // W = 1 is never a benchmark
     KF_ASSIGN_OR_RETURN(Dtype dtype, ChosenDtype(task, options));
     Attempt a(task, source, name, dtype, options.compile_only);
+    // The world asked for; placement below says the one that ran. A
+    // compile-only document places no ranks and keeps the asked one.
+    if (options.world > 0) a.doc()["world"] = options.world;
     // Placement first (it decides the arch), unless only compiling.
     json card;
     if (!options.compile_only) {

@@ -79,17 +79,6 @@ std::vector<std::string> ProfileLines(const nlohmann::json& profile) {
   return out;
 }
 
-int ExitCodeFor(const std::string& status) {
-  if (status == "passed" || status == "compiled") return 0;
-  if (status == "compile_error") return 2;
-  if (status == "policy_violation") return 3;
-  if (status == "runtime_error") return 4;
-  if (status == "mismatch") return 5;
-  if (status == "timeout") return 6;
-  if (status == "integrity_violation") return 9;
-  return 7;
-}
-
 std::string RenderEvalReport(const nlohmann::json& d) {
   std::string out;
   // No world when no rank ran (compile-only) and none was asked for.

@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "http.h"
+#include "kforge/core/eval_doc.h"
 #include "kforge/remote/client.h"
 #include "kforge/remote/rendezvous.h"
 #include "liveness.h"
@@ -71,8 +72,11 @@ class RemoteEvalPort final : public agent::EvalPort {
         fmt::format("HTTP {} {}: {}", http, code.empty() ? "-" : code, message);
     if (http == 200) {
       nlohmann::json doc = nlohmann::json::parse(reply->body, nullptr, false);
-      if (doc.is_discarded() || !doc.is_object() || !doc.contains("status"))
-        return Lost(o_.label, "the answer is not a kforge.eval/1 document");
+      if (doc.is_discarded())
+        return Lost(o_.label, "the answer is not a kforge.eval/1 document: not JSON");
+      if (Result<EvalSummary> summary = ReadEvalSummary(doc); !summary.ok())
+        return Lost(o_.label,
+                    "the answer is not a kforge.eval/1 document: " + summary.status().message());
       return doc;
     }
     if (http == 429 || http == 503) {

@@ -85,7 +85,7 @@ TEST(ReplayRun, CompileOnlyDemoRunRecordsEveryTurn) {
     auto evals = (*store)->ListEvaluations(s.id);
     ASSERT_TRUE(evals.ok());
     ASSERT_EQ(evals->size(), 1u);
-    EXPECT_EQ((*evals)[0].status, "compile_error");
+    EXPECT_EQ((*evals)[0].verdict, Verdict::kCompileError);
   }
   // Resuming changes nothing that is done: the same two turns per session.
   auto again = run_once();

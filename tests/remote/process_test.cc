@@ -207,7 +207,7 @@ Record ReadRecord(const fs::path& run_dir) {
     auto evaluations = (*store)->ListEvaluations(s.id);
     for (const auto& e : evaluations.value()) {
       rec.evaluations.insert(
-          fmt::format("{} turn {} {}", s.key.task, index_of[e.turn_id], e.status));
+          fmt::format("{} turn {} {}", s.key.task, index_of[e.turn_id], VerdictName(e.verdict)));
     }
   }
   auto events = (*store)->ListEvents(run);

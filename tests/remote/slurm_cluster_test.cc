@@ -66,7 +66,7 @@ json StoreRecord(const fs::path& run_dir) {
       json d = doc.ok() ? *doc : json();
       session["evaluations"].push_back(
           {{"turn", index_of[e.turn_id]},
-           {"status", e.status},
+           {"status", VerdictName(e.verdict)},
            {"message", d.value("message", "")},
            {"diagnostics",
             d.contains("compile") ? d["compile"].value("diagnostics", json()) : json()}});

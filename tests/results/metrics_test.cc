@@ -22,7 +22,7 @@ SampleOutcome S(const std::string& model, const std::string& task, bool correct,
   s.world = 4;
   s.dtype = "bf16";
   s.correct = correct;
-  s.status = correct ? "passed" : "mismatch";
+  s.verdict = correct ? Verdict::kPassed : Verdict::kMismatch;
   s.speedup = speedup;
   s.emulated = emulated;
   s.tokens = 100;

@@ -4,6 +4,7 @@
 #include <sqlite3.h>
 
 #include <fstream>
+#include <map>
 #include <thread>
 
 #include "kforge/core/hash.h"
@@ -93,7 +94,7 @@ TEST(RunStoreTest, RoundTripsRunsSessionsTurnsAndEvaluations) {
   auto evals = s.ListEvaluations(*sid);
   ASSERT_OK(evals);
   ASSERT_EQ(evals->size(), 1u);
-  EXPECT_EQ((*evals)[0].status, "passed");
+  EXPECT_EQ((*evals)[0].verdict, Verdict::kPassed);
   EXPECT_DOUBLE_EQ(*(*evals)[0].speedup, 1.3);
   EXPECT_DOUBLE_EQ(*(*evals)[0].busbw_gbps, 55.5) << "busbw comes from the largest bench size";
   EXPECT_EQ((*evals)[0].world, 4);
@@ -139,7 +140,7 @@ TEST(RunStoreTest, RejectsBadInputWithoutLosingData) {
   auto evals = s.ListEvaluations(*sid);
   ASSERT_OK(evals);
   ASSERT_EQ(evals->size(), 2u);
-  EXPECT_EQ((*evals)[0].status, "passed");
+  EXPECT_EQ((*evals)[0].verdict, Verdict::kPassed);
   EXPECT_FALSE((*evals)[1].speedup.has_value());
 }
 
@@ -327,7 +328,8 @@ TEST(StoreViewsTest, ViewsAgreeWithTheSampleReader) {
     const std::string expected = o.correct         ? "solved"
                                  : o.not_evaluated ? "not_evaluated"
                                                    : "unsolved";
-    EXPECT_EQ(row[0], expected) << "session " << o.session_id << " status " << o.status;
+    EXPECT_EQ(row[0], expected) << "session " << o.session_id << " status "
+                                << (o.verdict ? VerdictName(*o.verdict) : "none");
     EXPECT_NEAR(std::stod(row[1]), o.cost_usd, 1e-9);
     solved += o.correct;
     not_evaluated += o.not_evaluated;
@@ -337,7 +339,8 @@ TEST(StoreViewsTest, ViewsAgreeWithTheSampleReader) {
                           o.session_id);
       ASSERT_EQ(best.size(), 2u);
       EXPECT_EQ(best[0], std::to_string(o.best_evaluation_id)) << o.session_id;
-      EXPECT_EQ(best[1], o.status);
+      ASSERT_TRUE(o.verdict);
+      EXPECT_EQ(best[1], VerdictName(*o.verdict));
     }
   }
   EXPECT_GT(solved, 0);
@@ -357,6 +360,61 @@ TEST(StoreViewsTest, ViewsAgreeWithTheSampleReader) {
 }
 
 // PRAGMA foreign_keys=ON on every connection: the declared references hold.
+// One finished session per verdict, each with one kernel and one evaluation:
+// the sample reader and the session_outcomes view agree, a kernel rejected
+// for breaking the sandbox counts as a wrong answer (not "not evaluated"),
+// and only compiled / harness_error leave a session unjudged.
+TEST(StoreViewsTest, EveryVerdictCountsAsTheSampleReaderSays) {
+  TempDir tmp;
+  std::map<int64_t, Verdict> by_session;
+  {
+    auto store = RunStore::Open(tmp.path());
+    ASSERT_OK(store);
+    auto& s = **store;
+    auto run = s.CreateOrGetRun("verdicts", {}, "v", "h", {});
+    ASSERT_OK(run);
+    int sample = 0;
+    for (Verdict v : kAllVerdicts) {
+      auto sid = s.UpsertSession(run->id, {"m", "001_allreduce", "s", sample++, 2, "f32", "c"});
+      ASSERT_OK(sid);
+      auto ksha = s.PutBlob("__global__ void k" + std::to_string(sample) + "() {}\n");
+      ASSERT_OK(ksha);
+      TurnRecord t;
+      t.session_id = *sid;
+      t.kernel_sha = *ksha;
+      auto tid = s.AppendTurn(t);
+      ASSERT_OK(tid);
+      nlohmann::json doc = {{"schema", kEvalSchema}, {"status", VerdictName(v)}};
+      if (v == Verdict::kPassed) doc["speedup"] = 1.2;
+      ASSERT_OK(s.RecordEvaluation(*sid, *tid, doc));
+      ASSERT_STATUS_OK(s.SetSessionState(*sid, "done", "turn budget"));
+      by_session[*sid] = v;
+    }
+  }
+  auto store = RunStore::Open(tmp.path(), true);
+  ASSERT_OK(store);
+  auto samples = LoadSamples(**store);
+  ASSERT_OK(samples);
+  ASSERT_EQ(samples->size(), std::size(kAllVerdicts));
+  auto db = internal::Db::Open(StorePath(tmp.path()), true);
+  ASSERT_OK(db);
+  for (const auto& o : *samples) {
+    const Verdict v = by_session.at(o.session_id);
+    SCOPED_TRACE(std::string(VerdictName(v)));
+    ASSERT_TRUE(o.verdict);
+    EXPECT_EQ(*o.verdict, v);
+    EXPECT_EQ(o.correct, v == Verdict::kPassed);
+    EXPECT_EQ(o.not_evaluated, !JudgesTheKernel(v));
+    auto q = (*db)->Prepare("SELECT outcome FROM session_outcomes WHERE session_id = ?");
+    ASSERT_OK(q);
+    q->Bind(1, o.session_id);
+    auto row = q->Step();
+    ASSERT_OK(row);
+    ASSERT_TRUE(*row);
+    EXPECT_EQ(q->Text(0), o.correct ? "solved" : o.not_evaluated ? "not_evaluated" : "unsolved");
+  }
+}
+
 TEST(StoreViewsTest, ForeignKeysAreEnforced) {
   TempDir tmp;
   auto store = RunStore::Open(tmp.path());
@@ -389,7 +447,7 @@ TEST(StoreViewsTest, VersionTwoStoresReadAndMigrate) {
   ro->reset();
   auto rw = RunStore::Open(tmp.path());
   ASSERT_OK(rw);
-  EXPECT_EQ((*rw)->schema_version(), 3);
+  EXPECT_EQ((*rw)->schema_version(), kSchemaVersion);
   auto db = internal::Db::Open(StorePath(tmp.path()), true);
   ASSERT_OK(db);
   auto q = (*db)->Prepare("SELECT COUNT(*) FROM sqlite_master WHERE type = 'view'");

@@ -15,24 +15,11 @@ namespace {
 const EvaluationRecord* FallbackBest(const std::vector<const EvaluationRecord*>& evals) {
   const EvaluationRecord* best = nullptr;
   for (const auto* e : evals) {
-    if (e->status != "passed") continue;
+    if (e->verdict != Verdict::kPassed) continue;
     if (!best || e->speedup.value_or(0) > best->speedup.value_or(0)) best = e;
   }
   if (!best && !evals.empty()) best = evals.back();
   return best;
-}
-
-// Statuses that are a verdict on the kernel (docs/eval-result.md); the rest
-// ("compiled", "harness_error") say nothing about the model's work.
-bool IsVerdict(const std::string& status) {
-  return status == "passed" || status == "mismatch" || status == "runtime_error" ||
-         status == "timeout" || status == "compile_error" || status == "policy_violation";
-}
-
-// Verdicts only a GPU gives.
-bool IsGpuVerdict(const std::string& status) {
-  return status == "passed" || status == "mismatch" || status == "runtime_error" ||
-         status == "timeout";
 }
 
 }  // namespace
@@ -41,15 +28,15 @@ bool StoppedByLimit(std::string_view stop_reason) {
   return stop_reason.starts_with(kBudgetStopPrefix) || stop_reason == kDeadlineStopReason;
 }
 
-bool NotEvaluated(const std::vector<std::string>& statuses, int no_kernel_turns,
+bool NotEvaluated(const std::vector<Verdict>& verdicts, int no_kernel_turns,
                   bool compiled_unevaluated, bool stopped_by_limit) {
-  bool verdict = no_kernel_turns > 0 && !stopped_by_limit, gpu = false;
-  for (const auto& st : statuses) {
-    if (st == "passed") return false;
-    verdict = verdict || IsVerdict(st);
-    gpu = gpu || IsGpuVerdict(st);
+  bool judged = no_kernel_turns > 0 && !stopped_by_limit, gpu = false;
+  for (Verdict v : verdicts) {
+    if (v == Verdict::kPassed) return false;
+    judged = judged || JudgesTheKernel(v);
+    gpu = gpu || CameFromAGpu(v);
   }
-  return !verdict || (compiled_unevaluated && !gpu);
+  return !judged || (compiled_unevaluated && !gpu);
 }
 
 Result<std::vector<SampleOutcome>> LoadSamples(const RunStore& store) {
@@ -63,12 +50,13 @@ Result<std::vector<SampleOutcome>> LoadSamples(const RunStore& store) {
     for (const auto& e : evals) by_session[e.session_id].push_back(&e);
     std::map<int64_t, const SessionUsage*> usage_by_session;
     for (const auto& u : usage) usage_by_session[u.session_id] = &u;
-    // "compiled" events: a kernel compiled and was not run (compile-only runs).
+    // "compiled" events (named after the verdict): a kernel compiled and was
+    // not run (compile-only runs).
     KF_ASSIGN_OR_RETURN(std::vector<EventRecord> events, store.ListEvents(run.id));
     std::set<int64_t> compiled;
     for (const auto& e : events) {
-      if (e.kind == "compiled" && e.detail.is_object() && e.detail.contains("session") &&
-          e.detail["session"].is_number_integer())
+      if (e.kind == VerdictName(Verdict::kCompiled) && e.detail.is_object() &&
+          e.detail.contains("session") && e.detail["session"].is_number_integer())
         compiled.insert(e.detail["session"].get<int64_t>());
     }
     for (const SessionRecord& s : sessions) {
@@ -97,8 +85,8 @@ Result<std::vector<SampleOutcome>> LoadSamples(const RunStore& store) {
       if (!best) best = FallbackBest(mine);
       if (best) {
         o.best_evaluation_id = best->id;
-        o.status = best->status;
-        o.correct = best->status == "passed";
+        o.verdict = best->verdict;
+        o.correct = best->verdict == Verdict::kPassed;
         if (o.correct) o.speedup = best->speedup;
       }
       if (auto it = usage_by_session.find(s.id); it != usage_by_session.end()) {
@@ -108,11 +96,11 @@ Result<std::vector<SampleOutcome>> LoadSamples(const RunStore& store) {
         o.wall_s += it->second->latency_s;
       }
       if (best) o.best_kernel_sha = best->kernel_sha;
-      std::vector<std::string> statuses;
-      for (const auto* e : mine) statuses.push_back(e->status);
+      std::vector<Verdict> verdicts;
+      for (const auto* e : mine) verdicts.push_back(e->verdict);
       const auto u = usage_by_session.find(s.id);
       const int no_kernel = u == usage_by_session.end() ? 0 : u->second->no_kernel_turns;
-      o.not_evaluated = NotEvaluated(statuses, no_kernel, compiled.count(s.id) > 0,
+      o.not_evaluated = NotEvaluated(verdicts, no_kernel, compiled.count(s.id) > 0,
                                      s.state == "stopped" && StoppedByLimit(s.stop_reason));
       if (o.not_evaluated) {
         if (!s.stop_reason.empty()) {

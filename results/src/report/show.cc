@@ -71,7 +71,7 @@ Result<nlohmann::json> RenderShowJson(const RunStore& store, const ShowOptions& 
         for (const auto& e : evals) {
           if (e.turn_id != t.id) continue;
           jevals.push_back({{"id", e.id},
-                            {"status", e.status},
+                            {"status", VerdictName(e.verdict)},
                             {"speedup", OrNull(e.speedup)},
                             {"busbw_gbps", OrNull(e.busbw_gbps)},
                             {"emulated", e.emulated},
@@ -164,7 +164,7 @@ Result<std::string> RenderShowText(const RunStore& store, const ShowOptions& o) 
         for (const auto& e : evals) {
           if (e.turn_id != t.id) continue;
           const bool best = s.best_evaluation_id && *s.best_evaluation_id == e.id;
-          out += fmt::format("  evaluation {}: {}{}{}{}\n", e.id, e.status,
+          out += fmt::format("  evaluation {}: {}{}{}{}\n", e.id, VerdictName(e.verdict),
                              e.speedup ? fmt::format(" · {:.3f}x", *e.speedup) : "",
                              e.emulated ? " · EMULATED (ranks shared a GPU)" : "",
                              best ? " · best" : "");

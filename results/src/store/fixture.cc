@@ -13,7 +13,8 @@ namespace kforge::results {
 namespace {
 
 constexpr const char* kCategories[] = {"collective", "fused", "moe"};
-constexpr const char* kFailures[] = {"compile_error", "mismatch", "runtime_error", "timeout"};
+constexpr Verdict kFailures[] = {Verdict::kCompileError, Verdict::kMismatch, Verdict::kRuntimeError,
+                                 Verdict::kTimeout};
 
 // A uniform number in [0,1) from the spec's seed and a label.
 double Uniform(uint64_t seed, const std::string& label) {
@@ -33,17 +34,14 @@ std::string KernelSource(const std::string& task, int turn, double unroll) {
       task, turn, static_cast<int>(unroll * 8) + turn, turn);
 }
 
-nlohmann::json EvalDoc(const std::string& task, int world, const std::string& status,
-                       double speedup, bool emulated) {
-  nlohmann::json doc = {{"schema", "kforge.eval/1"},
-                        {"status", status},
-                        {"task", task},
-                        {"dtype", "bf16"},
-                        {"world", world},
-                        {"emulated", emulated},
-                        {"seconds", 3.5},
-                        {"devices", std::vector<int>(world, 0)}};
-  if (status == "passed") {
+nlohmann::json EvalDoc(const std::string& task, int world, Verdict verdict, double speedup,
+                       bool emulated) {
+  const std::string status(VerdictName(verdict));
+  nlohmann::json doc = {{"schema", kEvalSchema}, {"status", status},
+                        {"task", task},          {"dtype", "bf16"},
+                        {"world", world},        {"emulated", emulated},
+                        {"seconds", 3.5},        {"devices", std::vector<int>(world, 0)}};
+  if (verdict == Verdict::kPassed) {
     doc["speedup"] = speedup;
     doc["message"] = fmt::format("passed: 5/5 trials; speedup {:.2f}x", speedup);
     doc["timing"] = {{{"size", "1MiB"},
@@ -94,7 +92,7 @@ Status WriteFixtureRun(const std::filesystem::path& run_dir, const FixtureSpec& 
                                                          (1.6 - 0.3 * static_cast<double>(mi))) *
                                               1000) /
                                    1000;
-            const std::string failure =
+            const Verdict failure =
                 kFailures[static_cast<int>(Uniform(spec.seed, label + "|f") * 4) % 4];
             KF_RETURN_IF_ERROR(store->SetSessionState(sid, "running"));
             int64_t best = 0;
@@ -117,12 +115,14 @@ Status WriteFixtureRun(const std::filesystem::path& run_dir, const FixtureSpec& 
               tr.finish_reason = "stop";
               tr.created_at = 1.7e9 + session_no * 100 + turn;
               KF_ASSIGN_OR_RETURN(int64_t tid, store->AppendTurn(tr));
-              const std::string status = last ? (correct ? "passed" : failure) : "mismatch";
+              const Verdict verdict =
+                  last ? (correct ? Verdict::kPassed : failure) : Verdict::kMismatch;
               KF_ASSIGN_OR_RETURN(int64_t eid,
                                   store->RecordEvaluation(
-                                      sid, tid, EvalDoc(task, world, status, speedup, emulated)));
-              KF_RETURN_IF_ERROR(store->SetTurnFeedback(
-                  tid, "Evaluation: " + status + ". Fix the reported issue."));
+                                      sid, tid, EvalDoc(task, world, verdict, speedup, emulated)));
+              KF_RETURN_IF_ERROR(
+                  store->SetTurnFeedback(tid, "Evaluation: " + std::string(VerdictName(verdict)) +
+                                                  ". Fix the reported issue."));
               if (last || best == 0) best = eid;
             }
             KF_RETURN_IF_ERROR(store->SetBestEvaluation(sid, best));

@@ -3,8 +3,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "kforge/core/eval_doc.h"
 #include "kforge/core/json.h"
-#include "kforge/results/eval_doc.h"
 
 namespace kforge::results::internal {
 namespace {
@@ -93,8 +93,11 @@ CREATE INDEX events_by_run ON events(run_id, id);
 // judged its work (a GPU verdict, a compile or policy error, a reply with no
 // kernel), and "not_evaluated" when nothing did (never reached, evaluator
 // failure, or compiled where no GPU was); unfinished sessions with no
-// evaluation are "pending".
-constexpr const char* kV3 = R"sql(
+// evaluation are "pending". The statuses are the verdicts' names (core
+// eval_doc.h): a GPU verdict is CameFromAGpu's, a judgement JudgesTheKernel's.
+// Version 4 counts integrity_violation among the GPU verdicts (version 3 left
+// a kernel rejected for breaking the sandbox out of every denominator).
+constexpr const char* kSessionOutcomes = R"sql(
 CREATE VIEW session_outcomes AS
 SELECT
   s.id AS session_id, r.name AS run, s.model, s.task, s.category, s.strategy, s.sample,
@@ -107,7 +110,7 @@ SELECT
     WHEN EXISTS (SELECT 1 FROM evaluations e WHERE e.session_id = s.id AND e.status = 'passed')
       THEN 'solved'
     WHEN EXISTS (SELECT 1 FROM evaluations e WHERE e.session_id = s.id
-                 AND e.status IN ('mismatch', 'runtime_error', 'timeout'))
+                 AND e.status IN ('mismatch', 'runtime_error', 'timeout', 'integrity_violation'))
       THEN 'unsolved'
     WHEN s.state NOT IN ('done', 'stopped')
          AND NOT EXISTS (SELECT 1 FROM evaluations e WHERE e.session_id = s.id)
@@ -122,7 +125,9 @@ SELECT
     ELSE 'not_evaluated'
   END AS outcome
 FROM sessions s JOIN runs r ON r.id = s.run_id;
+)sql";
 
+constexpr const char* kV3 = R"sql(
 CREATE VIEW best_evaluations AS
 SELECT
   s.id AS session_id, e.id AS evaluation_id, e.turn_id, e.status, e.speedup, e.busbw_gbps,
@@ -161,7 +166,7 @@ Status BackfillV2(Db& db, const BlobReader& blobs) {
   for (const auto& [id, sha] : rows) {
     auto text = blobs(sha);
     if (!text.ok()) continue;  // a missing document leaves the defaults; the row itself is kept
-    auto doc = ParseEvalDoc(*text);
+    auto doc = ParseEvalSummary(*text);
     if (!doc.ok()) continue;
     KF_ASSIGN_OR_RETURN(
         Stmt u, db.Prepare("UPDATE evaluations SET busbw_gbps=?, world=?, message=? WHERE id=?"));
@@ -197,7 +202,11 @@ Status MigrateTo(Db& db, int target, const BlobReader& blobs) {
         KF_RETURN_IF_ERROR(BackfillV2(db, blobs));
         break;
       case 3:
-        KF_RETURN_IF_ERROR(db.Exec(kV3));
+        KF_RETURN_IF_ERROR(db.Exec(std::string(kSessionOutcomes) + kV3));
+        break;
+      case 4:
+        KF_RETURN_IF_ERROR(
+            db.Exec(std::string("DROP VIEW session_outcomes;\n") + kSessionOutcomes));
         break;
       default:
         return Error(ErrorKind::kInternal,

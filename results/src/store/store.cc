@@ -8,10 +8,10 @@
 #include <system_error>
 
 #include "kforge/core/clock.h"
+#include "kforge/core/eval_doc.h"
 #include "kforge/core/fs.h"
 #include "kforge/core/hash.h"
 #include "kforge/core/json.h"
-#include "kforge/results/eval_doc.h"
 #include "schema.h"
 #include "sqlite_db.h"
 #include "store_rows.h"
@@ -297,7 +297,7 @@ Status RunStore::SetTurnFeedback(int64_t turn_id, std::string_view feedback) {
 
 Result<int64_t> RunStore::RecordEvaluation(int64_t session_id, int64_t turn_id,
                                            const nlohmann::json& eval_doc) {
-  KF_ASSIGN_OR_RETURN(EvalSummary c, ReadEvalDoc(eval_doc));
+  KF_ASSIGN_OR_RETURN(EvalSummary c, ReadEvalSummary(eval_doc));
   std::lock_guard lock(mu_);
   KF_ASSIGN_OR_RETURN(std::string doc_sha, PutBlobLocked(eval_doc.dump(2)));
   KF_ASSIGN_OR_RETURN(Stmt q,
@@ -307,7 +307,7 @@ Result<int64_t> RunStore::RecordEvaluation(int64_t session_id, int64_t turn_id,
                                    "WHERE EXISTS (SELECT 1 FROM sessions WHERE id=?)"));
   KF_RETURN_IF_ERROR(q.Bind(1, session_id)
                          .Bind(2, turn_id)
-                         .Bind(3, c.status)
+                         .Bind(3, std::string(VerdictName(c.verdict)))
                          .Bind(4, c.speedup)
                          .Bind(5, c.busbw_gbps)
                          .Bind(6, c.emulated ? 1 : 0)

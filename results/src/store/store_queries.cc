@@ -3,7 +3,6 @@
 #include <nlohmann/json.hpp>
 
 #include "kforge/core/json.h"
-#include "kforge/results/eval_doc.h"
 #include "kforge/results/store.h"
 #include "schema.h"
 #include "sqlite_db.h"

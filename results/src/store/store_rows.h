@@ -96,7 +96,9 @@ inline EvaluationRecord ReadEvaluation(const Stmt& q) {
   e.id = q.Int(0);
   e.session_id = q.Int(1);
   e.turn_id = q.Int(2);
-  e.status = q.Text(3);
+  // Every stored status went through ReadEvalSummary; one that is no
+  // verdict (a hand-edited store) is kforge's, never the kernel's.
+  e.verdict = ParseVerdict(q.Text(3)).value_or(Verdict::kHarnessError);
   e.speedup = q.OptDouble(4);
   e.busbw_gbps = q.OptDouble(5);
   e.emulated = q.Int(6) != 0;

@@ -21,9 +21,10 @@ namespace {
 
 std::string Nav() { return "<p class=\"note\"><a href=\"/\">leaderboard</a> · kforge</p>"; }
 
-std::string StatusTag(const std::string& status, bool emulated) {
-  std::string tag = fmt::format("<span class=\"tag {}\">{}</span>",
-                                status == "passed" ? "passed" : "failed", HtmlEscape(status));
+std::string StatusTag(Verdict verdict, bool emulated) {
+  std::string tag =
+      fmt::format("<span class=\"tag {}\">{}</span>",
+                  verdict == Verdict::kPassed ? "passed" : "failed", VerdictName(verdict));
   if (emulated) tag += " <span class=\"tag emulated\">emulated</span>";
   return tag;
 }
@@ -49,7 +50,7 @@ Result<Counts> CountRun(const RunStore& store) {
     for (const auto& s : sessions) ++c.by_state[s.state];
     KF_ASSIGN_OR_RETURN(auto evals, store.ListRunEvaluations(run.id));
     c.evaluations += static_cast<int>(evals.size());
-    for (const auto& e : evals) c.passed += e.status == "passed";
+    for (const auto& e : evals) c.passed += e.verdict == Verdict::kPassed;
   }
   return c;
 }
@@ -197,8 +198,8 @@ Result<std::string> RunPage(const Site& site, const std::string& run_key) {
           o && o->not_evaluated
               ? "<span class=\"tag\" title=\"" + HtmlEscape(o->not_evaluated_reason) +
                     "\">not evaluated</span>"
-          : o && !o->status.empty() ? StatusTag(o->status, o->emulated)
-                                    : "—",
+          : o && o->verdict ? StatusTag(*o->verdict, o->emulated)
+                            : "—",
           o && o->speedup ? fmt::format("{:.3f}x", *o->speedup) : "—");
     }
   }
@@ -244,7 +245,7 @@ Result<std::string> SessionPage(const Site& site, const std::string& run_key, in
       if (e.turn_id != t.id) continue;
       const bool best = s.best_evaluation_id && *s.best_evaluation_id == e.id;
       body += fmt::format("<p class=\"evaluation\">Evaluation: {}{}{} — {}</p>",
-                          StatusTag(e.status, e.emulated),
+                          StatusTag(e.verdict, e.emulated),
                           e.speedup ? fmt::format(" <b>{:.3f}x</b>", *e.speedup) : "",
                           best ? " (best)" : "", HtmlEscape(e.message));
       auto doc = store->GetEvaluationDoc(e);
@@ -297,9 +298,9 @@ Result<std::string> TaskPage(const Site& site, const std::string& task) {
   for (const auto& [key, s] : best) {
     body += fmt::format("<h2>{} · {}</h2><p>{}{} · <a href=\"/session/{}/{}\">session</a></p>",
                         HtmlEscape(key.first), HtmlEscape(key.second),
-                        s.not_evaluated    ? "not evaluated: " + HtmlEscape(s.not_evaluated_reason)
-                        : s.status.empty() ? std::string("not evaluated")
-                                           : StatusTag(s.status, s.emulated),
+                        s.not_evaluated ? "not evaluated: " + HtmlEscape(s.not_evaluated_reason)
+                        : !s.verdict    ? std::string("not evaluated")
+                                        : StatusTag(*s.verdict, s.emulated),
                         s.speedup ? fmt::format(" <b>{:.3f}x</b>", *s.speedup) : "",
                         HtmlEscape(s.run_dir.filename().string()), s.session_id);
     // A session nothing evaluated has no best kernel to show (its last

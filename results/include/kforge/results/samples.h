@@ -26,10 +26,10 @@ struct SampleOutcome {
   // From the session's best evaluation: the one SetBestEvaluation named, else
   // the fastest passed one, else the last one.
   int64_t best_evaluation_id = 0;
-  std::string status;             // best evaluation's status ("" when none)
-  bool correct = false;           // status == "passed"
-  std::optional<double> speedup;  // only when correct and timed
-  bool emulated = false;          // any of the session's evaluations ran emulated
+  std::optional<Verdict> verdict;  // the best evaluation's (none when nothing evaluated)
+  bool correct = false;            // verdict == kPassed
+  std::optional<double> speedup;   // only when correct and timed
+  bool emulated = false;           // any of the session's evaluations ran emulated
   int turns = 0;
   int64_t tokens = 0;  // input + output over every turn
   double cost_usd = 0;
@@ -55,11 +55,11 @@ bool StoppedByLimit(std::string_view stop_reason);
 // The rule for SampleOutcome::not_evaluated, from what the store holds: no
 // evaluation passed, and either nothing was judged (no evaluation with a
 // verdict and no turn whose reply held no kernel) or a kernel compiled and
-// never reached a GPU. `statuses` are the session's evaluation statuses.
+// never reached a GPU. `verdicts` are the session's evaluations'.
 // `stopped_by_limit` (StoppedByLimit of a stopped session): a budget or the
 // deadline cut the session short, so only an evaluation's verdict counts; a
 // reply without a kernel alone does not make it a wrong answer.
-bool NotEvaluated(const std::vector<std::string>& statuses, int no_kernel_turns,
+bool NotEvaluated(const std::vector<Verdict>& verdicts, int no_kernel_turns,
                   bool compiled_unevaluated, bool stopped_by_limit = false);
 
 // Every counted session of every run in one store. A session counts once it

@@ -27,6 +27,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kforge/core/eval_doc.h"
 #include "kforge/core/status.h"
 
 namespace kforge::results {
@@ -36,9 +37,10 @@ class Db;
 }
 
 // The schema version this code writes. Older stores are migrated on Open.
-inline constexpr int kSchemaVersion = 3;
-// The oldest layout read-only openers read as is: version 3 only added SQL
-// views (for sqlite3 users), which kforge's own readers do not use.
+inline constexpr int kSchemaVersion = 4;
+// The oldest layout read-only openers read as is: versions 3 and 4 only add
+// or change SQL views (for sqlite3 users), which kforge's own readers do not
+// use.
 inline constexpr int kMinReadableSchemaVersion = 2;
 
 struct RunInfo {
@@ -91,8 +93,8 @@ struct TurnRecord {
 struct EvaluationRecord {
   int64_t id = 0;
   int64_t session_id = 0;
-  int64_t turn_id = 0;  // 0 when not tied to a turn
-  std::string status;   // passed | compile_error | ... (docs/eval-result.md)
+  int64_t turn_id = 0;                       // 0 when not tied to a turn
+  Verdict verdict = Verdict::kHarnessError;  // the document's "status"
   std::optional<double> speedup;
   std::optional<double> busbw_gbps;  // of the largest bench size
   bool emulated = false;
