@@ -284,12 +284,6 @@ Result<std::unique_ptr<StorePort>> CreateRunStore(const fs::path& run_dir) {
   return std::unique_ptr<StorePort>(std::make_unique<RunStoreAdapter>(std::move(store)));
 }
 
-Result<nlohmann::json> ProbeHardwareCard(const std::vector<int>& gpus) {
-  KF_ASSIGN_OR_RETURN(nlohmann::json card, eval::ProbeHardware(gpus));
-  if (!card.contains("world") && card.contains("gpus")) card["world"] = card["gpus"].size();
-  return card;
-}
-
 Result<PromptInputs> TaskPromptInputs(const eval::Task& task, int world, const std::string& dtype,
                                       const Strategy& strategy, const std::string& hardware_card) {
   KF_RETURN_IF_ERROR(CheckTaskProblem(task, world, dtype));

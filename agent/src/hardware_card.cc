@@ -14,21 +14,6 @@ namespace kforge::agent {
 
 namespace {
 
-// Versions come as text in named profiles ("2.28.3") and as the libraries'
-// integers in a probed card (NCCL 22803 = 2.28.3, CUDA 13000 = 13.0).
-std::string VersionText(const nlohmann::json& card, const char* key, bool nccl) {
-  auto it = card.find(key);
-  if (it == card.end()) return "?";
-  if (it->is_string()) return it->get<std::string>();
-  if (!it->is_number_integer()) return "?";
-  int64_t v = it->get<int64_t>();
-  if (nccl) return fmt::format("{}.{}.{}", v / 10000, v / 100 % 100, v % 100);
-  return fmt::format("{}.{}", v / 1000, v % 1000 / 10);
-}
-
-}  // namespace
-namespace {
-
 namespace fs = std::filesystem;
 using nlohmann::json;
 
@@ -52,7 +37,8 @@ std::string Bytes(double b) {
 
 }  // namespace
 
-Result<json> ParseHardwareProfile(std::string_view toml_text, const fs::path& origin) {
+Result<eval::HardwareCard> ParseHardwareProfile(std::string_view toml_text,
+                                                const fs::path& origin) {
   toml::table root;
   try {
     root = toml::parse(toml_text, origin.string());
@@ -68,40 +54,57 @@ Result<json> ParseHardwareProfile(std::string_view toml_text, const fs::path& or
     if (!kTop.count(std::string(k.str())))
       return FieldError(origin, &node, k.str(), "unknown field");
   }
-  json card = json::object();
-  card["profile"] = root["name"].value_or(origin.stem().string());
-  card["description"] = root["description"].value_or(std::string());
+  eval::HardwareCard card;
+  card.profile = root["name"].value_or(origin.stem().string());
+  card.description = root["description"].value_or(std::string());
   auto world = root["world"].value<int64_t>();
   if (!world || *world < 1 || *world > 64) {
     return FieldError(origin, root.get("world"), "world", "expected an integer from 1 to 64");
   }
-  for (const char* key : {"nccl_version", "cuda_driver_version", "cuda_runtime_version"}) {
+  for (auto [key, field] : {std::pair{"nccl_version", &card.nccl_version},
+                            std::pair{"cuda_driver_version", &card.cuda_driver_version},
+                            std::pair{"cuda_runtime_version", &card.cuda_runtime_version}}) {
     auto v = root[key].value<std::string>();
     if (!v) return FieldError(origin, root.get(key), key, "expected a string");
-    card[key] = *v;
+    *field = *v;
   }
   const toml::table* gpu = root["gpu"].as_table();
   if (!gpu) return FieldError(origin, root.get("gpu"), "gpu", "expected a table");
-  json g = json::object();
+  eval::GpuInfo g;
   auto name = (*gpu)["name"].value<std::string>();
   if (!name) return FieldError(origin, gpu->get("name"), "gpu.name", "expected a string");
-  g["name"] = *name;
+  g.name = *name;
+  std::map<std::string, int64_t> ints;
   for (const char* key : kGpuIntFields) {
     auto v = (*gpu)[key].value<int64_t>();
     if (!v || *v < 0)
       return FieldError(origin, gpu->get(key), fmt::format("gpu.{}", key),
                         "expected a non-negative integer");
-    g[key] = *v;
+    ints[key] = *v;
   }
   auto bw = (*gpu)["hbm_bandwidth_gbps"].value<double>();
   if (!bw || *bw <= 0)
     return FieldError(origin, gpu->get("hbm_bandwidth_gbps"), "gpu.hbm_bandwidth_gbps",
                       "expected a positive number");
-  g["hbm_bandwidth_gbps"] = *bw;
   for (const auto& [k, node] : *gpu) {
-    if (!g.contains(std::string(k.str())))
-      return FieldError(origin, &node, fmt::format("gpu.{}", k.str()), "unknown field");
+    const std::string key(k.str());
+    if (key != "name" && key != "hbm_bandwidth_gbps" && !ints.count(key))
+      return FieldError(origin, &node, fmt::format("gpu.{}", key), "unknown field");
   }
+  const auto small = [&](const char* key) {
+    return static_cast<int>(std::min<int64_t>(ints[key], 1 << 30));
+  };
+  g.cc_major = small("cc_major");
+  g.cc_minor = small("cc_minor");
+  g.sm_count = small("sm_count");
+  g.smem_per_block_optin = ints["smem_per_block_optin"];
+  g.smem_per_sm = ints["smem_per_sm"];
+  g.regs_per_sm = ints["regs_per_sm"];
+  g.l2_bytes = ints["l2_bytes"];
+  g.hbm_bytes = ints["hbm_bytes"];
+  g.sm_clock_mhz = static_cast<double>(ints["sm_clock_mhz"]);
+  g.mem_clock_mhz = static_cast<double>(ints["mem_clock_mhz"]);
+  g.hbm_bandwidth_gbps = *bw;
   int64_t links = 0;
   double gbps = 0;
   if (const toml::node* n = root.get("nvlink")) {
@@ -120,36 +123,31 @@ Result<json> ParseHardwareProfile(std::string_view toml_text, const fs::path& or
     links = *l;
     gbps = *b;
   }
-  int w = static_cast<int>(*world);
-  json gpus = json::array();
-  json p2p = json::array();
-  json nvlink = json::array();
+  const int w = static_cast<int>(*world);
   for (int i = 0; i < w; ++i) {
-    json gi = g;
-    gi["index"] = i;
-    gpus.push_back(gi);
-    json row = json::array();
+    eval::GpuInfo gi = g;
+    gi.index = i;
+    card.gpus.push_back(gi);
+    std::vector<bool> row;
     for (int j = 0; j < w; ++j) {
       row.push_back(links > 0 || i == j);
-      if (i != j && links > 0)
-        nvlink.push_back({{"from", i}, {"to", j}, {"links", links}, {"gbps", gbps}});
+      if (i != j && links > 0) card.nvlink.push_back({i, j, static_cast<int>(links), gbps});
     }
-    p2p.push_back(row);
+    card.p2p.push_back(std::move(row));
   }
-  card["gpus"] = gpus;
-  card["p2p"] = p2p;
-  card["nvlink"] = nvlink;
-  card["emulated"] = false;
-  card["world"] = w;
+  card.device_count = w;
+  card.emulated = false;
+  card.world = w;
   return card;
 }
 
-Result<json> LoadHardwareProfile(const fs::path& path) {
+Result<eval::HardwareCard> LoadHardwareProfile(const fs::path& path) {
   KF_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
   return ParseHardwareProfile(text, path);
 }
 
-Result<json> FindHardwareProfile(const std::string& name_or_path, const fs::path& prompts_dir) {
+Result<eval::HardwareCard> FindHardwareProfile(const std::string& name_or_path,
+                                               const fs::path& prompts_dir) {
   if (name_or_path.find('/') != std::string::npos || name_or_path.ends_with(".toml")) {
     return LoadHardwareProfile(name_or_path);
   }
@@ -176,70 +174,35 @@ std::vector<std::string> ListHardwareProfiles(const fs::path& prompts_dir) {
   return names;
 }
 
-json TrimHardware(const json& card, int world) {
-  json out = card;
-  const json gpus = card.value("gpus", json::array());
-  if (world <= 0 || static_cast<size_t>(world) >= gpus.size()) return out;
-  out["gpus"] = json(std::vector<json>(gpus.begin(), gpus.begin() + world));
-  json p2p = json::array();
-  const json in_p2p = card.value("p2p", json::array());
-  for (int i = 0; i < world && static_cast<size_t>(i) < in_p2p.size(); ++i) {
-    const json& row = in_p2p[i];
-    p2p.push_back(
-        json(std::vector<json>(row.begin(), row.begin() + std::min<size_t>(world, row.size()))));
-  }
-  out["p2p"] = p2p;
-  json nvlink = json::array();
-  for (const auto& l : card.value("nvlink", json::array())) {
-    if (l.value("from", 0) < world && l.value("to", 0) < world) nvlink.push_back(l);
-  }
-  out["nvlink"] = nvlink;
-  out["world"] = world;
-  return out;
-}
-
-double LinkPeakGbps(const json& card) {
-  double peak = 0;
-  for (const auto& l : card.value("nvlink", json::array())) {
-    if (l.value("from", -1) == 0) peak = std::max(peak, JsonNumber(l, "gbps"));
-  }
-  return peak;
-}
-
-std::string RenderHardwareCard(const json& card) {
+std::string RenderHardwareCard(const eval::HardwareCard& card) {
   std::string out = "## Hardware\n\n";
-  const json gpus = card.value("gpus", json::array());
+  const auto name_of = [](const eval::GpuInfo& g) {
+    return g.name.empty() ? std::string("unknown GPU") : g.name;
+  };
   std::map<std::string, int> by_name;
-  for (const auto& g : gpus) by_name[g.value("name", std::string("unknown GPU"))]++;
+  for (const auto& g : card.gpus) by_name[name_of(g)]++;
   for (const auto& [name, count] : by_name) {
-    const json* g = nullptr;
-    for (const auto& x : gpus) {
-      if (x.value("name", std::string("unknown GPU")) == name) {
-        g = &x;
-        break;
-      }
-    }
-    int ccM = static_cast<int>(JsonIntIn(*g, "cc_major", 0, 1 << 30, 0)),
-        ccm = static_cast<int>(JsonIntIn(*g, "cc_minor", 0, 1 << 30, 0));
+    const eval::GpuInfo& g =
+        *std::find_if(card.gpus.begin(), card.gpus.end(),
+                      [&](const eval::GpuInfo& x) { return name_of(x) == name; });
     out += fmt::format("- {} x {} (compute capability {}.{}, nvcc arch sm_{}{}{}), {} SMs\n", count,
-                       name, ccM, ccm, ccM, ccm, ccM >= 9 ? "a" : "",
-                       static_cast<int>(JsonIntIn(*g, "sm_count", 0, 1 << 30, 0)));
+                       name, g.cc_major, g.cc_minor, g.cc_major, g.cc_minor,
+                       g.cc_major >= 9 ? "a" : "", g.sm_count);
     out += fmt::format(
         "- per SM: {} shared memory ({} per block with the opt-in attribute), {} 32-bit "
         "registers\n",
-        Bytes(JsonNumber(*g, "smem_per_sm")), Bytes(JsonNumber(*g, "smem_per_block_optin")),
-        JsonIntIn(*g, "regs_per_sm", 0, INT64_MAX, 0));
-    out += fmt::format("- L2 cache {}; HBM {} at {:.0f} GB/s\n", Bytes(JsonNumber(*g, "l2_bytes")),
-                       Bytes(JsonNumber(*g, "hbm_bytes")), JsonNumber(*g, "hbm_bandwidth_gbps"));
-    out += fmt::format("- clocks: SM {:.0f} MHz, memory {:.0f} MHz\n",
-                       JsonNumber(*g, "sm_clock_mhz"), JsonNumber(*g, "mem_clock_mhz"));
+        Bytes(static_cast<double>(g.smem_per_sm)),
+        Bytes(static_cast<double>(g.smem_per_block_optin)), g.regs_per_sm);
+    out += fmt::format("- L2 cache {}; HBM {} at {:.0f} GB/s\n",
+                       Bytes(static_cast<double>(g.l2_bytes)),
+                       Bytes(static_cast<double>(g.hbm_bytes)), g.hbm_bandwidth_gbps.value_or(0));
+    out += fmt::format("- clocks: SM {:.0f} MHz, memory {:.0f} MHz\n", g.sm_clock_mhz.value_or(0),
+                       g.mem_clock_mhz.value_or(0));
   }
-  const json p2p = card.value("p2p", json::array());
-  size_t n = gpus.size();
+  const size_t n = card.gpus.size();
   bool all_p2p = n > 0;
-  for (size_t i = 0; i < p2p.size(); ++i) {
-    for (size_t j = 0; j < p2p[i].size(); ++j)
-      all_p2p = all_p2p && p2p[i][j].is_boolean() && p2p[i][j].get<bool>();
+  for (const auto& row : card.p2p) {
+    for (bool v : row) all_p2p = all_p2p && v;
   }
   if (n > 1) {
     out +=
@@ -247,37 +210,35 @@ std::string RenderHardwareCard(const json& card) {
             ? "- peer access (P2P): every GPU can load from and store to every other GPU's memory\n"
             : "- peer access (P2P): NOT available between every pair; see the matrix below\n";
     if (!all_p2p) {
-      for (size_t i = 0; i < p2p.size(); ++i) {
+      for (size_t i = 0; i < card.p2p.size(); ++i) {
         std::string row;
-        for (const auto& v : p2p[i]) row += (v.is_boolean() && v.get<bool>()) ? " Y" : " .";
+        for (bool v : card.p2p[i]) row += v ? " Y" : " .";
         out += fmt::format("  - GPU {}:{}\n", i, row);
       }
     }
   }
-  const json nvlink = card.value("nvlink", json::array());
-  std::set<std::pair<int64_t, double>> kinds;
-  for (const auto& l : nvlink) kinds.insert({l.value("links", int64_t{0}), JsonNumber(l, "gbps")});
-  int64_t probed_links = 0;  // the probe reports active links per GPU, not per peer
-  for (const auto& g : gpus)
-    probed_links = std::max<int64_t>(probed_links, g.value("nvlink_active_links", int64_t{0}));
-  if (nvlink.empty() && n > 1 && probed_links > 0) {
+  std::set<std::pair<int, double>> kinds;
+  for (const auto& l : card.nvlink) kinds.insert({l.links, l.gbps});
+  int probed_links = 0;  // the probe reports active links per GPU, not per peer
+  for (const auto& g : card.gpus)
+    probed_links = std::max(probed_links, g.nvlink_active_links.value_or(0));
+  if (card.nvlink.empty() && n > 1 && probed_links > 0) {
     out += fmt::format("- NVLink: {} active links per GPU\n", probed_links);
-  } else if (nvlink.empty() && n > 1) {
+  } else if (card.nvlink.empty() && n > 1) {
     out += "- NVLink: none reported (peer traffic goes over PCIe)\n";
-  } else if (kinds.size() == 1 && nvlink.size() == n * (n - 1)) {
+  } else if (kinds.size() == 1 && card.nvlink.size() == n * (n - 1)) {
     out += fmt::format("- NVLink: every GPU pair, {} links, {:.0f} GB/s per direction per GPU\n",
                        kinds.begin()->first, kinds.begin()->second);
   } else {
-    for (const auto& l : nvlink) {
-      out += fmt::format("  - NVLink GPU {} -> GPU {}: {} links, {:.0f} GB/s\n", l.value("from", 0),
-                         l.value("to", 0), l.value("links", int64_t{0}), JsonNumber(l, "gbps"));
+    for (const auto& l : card.nvlink) {
+      out += fmt::format("  - NVLink GPU {} -> GPU {}: {} links, {:.0f} GB/s\n", l.from, l.to,
+                         l.links, l.gbps);
     }
   }
-  out += fmt::format("- NCCL {}, CUDA driver {}, CUDA runtime {}\n",
-                     VersionText(card, "nccl_version", true),
-                     VersionText(card, "cuda_driver_version", false),
-                     VersionText(card, "cuda_runtime_version", false));
-  if (card.value("emulated", false)) {
+  const auto text = [](const std::string& v) { return v.empty() ? std::string("?") : v; };
+  out += fmt::format("- NCCL {}, CUDA driver {}, CUDA runtime {}\n", text(card.nccl_version),
+                     text(card.cuda_driver_version), text(card.cuda_runtime_version));
+  if (card.emulated) {
     out +=
         "- EMULATED: ranks share GPUs, so timings do not reflect NVLink; correctness is what "
         "counts here\n";

@@ -14,7 +14,7 @@ Result<std::unique_ptr<EvalPools>> LocalEvalPools(const RunConfig& cfg,
   p->no_gpu_reason = "--compile-only";
   p->where = "this machine";
   if (!p->compile_only) {
-    auto card = ProbeHardwareCard(cfg.gpus);
+    auto card = eval::ProbeHardware(cfg.gpus);
     if (card.ok()) {
       p->card = *card;
     } else {
@@ -23,9 +23,7 @@ Result<std::unique_ptr<EvalPools>> LocalEvalPools(const RunConfig& cfg,
     }
   }
   std::vector<int> gpus = cfg.gpus;
-  if (gpus.empty() && p->card.contains("gpus")) {
-    for (const auto& g : p->card["gpus"]) gpus.push_back(g.value("index", 0));
-  }
+  if (gpus.empty() && p->card) gpus = p->card->DeviceIndices();
   if (!p->compile_only) {
     const size_t world = static_cast<size_t>(std::max(1, cfg.world));
     const size_t sets = std::max<size_t>(1, gpus.size() / world);

@@ -109,14 +109,15 @@ Result<std::vector<std::string>> SelectedTasks(const RunPlan& plan) {
 
 // The card the prompts show and the run stores: a named profile (trimmed to
 // the run's world), else the evaluators' probed card, else none.
-Result<nlohmann::json> PromptCard(const RunPlan& plan, const fs::path& prompts) {
+Result<std::optional<eval::HardwareCard>> PromptCard(const RunPlan& plan, const fs::path& prompts) {
   if (plan.config.hardware.empty()) return plan.pools->card;
-  KF_ASSIGN_OR_RETURN(nlohmann::json card, FindHardwareProfile(plan.config.hardware, prompts));
-  return TrimHardware(card, plan.config.world);
+  KF_ASSIGN_OR_RETURN(eval::HardwareCard card, FindHardwareProfile(plan.config.hardware, prompts));
+  return std::optional<eval::HardwareCard>(card.Trimmed(plan.config.world));
 }
 
 // The spec's fields that come straight from the config and the pools.
-void FillSpec(RunPlan& plan, const nlohmann::json& card, const std::string& suite_hash) {
+void FillSpec(RunPlan& plan, const std::optional<eval::HardwareCard>& card,
+              const std::string& suite_hash) {
   const RunConfig& cfg = plan.config;
   RunSpec& spec = plan.spec;
   spec.name = cfg.name;
@@ -130,8 +131,8 @@ void FillSpec(RunPlan& plan, const nlohmann::json& card, const std::string& suit
   spec.deadline_unix = cfg.deadline_unix;
   spec.config = RunConfigToJson(cfg);
   spec.config["task_suite_hash"] = suite_hash;
-  spec.hardware = card;
-  spec.link_peak_gbps = LinkPeakGbps(card);
+  spec.hardware = card ? eval::ToJson(*card) : nlohmann::json::object();
+  spec.link_peak_gbps = card ? card->LinkPeakGbps() : 0;
   spec.pools.gpu_sets = static_cast<int>(plan.pools->gpu.size());
   spec.pools.compile_slots = static_cast<int>(plan.pools->compile.size());
   spec.pools.llm_per_model = cfg.llm_concurrency;
@@ -209,8 +210,8 @@ Result<std::unique_ptr<RunPlan>> PlanRun(RunConfig cfg, const PlanEnv& env) {
         "needs a GPU.",
         plan->pools->no_gpu_reason));
   }
-  KF_ASSIGN_OR_RETURN(nlohmann::json card, PromptCard(*plan, prompts));
-  const std::string hw_md = card.empty() ? "" : RenderHardwareCard(card);
+  KF_ASSIGN_OR_RETURN(std::optional<eval::HardwareCard> card, PromptCard(*plan, prompts));
+  const std::string hw_md = card ? RenderHardwareCard(*card) : "";
   FillSpec(*plan, card, suite_hash);
   KF_RETURN_IF_ERROR(AddTasks(*plan, keys, hw_md));
   if (env.resume) {

@@ -40,14 +40,15 @@ int Fail(const char* cmd, const std::string& message) {
 // The card for the prompt: a named profile, else the probe, else none.
 std::string HardwareMarkdown(const std::string& profile, const std::vector<int>& gpus, int world,
                              const fs::path& prompts_dir, std::string* why_none,
-                             nlohmann::json* card_out) {
-  Result<nlohmann::json> card = profile.empty() ? agent::ProbeHardwareCard(gpus)
-                                                : agent::FindHardwareProfile(profile, prompts_dir);
+                             eval::HardwareCard* card_out) {
+  Result<eval::HardwareCard> card = profile.empty()
+                                        ? eval::ProbeHardware(gpus)
+                                        : agent::FindHardwareProfile(profile, prompts_dir);
   if (!card.ok()) {
     *why_none = card.status().message();
     return "";
   }
-  nlohmann::json trimmed = profile.empty() ? *card : agent::TrimHardware(*card, world);
+  eval::HardwareCard trimmed = profile.empty() ? *card : card->Trimmed(world);
   if (card_out) *card_out = trimmed;
   return agent::RenderHardwareCard(trimmed);
 }

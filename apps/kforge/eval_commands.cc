@@ -87,9 +87,13 @@ int RunEval(const EvalArgs& a) {
   if (!options.ok()) return FailWith("eval", options.status());
   eval::EvalOptions& o = *options;
   bool no_gpu = false;  // compile-only because there is no GPU, not because it was asked
+  // Probed once: the evaluator is handed the card.
+  std::optional<eval::HardwareCard> probed;
   if (!o.compile_only) {
     auto card = eval::ProbeHardware(o.gpus);
-    if (!card.ok()) {
+    if (card.ok()) {
+      probed = *card;
+    } else {
       no_gpu = true;
       std::fprintf(stderr,
                    "kforge eval: running a kernel needs a GPU (%s); compiling and checking the "
@@ -98,7 +102,7 @@ int RunEval(const EvalArgs& a) {
       o.compile_only = true;
     }
   }
-  auto evaluator = eval::MakeEvaluator();
+  auto evaluator = eval::MakeEvaluator({}, probed);
   auto doc =
       evaluator->Evaluate(*task, *source, std::filesystem::path(a.kernel).filename().string(), o);
   if (!doc.ok()) {

@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "kforge/agent/adapters.h"
+#include "kforge/evaluator/hardware.h"
 #include "kforge/remote/connect.h"
 #include "kforge/remote/slurm.h"
 #include "kforge/remote/tokens.h"
@@ -29,7 +30,11 @@ Status RemotePools(const agent::RunConfig& cfg, const std::vector<remote::Endpoi
   p->compile_only = cfg.compile_only || slots.gpu.empty();
   p->no_gpu_reason =
       cfg.compile_only ? "--compile-only" : "the evaluation servers have no GPU slots";
-  if (!slots.hardware.is_null()) p->card = slots.hardware;
+  if (!slots.hardware.is_null()) {
+    Result<eval::HardwareCard> card = eval::HardwareCardFromJson(slots.hardware);
+    if (!card.ok()) return card.status().WithContext("the eval-server's /v1/info");
+    p->card = *card;
+  }
   std::vector<std::string> names;
   for (const auto& s : slots.servers) {
     names.push_back(

@@ -14,6 +14,7 @@
 #include "kforge/agent/task_select.h"
 #include "kforge/core/log.h"
 #include "kforge/core/strings.h"
+#include "kforge/evaluator/hardware.h"
 #include "kforge/evaluator/suite_hash.h"
 #include "kforge/evaluator/task.h"
 #include "kforge/remote/server.h"
@@ -71,7 +72,8 @@ Result<std::vector<int>> ParseIndices(const std::string& text, const char* flag)
 // The GPU sets: --gpu-sets as given; else the GPUs (--gpus, or every one the
 // probe found) cut into sets of `world`, or one set of all of them when there
 // are fewer than `world` (the evaluator then emulates).
-Result<std::vector<std::vector<int>>> GpuSets(const ServerArgs& a, nlohmann::json* card) {
+Result<std::vector<std::vector<int>>> GpuSets(const ServerArgs& a,
+                                              std::optional<eval::HardwareCard>* card) {
   std::vector<std::vector<int>> sets;
   if (a.gpus == "none") return sets;
   std::vector<int> gpus;
@@ -88,7 +90,7 @@ Result<std::vector<std::vector<int>>> GpuSets(const ServerArgs& a, nlohmann::jso
   } else if (!a.gpus.empty()) {
     KF_ASSIGN_OR_RETURN(gpus, ParseIndices(a.gpus, "--gpus"));
   }
-  auto probed = agent::ProbeHardwareCard(gpus);
+  auto probed = eval::ProbeHardware(gpus);
   if (!probed.ok()) {
     std::fprintf(stderr, "kforge eval-server: no GPU (%s): serving compile-only jobs only\n",
                  probed.status().message().c_str());
@@ -96,9 +98,7 @@ Result<std::vector<std::vector<int>>> GpuSets(const ServerArgs& a, nlohmann::jso
   }
   *card = *probed;
   if (!sets.empty()) return sets;
-  if (gpus.empty()) {
-    for (const auto& g : (*card)["gpus"]) gpus.push_back(g.value("index", 0));
-  }
+  if (gpus.empty()) gpus = probed->DeviceIndices();
   if (gpus.size() < static_cast<size_t>(a.world)) return std::vector<std::vector<int>>{gpus};
   for (size_t s = 0; s + a.world <= gpus.size(); s += a.world)
     sets.emplace_back(gpus.begin() + s, gpus.begin() + s + a.world);
@@ -117,7 +117,7 @@ int RunServer(const ServerArgs& a) {
   if (!tasks.ok()) return FailWith("eval-server", tasks.status());
   auto hash = eval::TaskSuiteHash(tasks_dir);
   if (!hash.ok()) return FailWith("eval-server", hash.status());
-  nlohmann::json card;
+  std::optional<eval::HardwareCard> card;
   auto sets = GpuSets(a, &card);
   if (!sets.ok()) return FailWith("eval-server", sets.status());
   o.gpu_sets = *sets;
@@ -132,7 +132,7 @@ int RunServer(const ServerArgs& a) {
   o.task_suite_hash = *hash;
   o.tasks_dir = tasks_dir.string();
   for (const auto& t : *tasks) o.task_keys.insert(t.key);
-  o.hardware = card;
+  o.hardware = card ? eval::ToJson(*card) : nlohmann::json();
   o.register_file = a.register_file;
   o.advertise_host = a.advertise;
 

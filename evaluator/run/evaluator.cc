@@ -97,7 +97,8 @@ Status RunSession(EvalSession& s, Attempt& a, const Objects& objects) {
 
 class RealEvaluator final : public Evaluator {
  public:
-  explicit RealEvaluator(std::filesystem::path worker) : worker_(std::move(worker)) {}
+  RealEvaluator(std::filesystem::path worker, std::optional<HardwareCard> card)
+      : worker_(std::move(worker)), card_(std::move(card)) {}
 
   // Compile and check, place, then run the phases in a session: each returns
   // early through `a` when the verdict is already known.
@@ -111,7 +112,7 @@ class RealEvaluator final : public Evaluator {
     // compile-only document places no ranks and keeps the asked one.
     if (options.world > 0) a.doc()["world"] = options.world;
     // Placement first (it decides the arch), unless only compiling.
-    json card;
+    HardwareCard card;
     if (!options.compile_only) {
       KF_ASSIGN_OR_RETURN(card, Hardware(options.gpus));
     }
@@ -124,7 +125,7 @@ class RealEvaluator final : public Evaluator {
     a.doc()["devices"] = place.devices;
     a.doc()["emulated"] = place.emulated;
     if (options.nccl_self_test) a.doc()["self_test"] = "nccl_w1";
-    a.doc()["gpu"] = {{"name", card["gpus"][0].value("name", "")}};
+    a.doc()["gpu"] = {{"name", card.gpus.front().name}};
     a.Mark("policy");
     KF_ASSIGN_OR_RETURN(WorkerGroup * group, Group(place, options));
     a.Mark("harness_group");
@@ -138,11 +139,13 @@ class RealEvaluator final : public Evaluator {
   }
 
  private:
-  Result<json> Hardware(const std::vector<int>& gpus) {
-    if (card_.is_null()) {
-      KF_ASSIGN_OR_RETURN(card_, ProbeHardware(gpus, worker_));
+  // The card handed to MakeEvaluator, else one probe per evaluator.
+  Result<HardwareCard> Hardware(const std::vector<int>& gpus) {
+    if (!card_) {
+      KF_ASSIGN_OR_RETURN(HardwareCard probed, ProbeHardware(gpus, worker_));
+      card_ = std::move(probed);
     }
-    return card_;
+    return *card_;
   }
 
   // The candidate and the reference, compiled together; the candidate's
@@ -199,7 +202,7 @@ class RealEvaluator final : public Evaluator {
   }
 
   void Open(EvalSession& s, const Task& task, Dtype dtype, const Placement& place,
-            WorkerGroup& group, const json& card, const EvalOptions& options) const {
+            WorkerGroup& group, const HardwareCard& card, const EvalOptions& options) const {
     s.task = &task;
     s.dtype = dtype;
     s.world = place.world;
@@ -210,8 +213,9 @@ class RealEvaluator final : public Evaluator {
     s.worker = worker_;
     s.worker_env = group.options().env;
     s.mps_dir = group.options().mps_dir;
-    s.l2_bytes = card["gpus"][0].value("l2_bytes", size_t{50} << 20);
-    s.peaks = PeaksOf(card["gpus"][0], dtype);
+    const GpuInfo& gpu = card.gpus.front();
+    s.l2_bytes = gpu.l2_bytes > 0 ? static_cast<size_t>(gpu.l2_bytes) : size_t{50} << 20;
+    s.peaks = PeaksOf(gpu, dtype);
   }
 
   // Reuses the live rank group when placement matches; otherwise starts one.
@@ -294,7 +298,7 @@ class RealEvaluator final : public Evaluator {
   std::filesystem::path worker_;
   CompilerSlot candidate_compiler_, trusted_compiler_;
   BaselineCache baselines_;
-  json card_;
+  std::optional<HardwareCard> card_;
   // Declared before group_: the workers (MPS clients) exit before the daemon.
   std::unique_ptr<MpsDaemon> mps_;
   bool mps_tried_ = false;
@@ -303,12 +307,13 @@ class RealEvaluator final : public Evaluator {
 
 }  // namespace
 
-std::unique_ptr<Evaluator> MakeEvaluator(std::filesystem::path worker_path) {
+std::unique_ptr<Evaluator> MakeEvaluator(std::filesystem::path worker_path,
+                                         std::optional<HardwareCard> card) {
   // The coordinator holds API keys: no process of the same user may read its
   // memory or environment (candidates have no capabilities to override this).
   prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
   if (worker_path.empty()) worker_path = DefaultWorkerPath();
-  return std::make_unique<RealEvaluator>(std::move(worker_path));
+  return std::make_unique<RealEvaluator>(std::move(worker_path), std::move(card));
 }
 
 }  // namespace kforge::eval

@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 
+#include "kforge/core/json.h"
 #include "kforge/core/subprocess.h"
 
 namespace kforge::eval {
@@ -16,8 +17,8 @@ std::filesystem::path DefaultWorkerPath() {
   return "kforge-worker";
 }
 
-Result<nlohmann::json> ProbeHardware(const std::vector<int>& gpus,
-                                     std::filesystem::path worker_path) {
+Result<HardwareCard> ProbeHardware(const std::vector<int>& gpus,
+                                   std::filesystem::path worker_path) {
   if (worker_path.empty()) worker_path = DefaultWorkerPath();
   std::vector<std::string> argv = {worker_path.string(), "--probe"};
   if (!gpus.empty()) {
@@ -32,16 +33,18 @@ Result<nlohmann::json> ProbeHardware(const std::vector<int>& gpus,
   if (!r.Succeeded()) {
     return Error(ErrorKind::kHarness, "kforge-worker --probe failed: " + r.err.substr(0, 2000));
   }
-  nlohmann::json card;
-  try {
-    card = nlohmann::json::parse(r.out);
-  } catch (const std::exception& e) {
-    return Error(ErrorKind::kHarness,
-                 std::string("kforge-worker --probe printed bad JSON: ") + e.what());
+  Result<nlohmann::json> doc = ParseJson(r.out, "kforge-worker --probe's card");
+  if (!doc.ok()) return Error(ErrorKind::kHarness, doc.status().message());
+  Result<HardwareCard> card = HardwareCardFromJson(*doc);
+  if (!card.ok()) {
+    return Error(ErrorKind::kHarness, "kforge-worker --probe: " + card.status().message());
   }
-  if (card.value("device_count", 0) == 0 || card["gpus"].empty()) {
-    return Error(ErrorKind::kNotFound, card.value("error", std::string("no CUDA device visible")));
+  if (card->device_count == 0 || !card->has_gpu()) {
+    return Error(ErrorKind::kNotFound,
+                 card->error.empty() ? std::string("no CUDA device visible") : card->error);
   }
+  // One rank per GPU unless a caller says otherwise.
+  if (card->world == 0) card->world = static_cast<int>(card->gpus.size());
   return card;
 }
 

@@ -3,19 +3,11 @@
 #include <algorithm>
 #include <set>
 
-#include "kforge/core/json.h"
-
 namespace kforge::eval {
 
-Result<Placement> Place(const Task& task, const nlohmann::json& card, const EvalOptions& options) {
+Result<Placement> Place(const Task& task, const HardwareCard& card, const EvalOptions& options) {
   std::vector<int> gpus = options.gpus;
-  if (gpus.empty()) {
-    const nlohmann::json& all = JsonField(card, "gpus");
-    if (all.is_array()) {
-      for (const auto& g : all)
-        gpus.push_back(static_cast<int>(JsonIntIn(g, "index", 0, 1 << 20, 0)));
-    }
-  }
+  if (gpus.empty()) gpus = card.DeviceIndices();
   if (gpus.empty()) return Error(ErrorKind::kInvalidInput, "no GPU to place the ranks on");
   Placement p;
   if (options.nccl_self_test) {
@@ -42,12 +34,10 @@ Result<Placement> Place(const Task& task, const nlohmann::json& card, const Eval
   return p;
 }
 
-std::string TargetArch(const nlohmann::json& card, const std::string& asked) {
+std::string TargetArch(const HardwareCard& card, const std::string& asked) {
   if (!asked.empty()) return asked;
-  const nlohmann::json& gpus = JsonField(card, "gpus");
-  if (!gpus.is_array() || gpus.empty()) return "sm_90a";
-  int64_t cc =
-      JsonIntIn(gpus[0], "cc_major", 0, 100, 9) * 10 + JsonIntIn(gpus[0], "cc_minor", 0, 9, 0);
+  if (!card.has_gpu() || card.gpus.front().cc_major == 0) return "sm_90a";
+  const int cc = card.gpus.front().cc_major * 10 + std::min(card.gpus.front().cc_minor, 9);
   return "sm_" + std::to_string(cc) + (cc >= 90 ? "a" : "");
 }
 

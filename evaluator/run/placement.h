@@ -7,6 +7,7 @@
 
 #include "kforge/core/status.h"
 #include "kforge/evaluator/evaluate.h"
+#include "kforge/evaluator/hardware.h"
 #include "kforge/evaluator/task.h"
 
 namespace kforge::eval {
@@ -20,10 +21,10 @@ struct Placement {
 // W ranks over the chosen GPUs (options.gpus, else every GPU of `card`),
 // round robin; W is options.world, else the smallest world size of the task
 // that covers the GPUs, else its largest.
-Result<Placement> Place(const Task& task, const nlohmann::json& card, const EvalOptions& options);
+Result<Placement> Place(const Task& task, const HardwareCard& card, const EvalOptions& options);
 
 // nvcc's -arch: the one asked for, else the card's first GPU's (sm_90a for
 // Hopper's arch-specific features), else sm_90a when there is no card.
-std::string TargetArch(const nlohmann::json& card, const std::string& asked);
+std::string TargetArch(const HardwareCard& card, const std::string& asked);
 
 }  // namespace kforge::eval

@@ -33,25 +33,15 @@ constexpr NamedHbm kHbm[] = {{"H200", 4800.0}, {"H100", 3350.0}, {"H800", 3350.0
 
 }  // namespace
 
-Peaks PeaksOf(const nlohmann::json& gpu, Dtype dtype) {
+Peaks PeaksOf(const GpuInfo& gpu, Dtype dtype) {
   Peaks p;
-  if (!gpu.is_object()) return p;
-  const auto number = [&](const char* key) {
-    auto it = gpu.find(key);
-    return it != gpu.end() && it->is_number() ? it->get<double>() : 0.0;
-  };
-  p.hbm_gbps = number("hbm_bandwidth_gbps");
-  if (auto name = gpu.find("name"); name != gpu.end() && name->is_string()) {
-    for (const NamedHbm& h : kHbm) {
-      if (name->get<std::string>().find(h.name) != std::string::npos)
-        p.hbm_gbps = std::max(p.hbm_gbps, h.gbps);
-    }
+  p.hbm_gbps = gpu.hbm_bandwidth_gbps.value_or(0);
+  for (const NamedHbm& h : kHbm) {
+    if (gpu.name.find(h.name) != std::string::npos) p.hbm_gbps = std::max(p.hbm_gbps, h.gbps);
   }
-  const int major = static_cast<int>(number("cc_major")),
-            minor = static_cast<int>(number("cc_minor"));
   for (const ArchPeaks& a : kArchs) {
-    if (a.cc_major != major || a.cc_minor != minor) continue;
-    p.link_gbps = a.link_gbps_per_link * number("nvlink_active_links");
+    if (a.cc_major != gpu.cc_major || a.cc_minor != gpu.cc_minor) continue;
+    p.link_gbps = a.link_gbps_per_link * gpu.nvlink_active_links.value_or(0);
     switch (dtype) {
       case Dtype::kBF16:
       case Dtype::kF16:

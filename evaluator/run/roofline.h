@@ -4,8 +4,7 @@
 // no kernel moves bytes faster than the memory or the links can.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
+#include "kforge/evaluator/hardware.h"
 #include "kforge/evaluator/task.h"
 
 namespace kforge::eval {
@@ -20,8 +19,8 @@ struct Peaks {
   double tflops = 0;
 };
 
-// From one entry of the hardware card's `gpus` (hardware.h) and the problem's dtype.
-Peaks PeaksOf(const nlohmann::json& gpu, Dtype dtype);
+// From one GPU of the hardware card and the problem's dtype.
+Peaks PeaksOf(const GpuInfo& gpu, Dtype dtype);
 
 struct Floor {
   double us = 0;           // 0: the task gives no floor, or no peak is known

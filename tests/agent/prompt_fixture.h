@@ -40,11 +40,11 @@ inline const eval::Task& Allreduce() {
   return task;
 }
 
-inline const nlohmann::json& HardwareCard() {
-  static const nlohmann::json card = [] {
+inline const eval::HardwareCard& HardwareCard() {
+  static const eval::HardwareCard card = [] {
     auto c = FindHardwareProfile("h100_8", kRoot / "prompts");
     EXPECT_TRUE(c.ok()) << c.status().ToString();
-    return c.ok() ? TrimHardware(*c, kWorld) : nlohmann::json::object();
+    return c.ok() ? c->Trimmed(kWorld) : eval::HardwareCard{};
   }();
   return card;
 }

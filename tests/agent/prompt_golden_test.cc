@@ -108,7 +108,7 @@ TEST(PromptGolden, EveryStrategyMatchesItsGoldenFiles) {
       in.kernel_name = "001_allreduce_turn0.cu";  // the name the document was recorded with
       in.turn = 1;
       in.turns = strategy.turns;
-      in.link_peak_gbps = LinkPeakGbps(testing::HardwareCard());
+      in.link_peak_gbps = testing::HardwareCard().LinkPeakGbps();
       auto fb = ComposeFeedback(strategy, in);
       ASSERT_TRUE(fb.ok()) << fb.status().ToString();
       session.OnFinished(c, Outcome::kCompileError, 0, *fb, c + 1);

@@ -15,10 +15,16 @@ Task TaskWithWorlds(std::vector<int> worlds) {
   return t;
 }
 
-json CardWithGpus(int n) {
+HardwareCard Card(const json& j) {
+  auto card = HardwareCardFromJson(j);
+  EXPECT_TRUE(card.ok()) << card.status().ToString();
+  return card.ok() ? *card : HardwareCard{};
+}
+
+HardwareCard CardWithGpus(int n) {
   json gpus = json::array();
   for (int i = 0; i < n; ++i) gpus.push_back({{"index", i}, {"cc_major", 9}, {"cc_minor", 0}});
-  return {{"gpus", gpus}};
+  return Card({{"gpus", gpus}});
 }
 
 TEST(PlacementTest, RanksGoRoundRobinAndSharingIsEmulation) {
@@ -57,7 +63,7 @@ TEST(PlacementTest, AnUndeclaredWorldOrNoGpuIsAnError) {
   ASSERT_FALSE(p.ok());
   EXPECT_NE(p.status().message().find("world size 3"), std::string::npos);
   o.world = 2;
-  EXPECT_EQ(Place(TaskWithWorlds({2}), json::object(), o).status().kind(),
+  EXPECT_EQ(Place(TaskWithWorlds({2}), HardwareCard{}, o).status().kind(),
             ErrorKind::kInvalidInput);
 }
 
@@ -83,9 +89,9 @@ TEST(PlacementTest, TheNcclSelfTestIsOneRankOnOneRealGpu) {
 
 TEST(PlacementTest, ArchFollowsTheCardUnlessAsked) {
   EXPECT_EQ(TargetArch(CardWithGpus(1), ""), "sm_90a");
-  json ampere = {{"gpus", {{{"index", 0}, {"cc_major", 8}, {"cc_minor", 0}}}}};
+  const HardwareCard ampere = Card({{"gpus", {{{"index", 0}, {"cc_major", 8}, {"cc_minor", 0}}}}});
   EXPECT_EQ(TargetArch(ampere, ""), "sm_80");
-  EXPECT_EQ(TargetArch(json(), ""), "sm_90a");
+  EXPECT_EQ(TargetArch(HardwareCard{}, ""), "sm_90a");
   EXPECT_EQ(TargetArch(ampere, "sm_86"), "sm_86");
 }
 

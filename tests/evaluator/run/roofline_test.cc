@@ -10,14 +10,21 @@
 namespace kforge::eval {
 namespace {
 
-nlohmann::json H200Card() {
+// One GPU of a card, read as the probe's JSON is.
+GpuInfo Gpu(const nlohmann::json& gpu) {
+  auto card = HardwareCardFromJson({{"gpus", {gpu}}});
+  EXPECT_TRUE(card.ok()) << card.status().ToString();
+  return card.ok() ? card->gpus.at(0) : GpuInfo{};
+}
+
+GpuInfo H200Card() {
   // What kforge-worker --probe reports for an idle H200: the memory clock it
   // reads may be below the maximum, so the data-sheet bandwidth must win.
-  return {{"name", "NVIDIA H200"},
-          {"cc_major", 9},
-          {"cc_minor", 0},
-          {"hbm_bandwidth_gbps", 1200.0},
-          {"nvlink_active_links", 18}};
+  return Gpu({{"name", "NVIDIA H200"},
+              {"cc_major", 9},
+              {"cc_minor", 0},
+              {"hbm_bandwidth_gbps", 1200.0},
+              {"nvlink_active_links", 18}});
 }
 
 TEST(Roofline, PeaksOfAnH200) {
@@ -28,8 +35,8 @@ TEST(Roofline, PeaksOfAnH200) {
   EXPECT_DOUBLE_EQ(PeaksOf(H200Card(), Dtype::kF32).tflops, 494.7);  // TF32 tensor cores
   EXPECT_DOUBLE_EQ(PeaksOf(H200Card(), Dtype::kFp8E4M3).tflops, 1979.0);
   // An unknown GPU has no flops or link peak: those parts of the floor are left out.
-  Peaks unknown =
-      PeaksOf({{"name", "Some GPU"}, {"cc_major", 7}, {"hbm_bandwidth_gbps", 900.0}}, Dtype::kBF16);
+  Peaks unknown = PeaksOf(
+      Gpu({{"name", "Some GPU"}, {"cc_major", 7}, {"hbm_bandwidth_gbps", 900.0}}), Dtype::kBF16);
   EXPECT_DOUBLE_EQ(unknown.hbm_gbps, 900.0);
   EXPECT_EQ(unknown.link_gbps, 0);
   EXPECT_EQ(unknown.tflops, 0);

@@ -49,9 +49,6 @@ Result<std::unique_ptr<StorePort>> OpenRunStore(const std::filesystem::path& run
 // when a store is already there, also one another process just created.
 Result<std::unique_ptr<StorePort>> CreateRunStore(const std::filesystem::path& run_dir);
 
-// The probed hardware card of `gpus`, or an error when there is no usable GPU.
-Result<nlohmann::json> ProbeHardwareCard(const std::vector<int>& gpus);
-
 // Everything the prompt builder needs for one task: the evaluator's task card
 // at (world, dtype), the ABI header, the reference source and, for strategies
 // that want one, the task's first hand-written solution.

@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,7 @@
 #include "kforge/agent/runner.h"
 #include "kforge/agent/strategy.h"
 #include "kforge/core/status.h"
+#include "kforge/evaluator/hardware.h"
 #include "kforge/evaluator/task.h"
 
 namespace kforge::agent {
@@ -28,8 +30,8 @@ struct EvalPools {
   std::vector<std::string> gpu_names, compile_names;
   std::vector<std::string> gpu_groups, compile_groups;
   bool compile_only = false;
-  std::string no_gpu_reason;                       // why compile_only, when it was not asked for
-  nlohmann::json card = nlohmann::json::object();  // the probed (or a server's) hardware card
+  std::string no_gpu_reason;               // why compile_only, when it was not asked for
+  std::optional<eval::HardwareCard> card;  // the probed (or a server's) card; none without a GPU
   bool remote = false;
   std::string where;  // "this machine" or "3 eval-server(s): ..."
   // CPUs the jobs of each pool run on (threads pinned, children inherit it):

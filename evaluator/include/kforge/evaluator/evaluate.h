@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "kforge/core/status.h"
+#include "kforge/evaluator/hardware.h"
 #include "kforge/evaluator/task.h"
 
 namespace kforge::eval {
@@ -72,8 +73,11 @@ class Evaluator {
 };
 
 // The real evaluator: nvcc + kforge-worker processes. `worker_path` empty:
-// the kforge-worker next to the running executable.
-std::unique_ptr<Evaluator> MakeEvaluator(std::filesystem::path worker_path = {});
+// the kforge-worker next to the running executable. `card`: the probed card
+// of the GPUs its evaluations use (options.gpus), so that a process probes
+// once; without one the evaluator probes on its first evaluation.
+std::unique_ptr<Evaluator> MakeEvaluator(std::filesystem::path worker_path = {},
+                                         std::optional<HardwareCard> card = std::nullopt);
 
 // Where tasks live: $KFORGE_TASKS_DIR, else ./tasks, else the source tree's.
 std::filesystem::path DefaultTasksDir();
