@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "fakes.h"
+#include "kforge/core/fs.h"
 #include "test_util.h"
 
 namespace kforge::agent {
@@ -180,6 +181,20 @@ double Spent(const FakeStore& store, const std::string& model = "") {
     for (const auto& t : s.turns) usd += t.cost_usd;
   }
   return usd;
+}
+
+// The shipped strategies' output cap reaches every request (and so the
+// worst case the budgets reserve).
+TEST(Runner, AShippedStrategysCallsCarryItsOutputCap) {
+  auto text = ReadFile(testing::PromptsDir() / "strategies" / "refine.toml");
+  ASSERT_TRUE(text.ok()) << text.status().ToString();
+  Rig rig(*text, 1);
+  rig.spec.models = {"fake:a"};
+  rig.llm.SetTags({{{"001_task", 0}, "SYNTAX"}});
+  ASSERT_TRUE(rig.Run().ok());
+  const auto calls = rig.llm.calls();
+  ASSERT_FALSE(calls.empty());
+  for (const auto& c : calls) EXPECT_EQ(c.max_output_tokens, std::optional<int>(16384));
 }
 
 TEST(Runner, RunBudgetStopsEveryoneWithTheReason) {
