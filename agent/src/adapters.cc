@@ -32,10 +32,12 @@ class ProviderLlm final : public LlmPort {
     LlmAnswer a;
     a.text = std::move(r.text);
     a.finish_reason = std::string(providers::FinishReasonName(r.finish));
-    a.input_tokens = r.usage.input_tokens;
-    a.cached_input_tokens = r.usage.cached_input_tokens;
-    a.output_tokens = r.usage.output_tokens;
-    a.reasoning_tokens = r.usage.reasoning_tokens;
+    // A turn's usage is what the provider billed for it: attempts it billed
+    // and the client retried included (cost_usd includes them already).
+    a.input_tokens = r.usage.input_tokens + r.retried_usage.input_tokens;
+    a.cached_input_tokens = r.usage.cached_input_tokens + r.retried_usage.cached_input_tokens;
+    a.output_tokens = r.usage.output_tokens + r.retried_usage.output_tokens;
+    a.reasoning_tokens = r.usage.reasoning_tokens + r.retried_usage.reasoning_tokens;
     a.cost_usd = r.cost_usd;
     a.priced = r.cost_known || r.from_cache;
     a.latency_s = r.latency_s;

@@ -312,6 +312,8 @@ json RunConfigToJson(const RunConfig& c) {
                   {"partition", c.slurm_partition},
                   {"time", c.slurm_time}};
   }
+  if (!c.rejudge_of.empty())
+    j["rejudge_of"] = {{"run", c.rejudge_of}, {"store", c.rejudge_of_store}};
   j["budget"] = {{"run", LimitsJson(c.budgets.run)},
                  {"per_model", LimitsJson(c.budgets.per_model)},
                  {"per_task", LimitsJson(c.budgets.per_task)}};
@@ -350,6 +352,10 @@ Result<RunConfig> RunConfigFromJson(const json& j) {
       c.slurm_gpus_per_node = sl.value("gpus_per_node", 0);
       c.slurm_partition = sl.value("partition", "");
       c.slurm_time = sl.value("time", "");
+    }
+    if (j.contains("rejudge_of")) {
+      c.rejudge_of = j["rejudge_of"].value("run", "");
+      c.rejudge_of_store = j["rejudge_of"].value("store", "");
     }
     if (j.contains("budget")) {
       c.budgets.run = LimitsFrom(j["budget"].value("run", json::object()));

@@ -164,6 +164,27 @@ Status AddTasks(RunPlan& plan, const std::vector<std::string>& keys, const std::
   return Status::Ok();
 }
 
+// A path as this process sees it, absolute (unchanged when empty).
+std::string Absolute(const std::string& path) {
+  if (path.empty()) return path;
+  std::error_code ec;
+  const fs::path abs = fs::absolute(path, ec);
+  return ec ? path : abs.lexically_normal().string();
+}
+
+// The paths a new run stores, absolute: `kforge run --resume` from another
+// working directory must find the same tasks, strategy file, registries and
+// evaluators (the tasks folder is stored as found, default included).
+void AbsolutePaths(RunConfig& c) {
+  c.out = Absolute(c.out);
+  c.tasks_dir = Absolute(TasksDir(c.tasks_dir).string());
+  if (c.strategy.find('/') != std::string::npos || c.strategy.ends_with(".toml"))
+    c.strategy = Absolute(c.strategy);
+  for (auto& r : c.registries) r = Absolute(r);
+  c.evaluators_dir = Absolute(c.evaluators_dir);
+  c.eval_token_file = Absolute(c.eval_token_file);
+}
+
 }  // namespace
 
 Result<RunConfig> StoredRunConfig(const fs::path& out, const std::string& name) {
@@ -182,7 +203,10 @@ Result<RunConfig> StoredRunConfig(const fs::path& out, const std::string& name) 
 
 Result<std::unique_ptr<RunPlan>> PlanRun(RunConfig cfg, const PlanEnv& env) {
   const std::string asked_name = cfg.name;
-  if (!env.resume) KF_RETURN_IF_ERROR(CheckRunName(cfg, env.default_name));
+  if (!env.resume) {
+    KF_RETURN_IF_ERROR(CheckRunName(cfg, env.default_name));
+    AbsolutePaths(cfg);
+  }
   auto plan = std::make_unique<RunPlan>();
   plan->config = std::move(cfg);
   const RunConfig& c = plan->config;

@@ -254,20 +254,33 @@ Status RunEngine::OnAnswer(SessionSlot& slot, int cand, Result<LlmAnswer>& answe
   const std::string& model = s.spec().model;
   if (!answer.ok()) {
     const Status& st = answer.status();
+    // What the provider billed for the failed call (a reply cut at the cap,
+    // attempts retried and given up): budgets count it like any answer.
+    const Billed billed = st.billed().value_or(Billed{});
     s.Unstart(cand);
-    KF_RETURN_IF_ERROR(deps_.store->AppendEvent(run_id_, "llm_error",
-                                                {{"session", slot.id},
-                                                 {"turn", cand},
-                                                 {"kind", ErrorKindName(st.kind())},
-                                                 {"message", st.message()}}));
+    json detail = {{"session", slot.id},
+                   {"turn", cand},
+                   {"kind", ErrorKindName(st.kind())},
+                   {"message", st.message()}};
+    if (!billed.empty()) {
+      detail["billed"] = {{"input_tokens", billed.input_tokens},
+                          {"output_tokens", billed.output_tokens},
+                          {"usd", billed.usd}};
+    }
+    KF_RETURN_IF_ERROR(deps_.store->AppendEvent(run_id_, "llm_error", detail));
     if (st.kind() == ErrorKind::kTruncated || st.kind() == ErrorKind::kContentFilter) {
-      // A turn was spent: record it with the reason as its feedback.
+      // A turn was spent: record it, with what it cost, and the reason as its feedback.
       LlmAnswer empty;
       empty.finish_reason = st.kind() == ErrorKind::kTruncated ? "length" : "content_filter";
+      empty.input_tokens = billed.input_tokens;
+      empty.output_tokens = billed.output_tokens;
+      empty.cost_usd = billed.usd;
       s.Start(cand);
       Result<LlmAnswer> as_answer(empty);
       return OnAnswer(slot, cand, as_answer);
     }
+    if (!billed.empty())
+      budget_.Charge(model, s.spec().task, billed.usd, billed.input_tokens + billed.output_tokens);
     if (ModelWide(st.kind())) {
       StopModel(model, fmt::format("provider: {}", st.ToString()));
     } else if (IsTransient(st.kind()) && ++slot.attempts[cand] < spec_.max_llm_attempts) {

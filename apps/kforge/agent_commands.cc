@@ -24,6 +24,7 @@
 #include "kforge/core/strings.h"
 #include "kforge/evaluator/evaluate.h"
 #include "kforge/evaluator/task.h"
+#include "rejudge_command.h"
 #include "run_pools.h"
 
 namespace kforge::cli {
@@ -103,7 +104,7 @@ void AddPrompt(CLI::App& app, int& exit_code) {
 // ---- kforge run ----
 
 struct RunArgs {
-  std::string run_file, resume, name, models, tasks, strategy, dtype, hardware, deadline,
+  std::string run_file, resume, rejudge, name, models, tasks, strategy, dtype, hardware, deadline,
       out = "runs", tasks_dir;
   int turns = 0, samples = 0, repeats = 0, world = 0, llm_concurrency = 0, compile_jobs = 0;
   double baseline_reuse_s = -1;
@@ -278,7 +279,77 @@ Result<RunConfig> ConfigFromArgs(const RunArgs& a, bool* default_name,
   return c;
 }
 
+// The flags a rejudge takes no notice of: what the original asked its
+// models, and the models' limits (no model is called).
+std::vector<std::string> FlagsARejudgeRefuses(const RunArgs& a) {
+  std::vector<std::string> out;
+  auto given = [&out](bool is_given, const char* flag) {
+    if (is_given) out.push_back(flag);
+  };
+  given(!a.run_file.empty(), "a run file");
+  given(!a.resume.empty(), "--resume");
+  given(!a.strategy.empty(), "--strategy");
+  given(a.turns > 0, "--turns");
+  given(a.samples > 0, "--samples");
+  given(a.repeats > 0, "--repeats");
+  given(a.world > 0, "--world");
+  given(!a.dtype.empty(), "--dtype");
+  given(!a.hardware.empty(), "--hardware");
+  given(!a.deadline.empty(), "--deadline");
+  given(a.budget_usd >= 0 || a.budget_tokens >= 0 || a.budget_wall_s >= 0 ||
+            a.model_budget_usd >= 0 || a.model_budget_tokens >= 0 || a.task_budget_usd >= 0,
+        "--budget-*");
+  given(!a.record.empty(), "--record");
+  return out;
+}
+
+// --rejudge RUN, or --resume of a run that is a rejudge.
+int Rejudge(const RunArgs& a, bool resume) {
+  RejudgeArgs r;
+  r.source = resume ? a.resume : a.rejudge;
+  r.resume = resume;
+  r.json = a.json;
+  RunConfig& c = r.here;
+  c.name = a.name;
+  c.out = a.out;
+  if (!a.models.empty()) c.models = Split(a.models, ',');
+  if (!a.tasks.empty()) c.tasks = Split(a.tasks, ',');
+  c.gpus = a.gpus;
+  c.compile_only = a.compile_only;
+  if (a.compile_jobs > 0) c.compile_jobs = a.compile_jobs;
+  if (a.baseline_reuse_s >= 0) c.baseline_reuse_s = a.baseline_reuse_s;
+  c.tasks_dir = a.tasks_dir;
+  if (!a.evaluators.empty()) c.evaluators = Split(a.evaluators, ',');
+  c.evaluators_dir = a.evaluators_dir;
+  c.eval_token_file = a.eval_token_file;
+  if (a.evaluator_liveness_s >= 0) c.evaluator_liveness_s = a.evaluator_liveness_s;
+  ApplySlurmFlags(a, &c);
+  return RunRejudge(r);
+}
+
 int RunRun(const RunArgs& a) {
+  if (!a.rejudge.empty()) {
+    if (auto refused = FlagsARejudgeRefuses(a); !refused.empty()) {
+      return Fail("run", fmt::format("--rejudge {} judges the recorded turns again without "
+                                     "calling a model; {} would not apply. It takes --tasks and "
+                                     "--models (to keep some sessions), --name, --out, and "
+                                     "where and how it evaluates (--compile-only, --gpus, "
+                                     "--compile-jobs, --evaluators, ...)",
+                                     a.rejudge, fmt::join(refused, ", ")));
+    }
+    return Rejudge(a, false);
+  }
+  if (!a.resume.empty()) {
+    // A rejudge is resumed as a rejudge: its sessions have no model to ask.
+    auto stored = agent::StoredRunConfig(a.out, a.resume);
+    if (stored.ok() && !stored->rejudge_of.empty()) {
+      if (auto fixed = FlagsAResumeCannotChange(a); !fixed.empty())
+        return Fail("run", fmt::format("--resume {}: a rejudge continues as it was asked; {} "
+                                       "would change it",
+                                       a.resume, fmt::join(fixed, ", ")));
+      return Rejudge(a, true);
+    }
+  }
   bool default_name = false;
   std::vector<std::string> resume_changes;
   auto cfg = ConfigFromArgs(a, &default_name, &resume_changes);
@@ -347,6 +418,10 @@ void AddRun(CLI::App& app, int& exit_code) {
   // as a missing run file before naming the flag. LoadRunFile names the file.
   cmd->add_option("run_file", a->run_file, "a run file (TOML); flags override it");
   cmd->add_option("--resume", a->resume, "continue the run called NAME where it stopped");
+  cmd->add_option("--rejudge", a->rejudge,
+                  "judge run RUN's recorded kernels again on this machine's evaluator, into a "
+                  "new run (RUN-rejudge-N unless --name); no model is called. --tasks and "
+                  "--models keep only the sessions they match");
   cmd->add_option("--name", a->name, "the run's name (default run-DATE-TIME)");
   cmd->add_option("--models", a->models,
                   "model specs, comma-separated (e.g. openai:gpt-5.5,anthropic:claude-opus-4-7)");

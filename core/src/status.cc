@@ -67,12 +67,19 @@ Status Status::WithContext(std::string_view context) const {
   if (ok()) return *this;
   Status s(kind_, std::string(context) + ": " + message_);
   s.retry_after_s_ = retry_after_s_;
+  s.billed_ = billed_;
   return s;
 }
 
 Status Status::WithRetryAfter(double seconds) const {
   Status s = *this;
   if (!ok()) s.retry_after_s_ = seconds;
+  return s;
+}
+
+Status Status::WithBilled(const Billed& billed) const {
+  Status s = *this;
+  if (!ok() && !billed.empty()) s.billed_ = billed;
   return s;
 }
 

@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "kforge/core/status.h"
+#include "kforge/providers/client.h"
 #include "kforge/providers/transport.h"
 
 namespace kforge::providers {
@@ -17,6 +18,9 @@ struct ProviderError {
   Status status;
   std::optional<std::chrono::milliseconds> retry_after;  // server-requested delay
   std::optional<bool> should_retry;                      // x-should-retry
+  // Usage the provider reported before the attempt failed (a stream broken
+  // after its usage events): billed, so the caller's budgets must count it.
+  Usage billed;
 };
 
 // Classifies an HTTP error response (status >= 300) from its status, headers

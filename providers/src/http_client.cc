@@ -59,8 +59,26 @@ double HttpClient::Uniform() {
 Status HttpClient::Finish(Status status) const {
   if (status.ok()) return status;
   Status redacted(status.kind(), Redact(status.message(), config_.api_key));
+  if (status.billed()) redacted = redacted.WithBilled(*status.billed());
   const auto wait = status.retry_after_s();
   return wait ? redacted.WithRetryAfter(*wait) : redacted;
+}
+
+void HttpClient::AddUsage(Usage* to, const Usage& more) {
+  to->input_tokens += more.input_tokens;
+  to->cached_input_tokens += more.cached_input_tokens;
+  to->cache_write_input_tokens += more.cache_write_input_tokens;
+  to->output_tokens += more.output_tokens;
+  to->reasoning_tokens += more.reasoning_tokens;
+}
+
+Billed HttpClient::BilledFor(const Usage& usage) const {
+  return Billed{usage.input_tokens, usage.output_tokens, CostUsd(config_.model, usage).value_or(0)};
+}
+
+void HttpClient::Spend(const Usage& usage) const {
+  if (options_.on_spend && (usage.input_tokens > 0 || usage.output_tokens > 0))
+    options_.on_spend(usage, BilledFor(usage).usd);
 }
 
 ChatRequest HttpClient::ForWire(const ChatRequest& request) const {
@@ -169,9 +187,14 @@ std::variant<ChatResponse, ProviderError> HttpClient::Attempt(const ChatRequest&
   const std::string& who = config_.provider.name;
   if (stream_error) {
     stream_error->status = stream_error->status.WithContext(who);
+    stream_error->billed = decoder->response().usage;
     return *std::move(stream_error);
   }
-  if (!result.ok()) return ProviderError{result.status().WithContext(who)};
+  if (!result.ok()) {
+    ProviderError cut{result.status().WithContext(who)};
+    cut.billed = decoder->response().usage;
+    return cut;
+  }
   head = *result;
 
   if (head.status >= 300) return ClassifyHttpError(who, head, body);
@@ -195,13 +218,16 @@ std::variant<ChatResponse, ProviderError> HttpClient::Attempt(const ChatRequest&
     });
     if (stream_error && decoder->Done()) {
       stream_error->status = stream_error->status.WithContext(who);
+      stream_error->billed = decoder->response().usage;
       return *std::move(stream_error);
     }
     if (!decoder->Done()) {
-      return ProviderError{
+      ProviderError cut{
           Error(ErrorKind::kTransport,
                 fmt::format("{}: the stream ended before its final event ({} characters received)",
                             who, decoder->response().text.size()))};
+      cut.billed = decoder->response().usage;
+      return cut;
     }
     response = std::move(decoder->response());
   }
@@ -250,6 +276,7 @@ Result<ChatResponse> HttpClient::Complete(const ChatRequest& original,
   const Clock::TimePoint start = clock_.Now();
 
   ChatResponse response;
+  Usage retried;  // reported by attempts that failed: billed all the same
   int attempt = 1;
   for (;; ++attempt) {
     auto outcome = Attempt(wire_request, on_text);
@@ -258,8 +285,12 @@ Result<ChatResponse> HttpClient::Complete(const ChatRequest& original,
       break;
     }
     ProviderError& err = std::get<ProviderError>(outcome);
+    AddUsage(&retried, err.billed);
     RetryDecision d = DecideRetry(err, attempt, options_.retry, Uniform());
-    if (!d.retry) return Finish(d.final_status);
+    if (!d.retry) {
+      Spend(retried);
+      return Finish(d.final_status).WithBilled(BilledFor(retried));
+    }
     Status why = Finish(err.status);
     LogWarn("providers", "{}: attempt {} failed ({}); retrying in {:.1f} s", who, attempt,
             why.ToString(), d.wait.count() / 1000.0);
@@ -271,25 +302,30 @@ Result<ChatResponse> HttpClient::Complete(const ChatRequest& original,
   if (response.model.empty()) response.model = config_.model.name;
   std::optional<double> cost = CostUsd(config_.model, response.usage);
   response.cost_known = cost.has_value();
-  response.cost_usd = cost.value_or(0);
-  lease.Settle(static_cast<double>(response.usage.input_tokens + response.usage.output_tokens));
-  if (options_.on_spend) options_.on_spend(response.usage, response.cost_usd);
+  response.retried_usage = retried;
+  response.cost_usd = cost.value_or(0) + BilledFor(retried).usd;
+  Usage all = response.usage;
+  AddUsage(&all, retried);
+  lease.Settle(static_cast<double>(all.input_tokens + all.output_tokens));
+  Spend(all);
 
   // Reasoning tokens count against the output cap everywhere, so a small cap
   // can yield nothing visible: that is a failure the caller must act on
   // (raise the cap or lower the effort), not an empty success.
+  // Either way the provider billed the answer: the error says how much.
   if (response.text.empty() && response.finish == FinishReason::kLength) {
-    return Error(
-        ErrorKind::kTruncated,
-        fmt::format(
-            "{}: the output limit was reached before any visible text ({} output tokens, {} of "
-            "them reasoning); raise max_output_tokens or lower the reasoning effort",
-            request.model, response.usage.output_tokens, response.usage.reasoning_tokens));
+    return Error(ErrorKind::kTruncated,
+                 fmt::format(
+                     "{}: the output limit was reached before any visible text ({} output tokens, "
+                     "{} of them reasoning); raise max_output_tokens or lower the reasoning effort",
+                     request.model, response.usage.output_tokens, response.usage.reasoning_tokens))
+        .WithBilled(BilledFor(all));
   }
   if (response.text.empty() && response.finish == FinishReason::kContentFilter) {
     return Error(ErrorKind::kContentFilter,
                  fmt::format("{}: the provider blocked the answer (request id {})", request.model,
-                             response.request_id));
+                             response.request_id))
+        .WithBilled(BilledFor(all));
   }
   if (config_.cache) {
     if (Status s = config_.cache->Put(cache_key, request, config_.base_url, response); !s.ok())

@@ -41,6 +41,9 @@ class HttpClient final : public Client {
   ChatRequest ForWire(const ChatRequest& request) const;
   double Uniform();
   Status Finish(Status status) const;  // redacts keys from the message
+  static void AddUsage(Usage* to, const Usage& more);
+  Billed BilledFor(const Usage& usage) const;  // priced at the model's list prices
+  void Spend(const Usage& usage) const;        // tells options_.on_spend
 
   HttpClientConfig config_;
   ClientOptions options_;

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "fakes.h"
+#include "kforge/core/fs.h"
 #include "test_util.h"
 
 namespace kforge::agent {
@@ -180,6 +181,56 @@ double Spent(const FakeStore& store, const std::string& model = "") {
     for (const auto& t : s.turns) usd += t.cost_usd;
   }
   return usd;
+}
+
+// The shipped strategies' output cap reaches every request (and so the
+// worst case the budgets reserve).
+TEST(Runner, AShippedStrategysCallsCarryItsOutputCap) {
+  auto text = ReadFile(testing::PromptsDir() / "strategies" / "refine.toml");
+  ASSERT_TRUE(text.ok()) << text.status().ToString();
+  Rig rig(*text, 1);
+  rig.spec.models = {"fake:a"};
+  rig.llm.SetTags({{{"001_task", 0}, "SYNTAX"}});
+  ASSERT_TRUE(rig.Run().ok());
+  const auto calls = rig.llm.calls();
+  ASSERT_FALSE(calls.empty());
+  for (const auto& c : calls) EXPECT_EQ(c.max_output_tokens, std::optional<int>(16384));
+}
+
+// A call the provider billed and kforge could not use (a reply cut at the
+// output cap, a failed attempt) is charged to the budgets: before, a
+// truncated turn was stored at $0 and a failed call cost nothing.
+TEST(Runner, BilledFailuresAreChargedToTheBudgets) {
+  for (ErrorKind kind : {ErrorKind::kTruncated, ErrorKind::kOverloaded}) {
+    Rig rig("turns = 10\n", 1);
+    rig.spec.models = {"fake:a"};
+    rig.spec.budgets.run.usd = 0.03;  // calls cost $0.01; the failed one was billed $0.02
+    rig.spec.retry_backoff_s = 1;
+    int calls = 0;
+    rig.llm.SetScript([&calls, kind](const LlmCall&) -> Result<LlmAnswer> {
+      if (++calls == 1)
+        return Error(kind, "billed and failed").WithBilled(Billed{4000, 2000, 0.02});
+      return LlmAnswer{};
+    });
+    auto r = rig.Run();
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    const auto& s = SessionFor(rig.store, "fake:a", "001_task");
+    EXPECT_EQ(calls, 2) << ErrorKindName(kind) << ": $0.02 billed + one $0.01 call spend $0.03";
+    EXPECT_EQ(s.row.stop_reason.rfind("budget: ", 0), 0u) << s.row.stop_reason;
+    if (kind == ErrorKind::kTruncated) {
+      // The spent turn is stored with what it cost, so a resume recharges it.
+      ASSERT_EQ(s.turns.size(), 2u);
+      EXPECT_EQ(s.turns[0].finish_reason, "length");
+      EXPECT_DOUBLE_EQ(s.turns[0].cost_usd, 0.02);
+      EXPECT_EQ(s.turns[0].input_tokens + s.turns[0].output_tokens, 6000);
+    } else {
+      ASSERT_EQ(s.turns.size(), 1u);
+      bool billed_event = false;
+      for (const auto& [k, detail] : rig.store.events)
+        billed_event = billed_event || (k == "llm_error" && detail.contains("billed"));
+      EXPECT_TRUE(billed_event);
+    }
+  }
 }
 
 TEST(Runner, RunBudgetStopsEveryoneWithTheReason) {

@@ -31,6 +31,17 @@ TEST(Strategy, ShippedStrategiesLoad) {
   EXPECT_TRUE(FindStrategy("refine-example", PromptsDir())->example);
 }
 
+// Budgets reserve each call's worst case, output cap included: a shipped
+// strategy without a cap reserved a 128K-output model's whole 128K tokens
+// per call, so a small budget made no call at all.
+TEST(Strategy, ShippedStrategiesCapTheOutput) {
+  for (const auto& n : ListStrategies(PromptsDir())) {
+    auto s = FindStrategy(n, PromptsDir());
+    ASSERT_TRUE(s.ok()) << n << ": " << s.status().ToString();
+    EXPECT_EQ(s->max_output_tokens, std::optional<int>(16384)) << n;
+  }
+}
+
 TEST(Strategy, ErrorsNameFileLineAndField) {
   Status st = Parse("turns = 3\nsamples = \"four\"\n");
   ASSERT_FALSE(st.ok());

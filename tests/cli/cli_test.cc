@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "../providers/test_server.h"
+#include "cli_fixture.h"
 #include "kforge/core/fs.h"
 #include "kforge/core/subprocess.h"
 #include "kforge/results/fixture.h"
@@ -21,28 +22,6 @@ namespace kforge {
 namespace {
 
 namespace fs = std::filesystem;
-
-const fs::path kRoot(KFORGE_SOURCE_ROOT);
-
-std::string Cassette() { return "replay:" + (kRoot / "examples/demo/cassette.jsonl").string(); }
-
-class CliTest : public ::testing::Test {
- protected:
-  ProcessResult Kforge(std::vector<std::string> args, std::map<std::string, std::string> env = {}) {
-    args.insert(args.begin(), KFORGE_BIN);
-    ProcessOptions o;
-    o.cwd = kRoot;
-    o.env = std::move(env);
-    o.env["XDG_CACHE_HOME"] = (tmp_ / "cache").string();
-    o.timeout = std::chrono::minutes(3);
-    auto r = RealProcessRunner().Run(args, o);
-    EXPECT_TRUE(r.ok()) << r.status().ToString();
-    return r.ok() ? *r : ProcessResult{};
-  }
-
-  testing::TempDir dir_{"kforge-cli-test"};
-  const fs::path tmp_ = dir_.path();
-};
 
 TEST_F(CliTest, UsageErrorsExit64NotCli11Codes) {
   EXPECT_EQ(Kforge({}).exit_code, 64);

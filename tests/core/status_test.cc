@@ -34,6 +34,19 @@ TEST(StatusTest, AssignOrReturnPropagatesTheFirstError) {
   EXPECT_EQ(r.status().message(), "odd");
 }
 
+// What a failed model call was billed for travels with its status through
+// every layer that adds context; an OK status and nothing billed carry none.
+TEST(StatusTest, BilledTravelsWithContext) {
+  Status s = Error(ErrorKind::kTruncated, "cut").WithBilled(Billed{10, 20, 0.5});
+  Status wrapped = s.WithContext("provider").WithRetryAfter(3);
+  ASSERT_TRUE(wrapped.billed().has_value());
+  EXPECT_EQ(wrapped.billed()->input_tokens, 10);
+  EXPECT_EQ(wrapped.billed()->output_tokens, 20);
+  EXPECT_DOUBLE_EQ(wrapped.billed()->usd, 0.5);
+  EXPECT_FALSE(Status::Ok().WithBilled(Billed{1, 1, 1}).billed().has_value());
+  EXPECT_FALSE(Error(ErrorKind::kTransport, "x").WithBilled(Billed{}).billed().has_value());
+}
+
 TEST(ClockTest, FakeClockMovesOnlyWhenTold) {
   FakeClock clock(100.0);
   auto t0 = clock.Now();

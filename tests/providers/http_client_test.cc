@@ -297,6 +297,65 @@ TEST_F(HttpClientTest, EmptyAnswerTruncatedAtTheOutputLimit) {
   EXPECT_EQ(server_.count(), 1u);  // the same cap would truncate again: not retried
   EXPECT_EQ(spent_output_, 16);    // but what it cost is still reported
   EXPECT_NEAR(spent_usd_, (50 * 2.0 + 16 * 8.0) / 1e6, 1e-12);
+  // ... and the error carries it, for the budgets of whoever asked.
+  ASSERT_TRUE(resp.status().billed().has_value());
+  EXPECT_EQ(resp.status().billed()->input_tokens, 50);
+  EXPECT_EQ(resp.status().billed()->output_tokens, 16);
+  EXPECT_NEAR(resp.status().billed()->usd, (50 * 2.0 + 16 * 8.0) / 1e6, 1e-12);
+}
+
+// An Anthropic stream that reported its usage and then broke: the provider
+// billed that attempt, so the retried call's cost includes it.
+const char* kBrokenAnthropic =
+    "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\","
+    "\"type\":\"message\",\"role\":\"assistant\",\"model\":\"claude-test\",\"content\":[],"
+    "\"stop_reason\":null,\"usage\":{\"input_tokens\":1000,\"output_tokens\":300}}}\n\n"
+    "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,"
+    "\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n"
+    "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,"
+    "\"delta\":{\"type\":\"text_delta\",\"text\":\"partial\"}}\n\n"
+    "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\","
+    "\"message\":\"Overloaded\"}}\n\n";
+
+const char* kWholeAnthropic =
+    "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_2\","
+    "\"type\":\"message\",\"role\":\"assistant\",\"model\":\"claude-test\",\"content\":[],"
+    "\"stop_reason\":null,\"usage\":{\"input_tokens\":1000,\"output_tokens\":1}}}\n\n"
+    "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,"
+    "\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n"
+    "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,"
+    "\"delta\":{\"type\":\"text_delta\",\"text\":\"done\"}}\n\n"
+    "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n"
+    "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":"
+    "\"end_turn\"},\"usage\":{\"output_tokens\":20}}\n\n"
+    "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
+
+TEST_F(HttpClientTest, BilledAttemptsThatWereRetriedAreInTheCost) {
+  server_.Push(SseReply(kBrokenAnthropic));
+  server_.Push(SseReply(kWholeAnthropic));
+  auto resp = Ask("anthropic:claude-test");
+  ASSERT_TRUE(resp.ok()) << resp.status().ToString();
+  EXPECT_EQ(retries_, std::vector<ErrorKind>{ErrorKind::kOverloaded});
+  EXPECT_EQ(resp->text, "done");
+  EXPECT_EQ(resp->usage.output_tokens, 20);
+  EXPECT_EQ(resp->retried_usage.input_tokens, 1000);
+  EXPECT_EQ(resp->retried_usage.output_tokens, 300);
+  const double first = (1000 * 3.0 + 300 * 15.0) / 1e6, second = (1000 * 3.0 + 20 * 15.0) / 1e6;
+  EXPECT_NEAR(resp->cost_usd, first + second, 1e-12);
+  EXPECT_NEAR(spent_usd_, first + second, 1e-12);
+}
+
+TEST_F(HttpClientTest, ACallThatGaveUpSaysWhatItsAttemptsWereBilled) {
+  options_.retry.max_attempts = 2;
+  server_.Push(SseReply(kBrokenAnthropic));
+  server_.Push(SseReply(kBrokenAnthropic));
+  auto resp = Ask("anthropic:claude-test");
+  ASSERT_FALSE(resp.ok());
+  EXPECT_EQ(resp.status().kind(), ErrorKind::kOverloaded);
+  ASSERT_TRUE(resp.status().billed().has_value()) << resp.status().ToString();
+  EXPECT_EQ(resp.status().billed()->input_tokens, 2000);
+  EXPECT_EQ(resp.status().billed()->output_tokens, 600);
+  EXPECT_NEAR(resp.status().billed()->usd, 2 * (1000 * 3.0 + 300 * 15.0) / 1e6, 1e-12);
 }
 
 TEST_F(HttpClientTest, TruncatedWithTextIsAResponse) {

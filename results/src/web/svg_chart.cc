@@ -62,14 +62,82 @@ std::string Axes(const Range& x, const Range& y, const std::string& x_label,
   return s;
 }
 
+// Characters of 11 px text that fit the legend's column (kRight less the swatch).
+constexpr size_t kLegendChars = 20;
+
+bool IsSeparator(char c) { return c == ':' || c == '/' || c == ' ' || c == ',' || c == '='; }
+
+std::string TrimSeparators(std::string s) {
+  while (!s.empty() && IsSeparator(s.front())) s.erase(s.begin());
+  while (!s.empty() && IsSeparator(s.back())) s.pop_back();
+  return s;
+}
+
+bool AllDistinct(std::vector<std::string> labels) {
+  std::sort(labels.begin(), labels.end());
+  return std::adjacent_find(labels.begin(), labels.end()) == labels.end();
+}
+
+// The part every name shares at its start and at its end, cut at separators
+// ("openai:gpt-5.5 / refine" and "openai:gpt-5.5-mini / refine" share
+// "openai:" and " / refine"), taken off when every name keeps something.
+std::vector<std::string> WithoutSharedEnds(std::vector<std::string> names) {
+  if (names.size() < 2) return names;
+  size_t pre = names[0].size(), suf = names[0].size();
+  for (const auto& n : names) {
+    size_t i = 0;
+    while (i < pre && i < n.size() && n[i] == names[0][i]) ++i;
+    pre = i;
+    size_t j = 0;
+    while (j < suf && j < n.size() && n[n.size() - 1 - j] == names[0][names[0].size() - 1 - j]) ++j;
+    suf = j;
+  }
+  while (pre > 0 && !IsSeparator(names[0][pre - 1])) --pre;  // end the prefix at a separator
+  const std::string& first = names[0];
+  while (suf > 0 && !IsSeparator(first[first.size() - suf])) --suf;  // start the suffix at one
+  std::vector<std::string> out;
+  for (const auto& n : names) {
+    if (pre + suf >= n.size()) return names;
+    out.push_back(TrimSeparators(n.substr(pre, n.size() - pre - suf)));
+    if (out.back().empty()) return names;
+  }
+  return out;
+}
+
+// Legend labels a reader can tell apart: the names without what they all
+// share, cut in the middle to fit the column (the end of a model name is
+// what tells "gpt-5.5" from "gpt-5.5-mini"). The legend keeps each full name
+// as the item's tooltip. Distinct names always get distinct labels.
+std::vector<std::string> LegendLabels(const std::vector<ChartSeries>& series) {
+  std::vector<std::string> names;
+  for (const auto& s : series) names.push_back(s.name);
+  if (!AllDistinct(names)) return names;
+  const std::vector<std::string> short_names = WithoutSharedEnds(names);
+  for (size_t head : {kLegendChars / 2 - 1, size_t{4}, size_t{0}}) {
+    std::vector<std::string> labels;
+    for (const auto& n : short_names) {
+      if (n.size() <= kLegendChars) {
+        labels.push_back(n);
+      } else {
+        const size_t tail = kLegendChars - 1 - head;
+        labels.push_back(n.substr(0, head) + "\u2026" + n.substr(n.size() - tail));
+      }
+    }
+    if (AllDistinct(labels)) return labels;
+  }
+  return short_names;
+}
+
 std::string Legend(const std::vector<ChartSeries>& series) {
+  const std::vector<std::string> labels = LegendLabels(series);
   std::string s = "<g class=\"legend\">";
   for (size_t i = 0; i < series.size(); ++i) {
     const double y = kTop + 8 + 18.0 * static_cast<double>(i);
+    s += fmt::format("<g class=\"legend-item\"><title>{}</title>", HtmlEscape(series[i].name));
     s += fmt::format("<rect x=\"{}\" y=\"{:.1f}\" width=\"12\" height=\"12\" fill=\"{}\"/>",
                      kW - kRight + 12, y - 10, SeriesColour(i));
-    s += fmt::format("<text x=\"{}\" y=\"{:.1f}\">{}</text>", kW - kRight + 30, y,
-                     HtmlEscape(series[i].name));
+    s += fmt::format("<text x=\"{}\" y=\"{:.1f}\">{}</text></g>", kW - kRight + 30, y,
+                     HtmlEscape(labels[i]));
   }
   return s + "</g>";
 }

@@ -63,6 +63,10 @@ struct RunConfig {
   int slurm_nodes = 0;
   int slurm_gpus_per_node = 0;
   std::string slurm_partition, slurm_time;
+  // A rejudge (`kforge run --rejudge RUN`, agent/rejudge.h): the run whose
+  // recorded turns this run judges again, and the store it was read from.
+  // Empty for a run that asks models.
+  std::string rejudge_of, rejudge_of_store;
 };
 
 // Reads a run file. Errors name the file, the line and the field.

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cassert>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -54,6 +55,15 @@ std::string_view ErrorKindName(ErrorKind kind);
 // loop and the agent's scheduler share.
 bool IsTransient(ErrorKind kind);
 
+// What a failed model call was billed for before it failed: a reply cut at
+// its output limit, a stream broken after its usage was reported, attempts
+// retried before the last. A budget counts it although no answer came.
+struct Billed {
+  int64_t input_tokens = 0, output_tokens = 0;
+  double usd = 0;
+  bool empty() const { return input_tokens == 0 && output_tokens == 0 && usd == 0; }
+};
+
 class [[nodiscard]] Status {
  public:
   Status() = default;
@@ -79,10 +89,16 @@ class [[nodiscard]] Status {
   std::optional<double> retry_after_s() const { return retry_after_s_; }
   Status WithRetryAfter(double seconds) const;
 
+  // What the failed call was billed for (see Billed); unset when nothing
+  // was, or nothing is known. Kept by WithContext.
+  const std::optional<Billed>& billed() const { return billed_; }
+  Status WithBilled(const Billed& billed) const;
+
  private:
   ErrorKind kind_ = ErrorKind::kOk;
   std::string message_;
   std::optional<double> retry_after_s_;
+  std::optional<Billed> billed_;
 };
 
 inline Status Error(ErrorKind kind, std::string message) {

@@ -70,7 +70,11 @@ struct ChatResponse {
   std::string text, reasoning;
   FinishReason finish = FinishReason::kStop;
   Usage usage;
-  double cost_usd = 0;     // what this call paid: 0 on a cache hit or a replay
+  // Usage of attempts that failed after the provider reported it (billed)
+  // and were retried; not part of `usage`, part of `cost_usd`.
+  Usage retried_usage;
+  double cost_usd =
+      0;  // what this call paid, retried attempts included: 0 on a cache hit or a replay
   bool cost_known = true;  // false when the registry has no price for the model
   std::string request_id;  // provider's id (x-request-id, request-id, responseId or body id)
   std::string model;       // the model that answered, as the provider names it
