@@ -111,5 +111,112 @@ TEST(CompilerJailTest, KernelsCannotReadHostFilesIntoTheirDiagnosticsOrObject) {
   EXPECT_TRUE(ok.status.ok()) << ok.status.ToString() << "\n" << ok.log;
 }
 
+// A __device__ array with an initialiser is emitted whole into the object:
+// 2^19 words make a 4 MiB kernel.so (the held-out exploit made 640 MiB).
+const std::string kHugeObjectKernel = std::string(testing::kGoodKernel) +
+                                      "__device__ unsigned long long table[1 << 19] = {1, 2, 3};\n"
+                                      "__global__ void touch(unsigned long long* o) { o[0] = "
+                                      "table[threadIdx.x * 4099]; }\n";
+
+// True when no entry of the cache holds a kernel.so (a failed compile may
+// leave a record; nothing that exceeded a limit may).
+bool CacheHasNoObjectFor(const fs::path& cache, const std::string& key) {
+  std::error_code ec;
+  return !fs::exists(cache / "kernels" / key, ec);
+}
+
+// The jail's RLIMIT_FSIZE stops the tool that writes past it; the kernel
+// gets a compile_error naming the limit, nothing is cached, and an honest
+// kernel still compiles under the same limit.
+TEST(CompilerJailTest, OutputPastTheFileSizeLimitIsACompileErrorAndNotCached) {
+  REQUIRE_JAIL();
+  TempDir cache;
+  CompileOptions options = JailedOptions(cache.dir());
+  options.max_file_bytes = 2 << 20;
+  Compiler compiler(options);
+  CompileResult r = compiler.Compile(JobFor(kHugeObjectKernel.c_str()));
+  EXPECT_EQ(r.status.kind(), ErrorKind::kCompileError) << r.status.ToString() << "\n" << r.log;
+  EXPECT_NE(r.status.message().find("larger than its limit of 2.0 MiB"), std::string::npos)
+      << r.status.message();
+  EXPECT_TRUE(CacheHasNoObjectFor(cache.dir(), r.key));
+  EXPECT_FALSE(compiler.Compile(JobFor(kHugeObjectKernel.c_str())).cache_hit);
+  const std::string honest = std::string(testing::kGoodKernel) + "// under the file limit\n";
+  CompileResult ok = compiler.Compile(JobFor(honest.c_str()));
+  EXPECT_TRUE(ok.status.ok()) << ok.status.ToString() << "\n" << ok.log;
+}
+
+// Jailed or not, an object over max_object_bytes is refused before it is
+// cached or loaded; so is such an entry already in the cache (left by a
+// kforge without the limit).
+TEST(CompilerJailTest, AnObjectOverTheSizeLimitIsNeverCachedOrServed) {
+  if (!testing::HaveNvcc()) GTEST_SKIP() << "nvcc not found";
+  TempDir cache;
+  CompileOptions unlimited;
+  unlimited.cache_dir = cache.dir();
+  CompileResult big = Compiler(unlimited).Compile(JobFor(kHugeObjectKernel.c_str()));
+  ASSERT_TRUE(big.status.ok()) << big.status.ToString();
+  ASSERT_GT(fs::file_size(big.shared_object), 3u << 20);
+  CompileOptions limited = unlimited;
+  limited.max_object_bytes = 2 << 20;
+  Compiler compiler(limited);
+  CompileResult r = compiler.Compile(JobFor(kHugeObjectKernel.c_str()));
+  EXPECT_FALSE(r.cache_hit);
+  EXPECT_EQ(r.status.kind(), ErrorKind::kCompileError) << r.status.ToString();
+  EXPECT_NE(r.status.message().find("over the limit of 2.0 MiB"), std::string::npos)
+      << r.status.message();
+  EXPECT_TRUE(r.shared_object.empty());
+  EXPECT_TRUE(CacheHasNoObjectFor(cache.dir(), r.key));
+}
+
+// 300,000 statements from nested macros keep cicc busy for minutes; the
+// jail's RLIMIT_CPU ends it after a second of CPU time.
+TEST(CompilerJailTest, CpuTimePastTheLimitIsACompileErrorAndNotCached) {
+  REQUIRE_JAIL();
+  TempDir cache;
+  CompileOptions options = JailedOptions(cache.dir());
+  options.max_cpu_seconds = 1;
+  Compiler compiler(options);
+  const std::string source = std::string(testing::kGoodKernel) + R"(
+#define A x = x * x + y;
+#define B A A A A A A A A A A
+#define C B B B B B B B B B B
+#define D C C C C C C C C C C
+#define E D D D D D D D D D D
+#define F E E E E E E E E E E
+__global__ void burn(float* o, float y) {
+  float x = o[1];
+  F F F
+  o[0] = x;
+}
+)";
+  CompileResult r = compiler.Compile(JobFor(source.c_str()));
+  EXPECT_EQ(r.status.kind(), ErrorKind::kCompileError) << r.status.ToString() << "\n" << r.log;
+  EXPECT_NE(r.status.message().find("limit of 1 s of CPU time"), std::string::npos)
+      << r.status.message();
+  EXPECT_TRUE(CacheHasNoObjectFor(cache.dir(), r.key));
+}
+
+// RLIMIT_AS: cicc building a 64 MiB initialiser needs more than 400 MB and
+// fails to allocate; an honest kernel compiles in that much.
+TEST(CompilerJailTest, MemoryPastTheLimitIsACompileErrorAndNotCached) {
+  REQUIRE_JAIL();
+  TempDir cache;
+  CompileOptions options = JailedOptions(cache.dir());
+  options.max_memory_bytes = 400ull << 20;
+  Compiler compiler(options);
+  const std::string source = std::string(testing::kGoodKernel) +
+                             "__device__ unsigned long long table[1 << 23] = {1, 2, 3};\n"
+                             "__global__ void touch(unsigned long long* o) { o[0] = "
+                             "table[threadIdx.x * 4099]; }\n";
+  CompileResult r = compiler.Compile(JobFor(source.c_str()));
+  EXPECT_EQ(r.status.kind(), ErrorKind::kCompileError) << r.status.ToString() << "\n" << r.log;
+  EXPECT_NE(r.status.message().find("memory limit of 400.0 MiB"), std::string::npos)
+      << r.status.message();
+  EXPECT_TRUE(CacheHasNoObjectFor(cache.dir(), r.key));
+  const std::string honest = std::string(testing::kGoodKernel) + "// under the memory limit\n";
+  CompileResult ok = compiler.Compile(JobFor(honest.c_str()));
+  EXPECT_TRUE(ok.status.ok()) << ok.status.ToString() << "\n" << ok.log;
+}
+
 }  // namespace
 }  // namespace kforge::eval
