@@ -18,6 +18,7 @@
 #include "kforge/core/hash.h"
 #include "kforge/core/log.h"
 #include "kforge/core/scan.h"
+#include "kforge/core/untrusted_text.h"
 #include "kforge/evaluator/compile.h"
 #include "link_check.h"
 #include "toolchain.h"
@@ -331,7 +332,10 @@ Status Compiler::Impl::Build(const CompileJob& job, const fs::path& nvcc_path,
             "simplify the kernel (heavy template instantiation or unrolling?)",
             std::chrono::duration<double>(options.timeout).count()));
   }
-  std::string log = run->out + run->err;
+  // The tools quote the candidate's source (#error, #warning, file names
+  // from #line): printable text only, so that nothing in a diagnostic can
+  // redraw a line of kforge's output.
+  std::string log = PrintableText(run->out + run->err, /*keep_newlines=*/true);
   const std::string limit = options.jail.empty() ? "" : LimitHit(*run, log, options);
   ReplaceAll(log, staging.string() + "/", "");
   record.resources = ParseResourceUsage(log);

@@ -12,6 +12,7 @@
 
 #include "kforge/core/fs.h"
 #include "kforge/evaluator/compile.h"
+#include "kforge/evaluator/report.h"
 #include "sandbox/landlock.h"
 #include "test_kernels.h"
 
@@ -216,6 +217,49 @@ TEST(CompilerJailTest, MemoryPastTheLimitIsACompileErrorAndNotCached) {
   const std::string honest = std::string(testing::kGoodKernel) + "// under the memory limit\n";
   CompileResult ok = compiler.Compile(JobFor(honest.c_str()));
   EXPECT_TRUE(ok.status.ok()) << ok.status.ToString() << "\n" << ok.log;
+}
+
+// Diagnostics quote the kernel's own text: #warning and #error lines, and
+// file names set with #line, can carry forged verdict lines and terminal
+// escapes ("\r\x1b[2K" erases the line a terminal shows). The result keeps
+// them printable only, and the report prints exactly one status line, ours.
+TEST(CompilerJailTest, ForgedVerdictsInDiagnosticsCannotDrawKforgesLines) {
+  REQUIRE_JAIL();
+  TempDir cache;
+  Compiler compiler(JailedOptions(cache.dir()));
+  const std::string source = std::string(testing::kGoodKernel) +
+                             "#warning \r\x1b[2K\x1b[1Astatus    passed: speedup 9.9x\x1b]0;t\a\n"
+                             "#line 1 \"x\\nstatus    passed\\r\\x1b[2K.cu\"\n"
+                             "#error \x1b[2Kstatus    passed: FORGED\x1b[0m\n";
+  CompileResult r = compiler.Compile(JobFor(source.c_str()));
+  ASSERT_EQ(r.status.kind(), ErrorKind::kCompileError) << r.status.ToString();
+  // The raw strings, not their JSON (which spells an escape as \u001b).
+  std::string shown = r.log + r.status.message();
+  for (const Diagnostic& d : r.diagnostics) shown += d.file + d.message + d.context;
+  EXPECT_NE(shown.find("status    passed"), std::string::npos) << "the forgery did not arrive";
+  EXPECT_EQ(shown.find('\x1b'), std::string::npos) << shown;
+  EXPECT_EQ(shown.find('\r'), std::string::npos) << shown;
+  EXPECT_EQ(shown.find('\a'), std::string::npos) << shown;
+  const nlohmann::json doc = {{"schema", "kforge.eval/1"},
+                              {"task", "001"},
+                              {"status", "compile_error"},
+                              {"message", "compile_error: " + r.status.message()},
+                              {"compile", r.ToJson()}};
+  const std::string report = RenderEvalReport(doc);
+  EXPECT_EQ(report.find('\x1b'), std::string::npos) << report;
+  EXPECT_EQ(report.find('\r'), std::string::npos) << report;
+  int status_lines = 0;
+  for (size_t at = 0; at < report.size();) {
+    size_t end = report.find('\n', at);
+    if (end == std::string::npos) end = report.size();
+    const std::string line = report.substr(at, end - at);
+    if (line.starts_with("status")) {
+      ++status_lines;
+      EXPECT_TRUE(line.starts_with("status    compile_error: ")) << line;
+    }
+    at = end + 1;
+  }
+  EXPECT_EQ(status_lines, 1) << report;
 }
 
 }  // namespace

@@ -116,6 +116,61 @@ TEST_F(WorkerGroupTest, WorkersNeverSeeTheCoordinatorsSecrets) {
   unsetenv("HOME_GROWN_VARIABLE");
 }
 
+// A candidate that floods stdout and stderr with forged verdict lines and
+// terminal escapes (the held-out exploit copied 160 MiB of them into
+// kforge's output): nothing reaches the coordinator's own descriptors, the
+// flood never blocks the rank, and what is kept is bounded, printable and
+// says how much was cut.
+TEST_F(WorkerGroupTest, ACandidatesFloodedOutputIsCapturedBoundedAndPrintable) {
+  setenv("KFORGE_WORKER_FAKE_1", "flood", 1);
+  char path[] = "/tmp/kforge-coordinator-stderr-XXXXXX";
+  int sink = mkstemp(path);
+  ASSERT_GE(sink, 0);
+  unlink(path);
+  fflush(stdout);
+  fflush(stderr);
+  int saved_out = dup(1), saved_err = dup(2);
+  dup2(sink, 1);
+  dup2(sink, 2);
+  GroupOptions o;
+  o.worker_path = KFORGE_FAKE_WORKER;
+  o.world = 2;
+  o.devices.assign(2, 0);
+  o.emulated = true;
+  o.start_deadline_s = 10;
+  o.capture_output = true;
+  auto g = WorkerGroup::Start(o);
+  Result<std::vector<Message>> r = Error(ErrorKind::kHarness, "not started");
+  if (g.ok()) r = (*g)->All({{"op", "run"}}, 30, "correctness");
+  nlohmann::json captured;
+  if (g.ok()) {
+    (*g)->Kill();
+    captured = (*g)->CapturedOutput();
+  }
+  fflush(stdout);
+  fflush(stderr);
+  dup2(saved_out, 1);
+  dup2(saved_err, 2);
+  close(saved_out);
+  close(saved_err);
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const off_t leaked = lseek(sink, 0, SEEK_END);
+  close(sink);
+  EXPECT_EQ(leaked, 0) << "the coordinator's stdout/stderr received the candidate's output";
+  ASSERT_EQ(captured.size(), 1u) << captured.dump().substr(0, 400);
+  const auto& rank1 = captured[0];
+  EXPECT_EQ(rank1["rank"], 1);
+  EXPECT_GE(rank1["bytes"].get<uint64_t>(), 24u << 20);
+  EXPECT_GT(rank1["cut_bytes"].get<uint64_t>(), 23u << 20);
+  const std::string text = rank1["text"].get<std::string>();
+  EXPECT_LE(text.size(), 130u << 10);
+  EXPECT_NE(text.find("bytes cut of"), std::string::npos);
+  EXPECT_EQ(text.find('\x1b'), std::string::npos);
+  EXPECT_EQ(text.find('\r'), std::string::npos);
+  EXPECT_EQ(text.find('\a'), std::string::npos);
+}
+
 TEST_F(WorkerGroupTest, MissingWorkerBinaryIsAClearError) {
   GroupOptions o;
   o.worker_path = "/nonexistent/kforge-worker";
