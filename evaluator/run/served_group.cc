@@ -111,8 +111,10 @@ Status StartServed(EvalSession& s, ServedGroup& sg, const fs::path& kernel_so) {
   for (auto& m : sg.mailboxes) fds.push_back({m.fd()});
   auto timed = s.harness->Each(msgs, fds, dl, "calibration");
   if (!timed.ok()) {
+    // No kernel is loaded yet: whatever went wrong is kforge's.
     c.Kill();
-    return GroupFailed(s, *s.harness, timed.status());
+    Status st = GroupFailed(s, *s.harness, timed.status());
+    return Error(ErrorKind::kHarness, "calibrating the mailbox: " + st.message());
   }
   auto served = c.Collect(dl, "calibration");
   if (!served.ok()) return GroupFailed(s, c, served.status());

@@ -295,7 +295,21 @@ Result<std::vector<Message>> WorkerGroup::Collect(double deadline_s, const std::
   auto deadline =
       std::chrono::steady_clock::now() + milliseconds(static_cast<int64_t>(deadline_s * 1000));
   std::optional<GroupFailure> first_error;
-  std::vector<int> failed;
+  std::vector<int> failed, cancelled;
+  // Who may say what (issue 31): a process that runs a kernel (the
+  // candidate role) says only what its kernel did; whatever else it claims,
+  // an infrastructure failure included, is a runtime error against it, so
+  // that no kernel can make its own failure unscored. A harness rank may
+  // blame the kernel it drives (a runtime error, a policy violation, or a
+  // served group that did not answer a call in time: a timeout); anything
+  // else it reports is a harness error.
+  const bool untrusted = options_.role == "candidate";
+  auto KindOfReply = [&](const Status& st) {
+    const ErrorKind k = st.kind();
+    if (k == ErrorKind::kRuntimeError || k == ErrorKind::kPolicyViolation) return k;
+    if (untrusted) return ErrorKind::kRuntimeError;
+    return k == ErrorKind::kDeadlock ? k : ErrorKind::kHarness;
+  };
   // Once one rank has failed, the others get a short grace period to report
   // (they may be stuck in a barrier waiting for it; the abort flag frees them).
   while (remaining > 0) {
@@ -328,22 +342,35 @@ Result<std::vector<Message>> WorkerGroup::Collect(double deadline_s, const std::
       --remaining;
       replies[r] = std::move(m).value();
       Status st = proto::ReplyStatus(replies[r].body, "reply to " + phase);
+      if (st.kind() == ErrorKind::kCancelled) cancelled.push_back(r);
       if (!st.ok() && st.kind() != ErrorKind::kCancelled) failed.push_back(r);
       if (!st.ok()) {
         if (!first_error && st.kind() != ErrorKind::kCancelled) {
-          // A worker's reply may blame its kernel (a runtime error, or a
-          // policy violation it caught at run time); anything else it says
-          // is a harness error, never a verdict it could choose.
-          ErrorKind k =
-              st.kind() == ErrorKind::kRuntimeError || st.kind() == ErrorKind::kPolicyViolation
-                  ? st.kind()
-                  : ErrorKind::kHarness;
-          first_error = GroupFailure{phase, {}, r, st.message(), k, deadline_s};
+          first_error = GroupFailure{phase, {}, r, st.message(), KindOfReply(st), deadline_s};
+          if (untrusted && first_error->kind != st.kind()) {
+            first_error->message = options_.role + " rank " + std::to_string(r) +
+                                   " reported an error of kind '" +
+                                   std::string(ErrorKindName(st.kind())) + "': " + st.message();
+          }
         }
         control_.RaiseAbort();
         deadline = std::min(deadline, std::chrono::steady_clock::now() + std::chrono::seconds(2));
       }
     }
+  }
+  if (!first_error && !cancelled.empty()) {
+    // "Cancelled" answers an abort we raised; said unprompted, it is a
+    // failure of the rank that said it.
+    const int r = cancelled.front();
+    failed = cancelled;
+    first_error =
+        GroupFailure{phase,
+                     {},
+                     r,
+                     options_.role + " rank " + std::to_string(r) + " answered 'cancelled' to " +
+                         phase + " while nothing had aborted the group",
+                     untrusted ? ErrorKind::kRuntimeError : ErrorKind::kHarness,
+                     deadline_s};
   }
   if (first_error) {
     std::sort(failed.begin(), failed.end());

@@ -3,7 +3,10 @@
 // GPU. Behaviour per rank comes from KFORGE_WORKER_FAKE_<rank> (ok | hang | crash |
 // error | slow | env | flood), default ok; "env" answers with the names of its
 // environment variables; "flood" writes 24 MiB of forged verdict lines with
-// terminal escapes to stdout and stderr before it answers.
+// terminal escapes to stdout and stderr before it answers; "claim_harness",
+// "claim_cancelled" and "claim_deadlock" answer with an error of that kind
+// (what a kernel that writes the worker's reply could claim); "not_object"
+// answers with a JSON array.
 #include <signal.h>
 #include <unistd.h>
 
@@ -46,6 +49,17 @@ int main(int argc, char** argv) {
                      {"kind", "runtime_error"},
                      {"error", "CUDA error: an illegal memory access"},
                      {"rank", rank}});
+      continue;
+    }
+    if (behaviour.starts_with("claim_")) {
+      (void)ch.Send({{"ok", false},
+                     {"kind", behaviour.substr(6)},
+                     {"error", "kforge: the GPU fell off the bus (not the kernel's fault)"},
+                     {"rank", rank}});
+      continue;
+    }
+    if (behaviour == "not_object") {
+      (void)ch.Send(nlohmann::json::array({1, 2, 3}));
       continue;
     }
     if (behaviour == "slow") usleep(200 * 1000);

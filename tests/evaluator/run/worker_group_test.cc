@@ -8,6 +8,9 @@
 #include <chrono>
 #include <cstdlib>
 
+#include "kforge/core/eval_doc.h"
+#include "protocol/mailbox.h"
+
 namespace kforge::eval {
 namespace {
 
@@ -169,6 +172,64 @@ TEST_F(WorkerGroupTest, ACandidatesFloodedOutputIsCapturedBoundedAndPrintable) {
   EXPECT_EQ(text.find('\x1b'), std::string::npos);
   EXPECT_EQ(text.find('\r'), std::string::npos);
   EXPECT_EQ(text.find('\a'), std::string::npos);
+}
+
+// Whatever a candidate's process claims (a harness error, a cancellation
+// nobody asked for, a reply that is not an object, its own exit or a crash),
+// its failure is a verdict against it, never a harness_error: an attempt a
+// model can make unscored is a free retry (issue 31).
+TEST_F(WorkerGroupTest, ACandidatesOwnFailureIsNeverAHarnessError) {
+  std::vector<proto::Mailbox> mailboxes;
+  for (const char* behaviour : {"claim_harness", "claim_invalid_input", "claim_cancelled",
+                                "claim_deadlock", "not_object", "crash"}) {
+    SCOPED_TRACE(behaviour);
+    setenv("KFORGE_WORKER_FAKE_1", behaviour, 1);
+    GroupOptions o;
+    o.worker_path = KFORGE_FAKE_WORKER;
+    o.role = "candidate";
+    o.world = 2;
+    o.devices.assign(2, 0);
+    o.emulated = true;
+    o.start_deadline_s = 10;
+    for (int r = 0; r < 2; ++r) {
+      auto m = proto::Mailbox::Create();
+      ASSERT_TRUE(m.ok());
+      o.mailbox_fds.push_back(m->fd());
+      mailboxes.push_back(std::move(*m));
+    }
+    auto g = WorkerGroup::Start(o);
+    ASSERT_TRUE(g.ok()) << g.status().ToString();
+    auto r = (*g)->All({{"op", "run"}}, 10, "correctness");
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().kind(), ErrorKind::kRuntimeError) << r.status().ToString();
+    EXPECT_NE(VerdictFor(r.status().kind()), Verdict::kHarnessError);
+    EXPECT_EQ((*g)->last_failure().rank, 1);
+  }
+}
+
+// A harness rank's report that the group it drives did not answer a call is
+// the candidate's timeout; anything else a harness rank reports stays a
+// harness error.
+TEST_F(WorkerGroupTest, AHarnessRankBlamesTheKernelOnlyForWhatTheKernelDid) {
+  setenv("KFORGE_WORKER_FAKE_0", "claim_deadlock", 1);
+  auto g = StartGroup(2);
+  ASSERT_TRUE(g.ok());
+  auto r = (*g)->All({{"op", "drive"}}, 10, "timing");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().kind(), ErrorKind::kDeadlock) << r.status().ToString();
+  EXPECT_EQ(VerdictFor(r.status().kind()), Verdict::kTimeout);
+  setenv("KFORGE_WORKER_FAKE_0", "claim_harness", 1);
+  auto h = StartGroup(2);
+  ASSERT_TRUE(h.ok());
+  auto e = (*h)->All({{"op", "drive"}}, 10, "timing");
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.status().kind(), ErrorKind::kHarness) << e.status().ToString();
+  setenv("KFORGE_WORKER_FAKE_0", "claim_cancelled", 1);
+  auto c = StartGroup(2);
+  ASSERT_TRUE(c.ok());
+  auto unprompted = (*c)->All({{"op", "drive"}}, 10, "timing");
+  ASSERT_FALSE(unprompted.ok()) << "a cancellation nobody asked for passed as a reply";
+  EXPECT_EQ(unprompted.status().kind(), ErrorKind::kHarness);
 }
 
 TEST_F(WorkerGroupTest, MissingWorkerBinaryIsAClearError) {
