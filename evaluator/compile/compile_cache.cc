@@ -36,7 +36,7 @@ std::optional<CacheRecord> Discard(const fs::path& entry_dir) {
 
 }  // namespace
 
-std::optional<CacheRecord> LoadCacheRecord(const fs::path& entry_dir) {
+std::optional<CacheRecord> LoadCacheRecord(const fs::path& entry_dir, uint64_t max_object_bytes) {
   Result<std::string> text = ReadFile(entry_dir / kRecordName);
   if (!text.ok()) return std::nullopt;
   // The record is our own file, but a damaged one must be a miss, not a crash.
@@ -68,6 +68,9 @@ std::optional<CacheRecord> LoadCacheRecord(const fs::path& entry_dir) {
     if (r.ok) {
       // Verified on every hit: an entry whose object changed since it was
       // published (a kernel that wrote into the cache) is never loaded.
+      std::error_code ec;
+      if (fs::file_size(entry_dir / kSharedObjectName, ec) > max_object_bytes || ec)
+        return Discard(entry_dir);
       Result<std::string> so = ReadFile(entry_dir / kSharedObjectName);
       if (!so.ok() || Sha256Hex(*so) != j.at("so_sha256").get<std::string>())
         return Discard(entry_dir);

@@ -28,8 +28,11 @@ struct CacheRecord {
 
 inline constexpr const char* kSharedObjectName = "kernel.so";
 
-// The entry for `key`, or nullopt when absent or unreadable (a miss).
-std::optional<CacheRecord> LoadCacheRecord(const std::filesystem::path& entry_dir);
+// The entry for `key`, or nullopt when absent or unreadable (a miss). An
+// entry whose kernel.so is over `max_object_bytes` (left by an older kforge
+// that had no such limit) is removed and is a miss.
+std::optional<CacheRecord> LoadCacheRecord(const std::filesystem::path& entry_dir,
+                                           uint64_t max_object_bytes);
 
 // Writes record.json into `staging` and renames it to `entry_dir`. When
 // another writer got there first, `staging` is removed and that entry stands.

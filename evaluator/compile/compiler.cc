@@ -1,4 +1,5 @@
 #include <fmt/format.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -17,6 +18,7 @@
 #include "kforge/core/hash.h"
 #include "kforge/core/log.h"
 #include "kforge/core/scan.h"
+#include "kforge/core/untrusted_text.h"
 #include "kforge/evaluator/compile.h"
 #include "link_check.h"
 #include "toolchain.h"
@@ -86,6 +88,47 @@ std::string FailureMessage(const std::vector<Diagnostic>& diagnostics, std::stri
   std::string more =
       errors > 1 ? fmt::format(" (and {} more error{})", errors - 1, errors == 2 ? "" : "s") : "";
   return "compile failed: " + where + first->message + more;
+}
+
+std::string Mib(uint64_t bytes) {
+  return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1 << 20));
+}
+
+// Which of the jail's limits ended a failed compile, in words for the
+// kernel's author; empty when none did. A tool past RLIMIT_FSIZE dies of
+// SIGXFSZ (the shell nvcc runs it through says "File size limit exceeded"),
+// past RLIMIT_CPU of SIGXCPU, and past RLIMIT_AS fails to allocate (cicc:
+// "LLVM ERROR: out of memory", gcc: "virtual memory exhausted"). A kernel can
+// print these words itself with #error: it only makes its own failure
+// uncached.
+std::string LimitHit(const ProcessResult& run, const std::string& log, const CompileOptions& o) {
+  auto died_of = [&](int sig, const char* words) {
+    return run.term_signal == sig || run.exit_code == 128 + sig ||
+           log.find(words) != std::string::npos ||
+           log.find(fmt::format("signal {}", sig)) != std::string::npos;
+  };
+  if (died_of(SIGXFSZ, "File size limit exceeded")) {
+    return fmt::format(
+        "the kernel made the compiler write a file larger than its limit of {} (a huge "
+        "__device__ array initialiser, or unrolling that generates that much code?)",
+        Mib(o.max_file_bytes));
+  }
+  if (died_of(SIGXCPU, "CPU time limit exceeded")) {
+    return fmt::format(
+        "the kernel made a compiler tool use more than its limit of {} s of CPU time (heavy "
+        "template instantiation, macro expansion or unrolling?)",
+        o.max_cpu_seconds);
+  }
+  for (const char* words : {"out of memory", "bad_alloc", "memory exhausted",
+                            "Cannot allocate memory", "Out of memory"}) {
+    if (log.find(words) != std::string::npos) {
+      return fmt::format(
+          "the kernel made a compiler tool run out of its memory limit of {} (a huge "
+          "initialiser, or code generation that large?)",
+          Mib(o.max_memory_bytes));
+    }
+  }
+  return "";
 }
 
 bool SameJob(const CompileJob& a, const CompileJob& b) {
@@ -256,6 +299,12 @@ Status Compiler::Impl::Build(const CompileJob& job, const fs::path& nvcc_path,
             nvcc_path.parent_path().parent_path().string(),
             "--write",
             staging.string(),
+            "--cpu-seconds",
+            std::to_string(options.max_cpu_seconds),
+            "--memory-bytes",
+            std::to_string(options.max_memory_bytes),
+            "--file-bytes",
+            std::to_string(options.max_file_bytes),
             "--"};
   }
   argv.push_back(nvcc_path.string());
@@ -283,7 +332,11 @@ Status Compiler::Impl::Build(const CompileJob& job, const fs::path& nvcc_path,
             "simplify the kernel (heavy template instantiation or unrolling?)",
             std::chrono::duration<double>(options.timeout).count()));
   }
-  std::string log = run->out + run->err;
+  // The tools quote the candidate's source (#error, #warning, file names
+  // from #line): printable text only, so that nothing in a diagnostic can
+  // redraw a line of kforge's output.
+  std::string log = PrintableText(run->out + run->err, /*keep_newlines=*/true);
+  const std::string limit = options.jail.empty() ? "" : LimitHit(*run, log, options);
   ReplaceAll(log, staging.string() + "/", "");
   record.resources = ParseResourceUsage(log);
   log = StripResourceUsage(log);
@@ -292,6 +345,14 @@ Status Compiler::Impl::Build(const CompileJob& job, const fs::path& nvcc_path,
   parse.source_paths = {file_name, (staging / file_name).string()};
   record.diagnostics = ParseDiagnostics(log, parse);
   record.log = Truncate(std::move(log), options.max_log_bytes);
+  auto over_limit = [&](const std::string& what) {
+    Diagnostic d;
+    d.file = job.display_name;
+    d.message = what;
+    record.diagnostics.push_back(d);
+    return Error(ErrorKind::kCompileError, "compile failed: " + what);
+  };
+  if (!run->Succeeded() && !limit.empty()) return over_limit(limit);
   if (!run->Succeeded()) {
     std::string how = run->term_signal != 0
                           ? fmt::format("nvcc was killed by signal {}", run->term_signal)
@@ -306,6 +367,13 @@ Status Compiler::Impl::Build(const CompileJob& job, const fs::path& nvcc_path,
     return Status::Ok();
   }
 
+  // Checked jailed or not: an object this large is never cached or loaded.
+  std::error_code size_error;
+  const uintmax_t object_bytes = fs::file_size(staging / kSharedObjectName, size_error);
+  if (!size_error && object_bytes > options.max_object_bytes) {
+    return over_limit(fmt::format("the compiled kernel.so is {}, over the limit of {}",
+                                  Mib(object_bytes), Mib(options.max_object_bytes)));
+  }
   Result<DynamicInfo> info = ReadDynamicInfo(staging / kSharedObjectName);
   if (!info.ok()) return info.status().WithContext("reading the compiled kernel");
   auto fail = [&](std::string message) {
@@ -365,7 +433,7 @@ CompileResult Compiler::Impl::Compile(const CompileJob& job) {
     result.shared_object = entry / kSharedObjectName;
     return finish(Status::Ok());
   };
-  if (std::optional<CacheRecord> hit = LoadCacheRecord(entry)) {
+  if (std::optional<CacheRecord> hit = LoadCacheRecord(entry, options.max_object_bytes)) {
     result.cache_hit = true;
     return from_record(*hit);
   }
@@ -388,7 +456,10 @@ CompileResult Compiler::Impl::Compile(const CompileJob& job) {
   CacheRecord record;
   Status built = Build(job, *nvcc_path, staging, record);
   if (!built.ok()) {
+    // Not cached: a timeout, a limit (which depends on the options and the
+    // machine's load) or a failure of our own.
     result.log = record.log;
+    result.diagnostics = record.diagnostics;
     return finish(built);
   }
   if (Status s = PublishCacheEntry(staging, entry, record); !s.ok()) return finish(s);

@@ -542,6 +542,8 @@ Status ReplyStatus(const json& reply, const std::string& what) {
   if (kind == "runtime_error") k = ErrorKind::kRuntimeError;
   if (kind == "cancelled") k = ErrorKind::kCancelled;
   if (kind == "policy_violation") k = ErrorKind::kPolicyViolation;
+  // A harness rank whose served group did not answer a call in time.
+  if (kind == "deadlock") k = ErrorKind::kDeadlock;
   return Error(k, error);
 }
 

@@ -6,6 +6,7 @@
 #include "kforge/core/eval_doc.h"
 #include "kforge/core/hash.h"
 #include "kforge/core/log.h"
+#include "kforge/core/untrusted_text.h"
 #include "kforge/core/version.h"
 #include "run/session.h"
 
@@ -53,6 +54,7 @@ void Attempt::FinishFrom(const EvalSession& s, const Status& st) {
       {"trials", s.options->trials}, {"passed_trials", s.trials_passed}, {"checks", s.checks}};
   doc_["timing"] = s.timing;
   doc_["sandbox"] = s.sandbox_report;
+  if (!s.candidate_output.empty()) doc_["candidate_output"] = s.candidate_output;
   if (!s.profile.is_null()) doc_["profile"] = s.profile;
   doc_["integrity"] = {{"harness_overhead_us", s.candidate.overhead_us}, {"findings", s.integrity}};
   if (!s.failure.is_null())
@@ -66,7 +68,8 @@ void Attempt::FinishFrom(const EvalSession& s, const Status& st) {
     return;
   }
   if (!st.ok()) {
-    if (st.kind() == ErrorKind::kHarness) LogWarn("evaluator", "{}", st.message());
+    if (st.kind() == ErrorKind::kHarness)
+      LogWarn("evaluator", "{}", PrintableText(st.message(), /*keep_newlines=*/false));
     Finish(st.kind(), std::string(VerdictName(VerdictFor(st.kind()))) + ": " + st.message());
     return;
   }

@@ -39,6 +39,16 @@ struct Objects {
   fs::path candidate, reference;
 };
 
+// The reference group runs trusted code in candidate-role processes, whose
+// failures WorkerGroup reports as runtime errors: in the reference's calls
+// they are kforge's, never a verdict on the candidate.
+Status BaselinesTimed(EvalSession& s, bool after) {
+  Status st = TimeBaselines(s, after);
+  if (st.ok() || st.kind() == ErrorKind::kHarness) return st;
+  return Error(ErrorKind::kHarness,
+               "timing the baseline: the task's reference failed: " + st.message());
+}
+
 Status StartReference(EvalSession& s, const Objects& objects) {
   if (Status st = StartServed(s, s.reference, objects.reference); !st.ok())
     return Error(ErrorKind::kHarness, "starting the reference group: " + st.message());
@@ -57,7 +67,7 @@ Status RunPhases(EvalSession& s, Attempt& a, const Objects& objects) {
   if (s.options->timing && ReuseBaselines(s) > 0) {
     KF_RETURN_IF_ERROR(StartReference(s, objects));
     a.Mark("reference_start");
-    KF_RETURN_IF_ERROR(TimeBaselines(s, false));
+    KF_RETURN_IF_ERROR(BaselinesTimed(s, false));
     a.Mark("baseline_before");
   }
   KF_RETURN_IF_ERROR(StartServed(s, s.candidate, objects.candidate));
@@ -86,7 +96,7 @@ Status RunSession(EvalSession& s, Attempt& a, const Objects& objects) {
       st = StartReference(s, objects);
       a.Mark("reference_start");
     }
-    if (st.ok()) st = TimeBaselines(s, true);
+    if (st.ok()) st = BaselinesTimed(s, true);
     if (st.ok()) FinishTiming(s);
     a.Mark("baseline_after");
   }

@@ -244,6 +244,17 @@ Status DriveBlock(EvalSession& s, ServedGroup& g, SizePlan& plan, int warmup, in
   auto driven = s.harness->Each(std::vector<json>(s.world, drive.ToJson()), fds,
                                 s.options->timing_deadline_s, "timing");
   if (!driven.ok()) {
+    if (g.reference()) {
+      served_group.Kill();
+      return ReferenceFailed(plan, "was not driven: " + driven.status().message());
+    }
+    // A harness rank's timeout is the candidate's (it did not answer a call);
+    // when its process died meanwhile, that is what it gets.
+    if (driven.status().kind() == ErrorKind::kDeadlock) {
+      auto served = served_group.Collect(1.0, "timing");
+      if (!served.ok() && served.status().kind() != ErrorKind::kDeadlock)
+        return GroupFailed(s, served_group, served.status());
+    }
     served_group.Kill();
     return GroupFailed(s, *s.harness, driven.status());
   }

@@ -6,6 +6,7 @@
 #include <functional>
 #include <string>
 
+#include "kforge/core/untrusted_text.h"
 #include "kforge/evaluator/dtype.h"
 
 namespace kforge::eval {
@@ -14,6 +15,13 @@ namespace {
 constexpr size_t kReportedKernels = 8;  // compile.resources lines in the report
 constexpr const char* kStallPrefix = "smsp__average_warps_issue_stalled_";
 constexpr const char* kStallSuffix = "_per_issue_active";
+
+// A string of the document that a kernel's author can choose (a diagnostic,
+// an error the candidate's process reported, the message quoting them), on
+// one line and without terminal escapes: it cannot draw a line of ours.
+std::string Shown(const nlohmann::json& j, const char* key, const char* fallback = "") {
+  return PrintableText(j.value(key, std::string(fallback)), /*keep_newlines=*/false);
+}
 
 }  // namespace
 
@@ -96,8 +104,8 @@ std::string RenderEvalReport(const nlohmann::json& d) {
     int shown = 0;
     for (const auto& diag : c.value("diagnostics", nlohmann::json::array())) {
       if (diag.value("severity", "") != "error" || shown++ >= 5) continue;
-      out += fmt::format("  {}:{}:{}: error: {}\n", diag.value("file", "?"), diag.value("line", 0),
-                         diag.value("column", 0), diag.value("message", ""));
+      out += fmt::format("  {}:{}:{}: error: {}\n", Shown(diag, "file", "?"), diag.value("line", 0),
+                         diag.value("column", 0), Shown(diag, "message"));
     }
     const auto resources = c.value("resources", nlohmann::json::array());
     for (size_t i = 0; i < resources.size() && i < kReportedKernels; ++i) {
@@ -110,7 +118,7 @@ std::string RenderEvalReport(const nlohmann::json& d) {
   }
   if (d.contains("policy")) {
     for (const auto& v : d["policy"]["violations"])
-      out += "  policy: " + v.get<std::string>() + "\n";
+      out += "  policy: " + PrintableText(v.get<std::string>(), false) + "\n";
   }
   if (d.contains("correctness")) {
     const auto& c = d["correctness"];
@@ -142,7 +150,7 @@ std::string RenderEvalReport(const nlohmann::json& d) {
   }
   if (d.contains("error")) {
     out += fmt::format("error     rank {} during {}: {}\n", d["error"].value("rank", -1),
-                       d["error"].value("phase", "?"), d["error"].value("message", ""));
+                       Shown(d["error"], "phase", "?"), Shown(d["error"], "message"));
   }
   if (d.contains("timeout")) {
     std::string ranks;
@@ -201,7 +209,7 @@ std::string RenderEvalReport(const nlohmann::json& d) {
     out += "\n";
     for (const auto& l : lines) out += l + "\n";
   }
-  out += fmt::format("\nstatus    {}: {}\n", d.value("status", "?"), d.value("message", ""));
+  out += fmt::format("\nstatus    {}: {}\n", Shown(d, "status", "?"), Shown(d, "message"));
   return out;
 }
 

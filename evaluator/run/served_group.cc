@@ -59,6 +59,7 @@ Status StartServed(EvalSession& s, ServedGroup& sg, const fs::path& kernel_so) {
   g.candidate_dir = sg.dir.string();
   g.profile_rank0 = !sg.reference() && s.options->profile && s.options->timing;
   g.start_deadline_s = s.options->setup_deadline_s;
+  g.capture_output = true;
   for (int r = 0; r < s.world; ++r) {
     KF_ASSIGN_OR_RETURN(proto::Mailbox m, proto::Mailbox::Create());
     g.mailbox_fds.push_back(m.fd());
@@ -110,8 +111,10 @@ Status StartServed(EvalSession& s, ServedGroup& sg, const fs::path& kernel_so) {
   for (auto& m : sg.mailboxes) fds.push_back({m.fd()});
   auto timed = s.harness->Each(msgs, fds, dl, "calibration");
   if (!timed.ok()) {
+    // No kernel is loaded yet: whatever went wrong is kforge's.
     c.Kill();
-    return GroupFailed(s, *s.harness, timed.status());
+    Status st = GroupFailed(s, *s.harness, timed.status());
+    return Error(ErrorKind::kHarness, "calibrating the mailbox: " + st.message());
   }
   auto served = c.Collect(dl, "calibration");
   if (!served.ok()) return GroupFailed(s, c, served.status());
@@ -135,6 +138,7 @@ Status StartServed(EvalSession& s, ServedGroup& sg, const fs::path& kernel_so) {
 void StopServed(EvalSession& s, ServedGroup& sg) {
   if (sg.group) {
     sg.group->Kill();
+    if (!sg.reference()) s.candidate_output = sg.group->CapturedOutput();
     sg.group.reset();
   }
   if (sg.supervisor) {

@@ -127,6 +127,9 @@ struct EvalSession {
   nlohmann::json integrity = nlohmann::json::array();  // findings that reject the kernel
   nlohmann::json profile;  // EvalOptions::profile: rank 0's counters, or why there are none
   nlohmann::json failure;  // the error / timeout object of the result, when one happened
+  // What the candidate's processes wrote to stdout and stderr: bounded,
+  // printable, and only ever in the document (WorkerGroup::CapturedOutput).
+  nlohmann::json candidate_output = nlohmann::json::array();
   int trials_passed = 0;
 
   // A task's own reference (trusted) may use what its task forbids candidates.

@@ -39,8 +39,9 @@ std::string DescribeExit(pid_t pid) {
 
 // Spawns one worker with fds 3 (channel), 4 (control block) and, for a
 // candidate, 5 (mailbox); every other descriptor is closed in the child.
+// `output_fd` >= 0 becomes its stdout and stderr.
 Result<pid_t> SpawnWorker(const GroupOptions& o, int rank, int channel_fd, int control_fd,
-                          int mailbox_fd) {
+                          int mailbox_fd, int output_fd) {
   std::vector<std::string> args = {o.worker_path.string(),
                                    "--role",
                                    o.role,
@@ -73,6 +74,7 @@ Result<pid_t> SpawnWorker(const GroupOptions& o, int rank, int channel_fd, int c
   // Sources above any target number, so that the dup2s cannot collide.
   int src[3] = {fcntl(channel_fd, F_DUPFD_CLOEXEC, 100), fcntl(control_fd, F_DUPFD_CLOEXEC, 100),
                 mailbox_fd >= 0 ? fcntl(mailbox_fd, F_DUPFD_CLOEXEC, 100) : -1};
+  const int out = output_fd >= 0 ? fcntl(output_fd, F_DUPFD_CLOEXEC, 100) : -1;
   const bool own_session = o.role == "candidate";
   const unsigned first_unused = src[2] >= 0 ? 6 : 5;
   // fork + execve, with everything prepared before the fork: the child of
@@ -83,6 +85,7 @@ Result<pid_t> SpawnWorker(const GroupOptions& o, int rank, int channel_fd, int c
     for (int k = 0; k < 3; ++k) {
       if (src[k] >= 0 && dup2(src[k], 3 + k) < 0) _exit(126);
     }
+    if (out >= 0 && (dup2(out, 1) < 0 || dup2(out, 2) < 0)) _exit(126);
     // Only the channel, control block and mailbox go with it (the worker
     // also closes whatever is left, and reports it, before any candidate code).
     close_range(first_unused, ~0U, 0);
@@ -102,6 +105,7 @@ Result<pid_t> SpawnWorker(const GroupOptions& o, int rank, int channel_fd, int c
   for (int fd : src) {
     if (fd >= 0) close(fd);
   }
+  if (out >= 0) close(out);
   if (pid < 0) return Error(ErrorKind::kHarness, std::string("fork: ") + std::strerror(errno));
   return pid;
 }
@@ -123,10 +127,25 @@ Result<std::unique_ptr<WorkerGroup>> WorkerGroup::Start(const GroupOptions& opti
                  "kforge-worker not found at " + options.worker_path.string());
   }
   KF_ASSIGN_OR_RETURN(g->control_, ControlBlock::Create(options.world));
+  // 64 KiB of the head and of the tail of each rank's output: its first
+  // error and its last words.
+  if (options.capture_output) g->output_ = std::make_unique<OutputDrain>(64 << 10, 64 << 10);
   for (int r = 0; r < options.world; ++r) {
     KF_ASSIGN_OR_RETURN(auto pair, MakeSocketPair());
     int mailbox = options.role == "candidate" ? options.mailbox_fds[r] : -1;
-    auto pid = SpawnWorker(options, r, pair.second, g->control_.fd(), mailbox);
+    int output = -1;
+    if (g->output_) {
+      Result<int> w = g->output_->AddRank();
+      if (!w.ok()) {
+        close(pair.first);
+        close(pair.second);
+        g->Kill();
+        return w.status();
+      }
+      output = *w;
+    }
+    auto pid = SpawnWorker(options, r, pair.second, g->control_.fd(), mailbox, output);
+    if (output >= 0) close(output);
     close(pair.second);
     if (!pid.ok()) {
       close(pair.first);
@@ -137,6 +156,7 @@ Result<std::unique_ptr<WorkerGroup>> WorkerGroup::Start(const GroupOptions& opti
     g->channels_.emplace_back(pair.first);
   }
   g->alive_ = true;
+  if (g->output_) g->output_->Start();
   // Hellos (each rank created its CUDA context), then NCCL when it is used.
   g->hellos_.resize(options.world);
   auto deadline = std::chrono::steady_clock::now() +
@@ -194,6 +214,7 @@ WorkerGroup::~WorkerGroup() {
     }
     alive_ = false;
   }
+  if (output_) output_->Finish(milliseconds(500));
 }
 
 void WorkerGroup::Kill() {
@@ -206,6 +227,12 @@ void WorkerGroup::Kill() {
   pids_.clear();
   channels_.clear();
   alive_ = false;
+  // The ranks are dead: what they wrote is in the pipes, whole.
+  if (output_) output_->Finish(milliseconds(500));
+}
+
+nlohmann::json WorkerGroup::CapturedOutput() const {
+  return output_ ? output_->ToJson() : nlohmann::json::array();
 }
 
 Status WorkerGroup::Fail(GroupFailure f) {
@@ -268,7 +295,21 @@ Result<std::vector<Message>> WorkerGroup::Collect(double deadline_s, const std::
   auto deadline =
       std::chrono::steady_clock::now() + milliseconds(static_cast<int64_t>(deadline_s * 1000));
   std::optional<GroupFailure> first_error;
-  std::vector<int> failed;
+  std::vector<int> failed, cancelled;
+  // Who may say what (issue 31): a process that runs a kernel (the
+  // candidate role) says only what its kernel did; whatever else it claims,
+  // an infrastructure failure included, is a runtime error against it, so
+  // that no kernel can make its own failure unscored. A harness rank may
+  // blame the kernel it drives (a runtime error, a policy violation, or a
+  // served group that did not answer a call in time: a timeout); anything
+  // else it reports is a harness error.
+  const bool untrusted = options_.role == "candidate";
+  auto KindOfReply = [&](const Status& st) {
+    const ErrorKind k = st.kind();
+    if (k == ErrorKind::kRuntimeError || k == ErrorKind::kPolicyViolation) return k;
+    if (untrusted) return ErrorKind::kRuntimeError;
+    return k == ErrorKind::kDeadlock ? k : ErrorKind::kHarness;
+  };
   // Once one rank has failed, the others get a short grace period to report
   // (they may be stuck in a barrier waiting for it; the abort flag frees them).
   while (remaining > 0) {
@@ -301,22 +342,35 @@ Result<std::vector<Message>> WorkerGroup::Collect(double deadline_s, const std::
       --remaining;
       replies[r] = std::move(m).value();
       Status st = proto::ReplyStatus(replies[r].body, "reply to " + phase);
+      if (st.kind() == ErrorKind::kCancelled) cancelled.push_back(r);
       if (!st.ok() && st.kind() != ErrorKind::kCancelled) failed.push_back(r);
       if (!st.ok()) {
         if (!first_error && st.kind() != ErrorKind::kCancelled) {
-          // A worker's reply may blame its kernel (a runtime error, or a
-          // policy violation it caught at run time); anything else it says
-          // is a harness error, never a verdict it could choose.
-          ErrorKind k =
-              st.kind() == ErrorKind::kRuntimeError || st.kind() == ErrorKind::kPolicyViolation
-                  ? st.kind()
-                  : ErrorKind::kHarness;
-          first_error = GroupFailure{phase, {}, r, st.message(), k, deadline_s};
+          first_error = GroupFailure{phase, {}, r, st.message(), KindOfReply(st), deadline_s};
+          if (untrusted && first_error->kind != st.kind()) {
+            first_error->message = options_.role + " rank " + std::to_string(r) +
+                                   " reported an error of kind '" +
+                                   std::string(ErrorKindName(st.kind())) + "': " + st.message();
+          }
         }
         control_.RaiseAbort();
         deadline = std::min(deadline, std::chrono::steady_clock::now() + std::chrono::seconds(2));
       }
     }
+  }
+  if (!first_error && !cancelled.empty()) {
+    // "Cancelled" answers an abort we raised; said unprompted, it is a
+    // failure of the rank that said it.
+    const int r = cancelled.front();
+    failed = cancelled;
+    first_error =
+        GroupFailure{phase,
+                     {},
+                     r,
+                     options_.role + " rank " + std::to_string(r) + " answered 'cancelled' to " +
+                         phase + " while nothing had aborted the group",
+                     untrusted ? ErrorKind::kRuntimeError : ErrorKind::kHarness,
+                     deadline_s};
   }
   if (first_error) {
     std::sort(failed.begin(), failed.end());

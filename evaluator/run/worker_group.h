@@ -18,6 +18,7 @@
 #include "kforge/core/status.h"
 #include "protocol/channel.h"
 #include "protocol/control_block.h"
+#include "run/output_drain.h"
 
 namespace kforge::eval {
 
@@ -34,6 +35,10 @@ struct GroupOptions {
   bool emulated = false;                   // ranks share GPUs: built-in collectives
   std::map<std::string, std::string> env;  // extra environment (the rest is scrubbed)
   double start_deadline_s = 60;
+  // Each rank's stdout and stderr go to the coordinator through a pipe, kept
+  // bounded (output_drain.h) and never copied to its own output; otherwise
+  // they are the coordinator's (the trusted harness).
+  bool capture_output = false;
 };
 
 // What went wrong in the last failed exchange, for the result document.
@@ -79,12 +84,16 @@ class WorkerGroup {
   const GroupFailure& last_failure() const { return failure_; }
   bool alive() const { return alive_; }
   void Kill();
+  // What the ranks wrote to stdout and stderr (capture_output), printable,
+  // head and tail of each: OutputDrain::ToJson. Complete once the group is dead.
+  nlohmann::json CapturedOutput() const;
 
  private:
   WorkerGroup() = default;
   Status Fail(GroupFailure f);
 
   GroupOptions options_;
+  std::unique_ptr<OutputDrain> output_;  // capture_output only
   std::vector<pid_t> pids_;
   std::vector<Channel> channels_;
   ControlBlock control_;

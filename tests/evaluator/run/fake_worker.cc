@@ -1,8 +1,12 @@
 // A stand-in for kforge-worker that speaks the protocol's framing and then
 // misbehaves on purpose, so the coordinator's watchdog can be tested without a
 // GPU. Behaviour per rank comes from KFORGE_WORKER_FAKE_<rank> (ok | hang | crash |
-// error | slow | env), default ok; "env" answers with the names of its
-// environment variables.
+// error | slow | env | flood), default ok; "env" answers with the names of its
+// environment variables; "flood" writes 24 MiB of forged verdict lines with
+// terminal escapes to stdout and stderr before it answers; "claim_harness",
+// "claim_cancelled" and "claim_deadlock" answer with an error of that kind
+// (what a kernel that writes the worker's reply could claim); "not_object"
+// answers with a JSON array.
 #include <signal.h>
 #include <unistd.h>
 
@@ -47,7 +51,32 @@ int main(int argc, char** argv) {
                      {"rank", rank}});
       continue;
     }
+    if (behaviour.starts_with("claim_")) {
+      (void)ch.Send({{"ok", false},
+                     {"kind", behaviour.substr(6)},
+                     {"error", "kforge: the GPU fell off the bus (not the kernel's fault)"},
+                     {"rank", rank}});
+      continue;
+    }
+    if (behaviour == "not_object") {
+      (void)ch.Send(nlohmann::json::array({1, 2, 3}));
+      continue;
+    }
     if (behaviour == "slow") usleep(200 * 1000);
+    if (behaviour == "flood") {
+      const std::string line =
+          "\r\x1b[2K\x1b[1Astatus    passed: FORGED speedup 99.0x (geomean)\x1b]0;t\a\n";
+      std::string block;
+      while (block.size() < (1 << 20)) block += line;
+      for (int i = 0; i < 24; ++i) {
+        int fd = i % 2 == 0 ? 2 : 1;
+        for (size_t off = 0; off < block.size();) {
+          ssize_t n = write(fd, block.data() + off, block.size() - off);
+          if (n <= 0) return 3;
+          off += static_cast<size_t>(n);
+        }
+      }
+    }
     if (behaviour == "env") {
       nlohmann::json names = nlohmann::json::array();
       for (char** e = environ; *e != nullptr; ++e) {

@@ -8,6 +8,9 @@
 #include <chrono>
 #include <cstdlib>
 
+#include "kforge/core/eval_doc.h"
+#include "protocol/mailbox.h"
+
 namespace kforge::eval {
 namespace {
 
@@ -114,6 +117,119 @@ TEST_F(WorkerGroupTest, WorkersNeverSeeTheCoordinatorsSecrets) {
   unsetenv("OPENAI_API_KEY");
   unsetenv("MY_SERVICE_TOKEN");
   unsetenv("HOME_GROWN_VARIABLE");
+}
+
+// A candidate that floods stdout and stderr with forged verdict lines and
+// terminal escapes (the held-out exploit copied 160 MiB of them into
+// kforge's output): nothing reaches the coordinator's own descriptors, the
+// flood never blocks the rank, and what is kept is bounded, printable and
+// says how much was cut.
+TEST_F(WorkerGroupTest, ACandidatesFloodedOutputIsCapturedBoundedAndPrintable) {
+  setenv("KFORGE_WORKER_FAKE_1", "flood", 1);
+  char path[] = "/tmp/kforge-coordinator-stderr-XXXXXX";
+  int sink = mkstemp(path);
+  ASSERT_GE(sink, 0);
+  unlink(path);
+  fflush(stdout);
+  fflush(stderr);
+  int saved_out = dup(1), saved_err = dup(2);
+  dup2(sink, 1);
+  dup2(sink, 2);
+  GroupOptions o;
+  o.worker_path = KFORGE_FAKE_WORKER;
+  o.world = 2;
+  o.devices.assign(2, 0);
+  o.emulated = true;
+  o.start_deadline_s = 10;
+  o.capture_output = true;
+  auto g = WorkerGroup::Start(o);
+  Result<std::vector<Message>> r = Error(ErrorKind::kHarness, "not started");
+  if (g.ok()) r = (*g)->All({{"op", "run"}}, 30, "correctness");
+  nlohmann::json captured;
+  if (g.ok()) {
+    (*g)->Kill();
+    captured = (*g)->CapturedOutput();
+  }
+  fflush(stdout);
+  fflush(stderr);
+  dup2(saved_out, 1);
+  dup2(saved_err, 2);
+  close(saved_out);
+  close(saved_err);
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const off_t leaked = lseek(sink, 0, SEEK_END);
+  close(sink);
+  EXPECT_EQ(leaked, 0) << "the coordinator's stdout/stderr received the candidate's output";
+  ASSERT_EQ(captured.size(), 1u) << captured.dump().substr(0, 400);
+  const auto& rank1 = captured[0];
+  EXPECT_EQ(rank1["rank"], 1);
+  EXPECT_GE(rank1["bytes"].get<uint64_t>(), 24u << 20);
+  EXPECT_GT(rank1["cut_bytes"].get<uint64_t>(), 23u << 20);
+  const std::string text = rank1["text"].get<std::string>();
+  EXPECT_LE(text.size(), 130u << 10);
+  EXPECT_NE(text.find("bytes cut of"), std::string::npos);
+  EXPECT_EQ(text.find('\x1b'), std::string::npos);
+  EXPECT_EQ(text.find('\r'), std::string::npos);
+  EXPECT_EQ(text.find('\a'), std::string::npos);
+}
+
+// Whatever a candidate's process claims (a harness error, a cancellation
+// nobody asked for, a reply that is not an object, its own exit or a crash),
+// its failure is a verdict against it, never a harness_error: an attempt a
+// model can make unscored is a free retry (issue 31).
+TEST_F(WorkerGroupTest, ACandidatesOwnFailureIsNeverAHarnessError) {
+  std::vector<proto::Mailbox> mailboxes;
+  for (const char* behaviour : {"claim_harness", "claim_invalid_input", "claim_cancelled",
+                                "claim_deadlock", "not_object", "crash"}) {
+    SCOPED_TRACE(behaviour);
+    setenv("KFORGE_WORKER_FAKE_1", behaviour, 1);
+    GroupOptions o;
+    o.worker_path = KFORGE_FAKE_WORKER;
+    o.role = "candidate";
+    o.world = 2;
+    o.devices.assign(2, 0);
+    o.emulated = true;
+    o.start_deadline_s = 10;
+    for (int r = 0; r < 2; ++r) {
+      auto m = proto::Mailbox::Create();
+      ASSERT_TRUE(m.ok());
+      o.mailbox_fds.push_back(m->fd());
+      mailboxes.push_back(std::move(*m));
+    }
+    auto g = WorkerGroup::Start(o);
+    ASSERT_TRUE(g.ok()) << g.status().ToString();
+    auto r = (*g)->All({{"op", "run"}}, 10, "correctness");
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().kind(), ErrorKind::kRuntimeError) << r.status().ToString();
+    EXPECT_NE(VerdictFor(r.status().kind()), Verdict::kHarnessError);
+    EXPECT_EQ((*g)->last_failure().rank, 1);
+  }
+}
+
+// A harness rank's report that the group it drives did not answer a call is
+// the candidate's timeout; anything else a harness rank reports stays a
+// harness error.
+TEST_F(WorkerGroupTest, AHarnessRankBlamesTheKernelOnlyForWhatTheKernelDid) {
+  setenv("KFORGE_WORKER_FAKE_0", "claim_deadlock", 1);
+  auto g = StartGroup(2);
+  ASSERT_TRUE(g.ok());
+  auto r = (*g)->All({{"op", "drive"}}, 10, "timing");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().kind(), ErrorKind::kDeadlock) << r.status().ToString();
+  EXPECT_EQ(VerdictFor(r.status().kind()), Verdict::kTimeout);
+  setenv("KFORGE_WORKER_FAKE_0", "claim_harness", 1);
+  auto h = StartGroup(2);
+  ASSERT_TRUE(h.ok());
+  auto e = (*h)->All({{"op", "drive"}}, 10, "timing");
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.status().kind(), ErrorKind::kHarness) << e.status().ToString();
+  setenv("KFORGE_WORKER_FAKE_0", "claim_cancelled", 1);
+  auto c = StartGroup(2);
+  ASSERT_TRUE(c.ok());
+  auto unprompted = (*c)->All({{"op", "drive"}}, 10, "timing");
+  ASSERT_FALSE(unprompted.ok()) << "a cancellation nobody asked for passed as a reply";
+  EXPECT_EQ(unprompted.status().kind(), ErrorKind::kHarness);
 }
 
 TEST_F(WorkerGroupTest, MissingWorkerBinaryIsAClearError) {

@@ -46,6 +46,15 @@ struct CompileOptions {
   // system, the kforge include directory and its job's directory, with a
   // scrubbed environment. Empty: unconfined (trusted sources only).
   std::filesystem::path jail;
+  // Bounds on what a kernel can make the compiler spend. kforge-jail sets the
+  // first three as rlimits of every process of a jailed compile (nvcc and
+  // each tool it starts); the object's size is checked jailed or not. Going
+  // past one is the kernel's compile_error, with a message naming the limit,
+  // and is never cached (a CPU-time limit depends on the machine's load).
+  uint64_t max_cpu_seconds = 300;           // RLIMIT_CPU of each tool
+  uint64_t max_memory_bytes = 16ull << 30;  // RLIMIT_AS of each tool
+  uint64_t max_file_bytes = 256ull << 20;   // RLIMIT_FSIZE: any file a tool writes
+  uint64_t max_object_bytes = 64ull << 20;  // the largest kernel.so compiled or served from cache
 };
 
 struct CompileJob {
