@@ -252,10 +252,11 @@ class Rejudge {
         row.best_outcome = std::string(OutcomeName(o));
         row.best_speedup = IsCorrect(o) ? speedup : 0;
       };
-      std::vector<std::string> statuses;
+      std::vector<Verdict> verdicts;
       int no_kernel = 0;
       for (const auto& e : evals) {
-        statuses.push_back(e.doc.value("status", ""));
+        Result<EvalSummary> summary = ReadEvalSummary(e.doc);
+        verdicts.push_back(summary.ok() ? summary->verdict : Verdict::kHarnessError);
         consider(ClassifyEvaluation(e.doc, false), EvalSpeedup(e.doc));
       }
       for (const TurnRow& t : d.turns) {
@@ -268,7 +269,7 @@ class Rejudge {
       }
       if (!d.compiled.empty()) consider(Outcome::kCompiled, 0);
       row.not_evaluated =
-          results::NotEvaluated(statuses, no_kernel, !d.compiled.empty(),
+          results::NotEvaluated(verdicts, no_kernel, !d.compiled.empty(),
                                 row.state == "stopped" && results::StoppedByLimit(row.stop_reason));
       row.failed =
           row.state == "stopped" && row.not_evaluated && row.stop_reason.rfind("harness: ", 0) == 0;

@@ -266,7 +266,7 @@ Result<std::unique_ptr<RejudgePlan>> PlanRejudge(const std::string& source, cons
   spec.compile_only = plan->pools->compile_only;
   spec.pools.compile_slots = static_cast<int>(plan->pools->compile.size());
   spec.pools.gpu_sets = static_cast<int>(plan->pools->gpu.size());
-  spec.hardware = plan->pools->card;
+  spec.hardware = plan->pools->card ? eval::ToJson(*plan->pools->card) : json::object();
   spec.config = src.run.config;
   const json asked = RunConfigToJson(plan->config);
   for (const auto& [key, value] : asked.items()) spec.config[key] = value;
