@@ -18,6 +18,7 @@
 #include "kforge/evaluator/task_card.h"
 #include "kforge/providers/client.h"
 #include "kforge/results/store.h"
+#include "turn_rows.h"
 
 namespace kforge::agent {
 namespace {
@@ -195,24 +196,7 @@ class RunStoreAdapter final : public StorePort {
     KF_ASSIGN_OR_RETURN(auto rows, store_->ListTurns(session_id));
     std::vector<TurnRow> out;
     for (const auto& r : rows) {
-      TurnRow t;
-      t.id = r.id;
-      t.session_id = r.session_id;
-      t.index = r.index;
-      t.prompt = r.prompt;
-      t.reply = r.reply;
-      t.feedback = r.feedback;
-      if (!r.kernel_sha.empty()) {
-        KF_ASSIGN_OR_RETURN(t.kernel, store_->GetBlob(r.kernel_sha));
-      }
-      t.input_tokens = r.input_tokens;
-      t.cached_input_tokens = r.cached_input_tokens;
-      t.output_tokens = r.output_tokens;
-      t.reasoning_tokens = r.reasoning_tokens;
-      t.cost_usd = r.cost_usd;
-      t.latency_s = r.latency_s;
-      t.request_id = r.request_id;
-      t.finish_reason = r.finish_reason;
+      KF_ASSIGN_OR_RETURN(TurnRow t, ReadTurnRow(*store_, r));
       out.push_back(std::move(t));
     }
     return out;

@@ -11,6 +11,7 @@
 #include "kforge/evaluator/suite_hash.h"
 #include "kforge/results/samples.h"
 #include "kforge/results/store.h"
+#include "turn_rows.h"
 
 namespace kforge::agent {
 namespace {
@@ -80,22 +81,10 @@ Result<std::vector<StoredSession>> ReadSessions(const Source& src,
              r.stop_reason};
     KF_ASSIGN_OR_RETURN(std::vector<results::TurnRecord> turns, store->ListTurns(r.id));
     for (const auto& t : turns) {
-      TurnRow row;
-      row.index = t.index;
-      row.prompt = t.prompt;
-      row.reply = t.reply;
-      row.feedback = t.feedback;
-      if (!t.kernel_sha.empty()) {
-        KF_ASSIGN_OR_RETURN(row.kernel, store->GetBlob(t.kernel_sha));
-      }
-      row.input_tokens = t.input_tokens;
-      row.cached_input_tokens = t.cached_input_tokens;
-      row.output_tokens = t.output_tokens;
-      row.reasoning_tokens = t.reasoning_tokens;
-      row.cost_usd = t.cost_usd;
-      row.latency_s = t.latency_s;
-      row.request_id = t.request_id;
-      row.finish_reason = t.finish_reason;
+      KF_ASSIGN_OR_RETURN(TurnRow row, ReadTurnRow(*store, t));
+      // The ids are the source store's; the rejudge's own store numbers its rows.
+      row.id = 0;
+      row.session_id = 0;
       s.turns.push_back(std::move(row));
     }
     out.push_back(std::move(s));
