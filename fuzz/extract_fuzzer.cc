@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <string_view>
 
-#include "kforge/agent/extract.h"
+#include "extract.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string_view reply(reinterpret_cast<const char*>(data), size);

@@ -2,7 +2,8 @@
 # Installs every Debian package kforge needs to build and test. Idempotent: quiet
 # when everything is already there. Pass --with-browser to also install Chromium
 # (used by the web UI test), --with-fuzz for clang and its libFuzzer runtime
-# (scripts/fuzz.sh; Debian's clang only recommends libclang-rt-dev), --with-slurm
+# (scripts/fuzz.sh, and clang for scripts/thread-safety.sh; Debian's clang
+# only recommends libclang-rt-dev), --with-slurm
 # for Slurm and munge (scripts/slurm-ci.sh: the `slurm` tests' cluster).
 set -euo pipefail
 

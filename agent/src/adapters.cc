@@ -6,10 +6,10 @@
 #include <fmt/format.h>
 
 #include <map>
-#include <mutex>
 
 #include "kforge/agent/task_select.h"
 #include "kforge/core/fs.h"
+#include "kforge/core/mutex.h"
 #include "kforge/core/version.h"
 #include "kforge/evaluator/compile.h"
 #include "kforge/evaluator/evaluate.h"
@@ -81,7 +81,7 @@ class ProviderLlm final : public LlmPort {
   }
 
   Result<providers::Client*> ClientFor(const std::string& model) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     auto it = clients_.find(model);
     if (it != clients_.end()) return it->second.get();
     KF_ASSIGN_OR_RETURN(auto client, providers::MakeClient(model, options_));
@@ -91,8 +91,8 @@ class ProviderLlm final : public LlmPort {
   }
 
   providers::ClientOptions options_;
-  std::mutex mu_;
-  std::map<std::string, std::unique_ptr<providers::Client>> clients_;
+  Mutex mu_;
+  std::map<std::string, std::unique_ptr<providers::Client>> clients_ GUARDED_BY(mu_);
 };
 
 class EvaluatorPort final : public EvalPort {

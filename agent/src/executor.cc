@@ -1,14 +1,13 @@
 // The two executors: real threads, and a discrete-event simulation for tests
 // and benchmarks on fake time.
 #include <chrono>
-#include <condition_variable>
 #include <map>
-#include <mutex>
 #include <queue>
 #include <thread>
 
 #include "kforge/agent/cpus.h"
 #include "kforge/agent/scheduler.h"
+#include "kforge/core/mutex.h"
 
 namespace kforge::agent {
 namespace {
@@ -21,29 +20,29 @@ class ThreadExecutor final : public Executor {
   }
 
   void Start(uint64_t id, Pool pool, std::function<double()> work) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     const size_t p = static_cast<size_t>(pool);
     std::vector<int> cpus = p < cpus_.size() ? cpus_[p] : std::vector<int>{};
     threads_.emplace(id, std::thread([this, id, cpus = std::move(cpus), work = std::move(work)] {
                        PinThisThread(cpus);
                        work();
-                       std::lock_guard<std::mutex> l(mu_);
+                       MutexLock l(&mu_);
                        done_.push_back(id);
-                       cv_.notify_all();
+                       cv_.NotifyAll();
                      }));
   }
 
   std::vector<uint64_t> Wait(std::optional<Clock::TimePoint> until) override {
-    std::unique_lock<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (until) {
       // Sleep until the time point (a retry's backoff) or a job's end. With
       // nothing in flight only the clock can wake us: returning at once
       // would make the runner's loop spin a core for the whole wait.
       auto left = *until - RealClock().Now();
-      cv_.wait_for(lock, std::max(left, Clock::Duration::zero()),
-                   [this] { return !done_.empty(); });
+      cv_.WaitFor(lock, std::max(left, Clock::Duration::zero()),
+                  [this]() REQUIRES(mu_) { return !done_.empty(); });
     } else {
-      cv_.wait(lock, [this] { return !done_.empty() || threads_.empty(); });
+      cv_.Wait(lock, [this]() REQUIRES(mu_) { return !done_.empty() || threads_.empty(); });
     }
     std::vector<uint64_t> out(done_.begin(), done_.end());
     done_.clear();
@@ -51,9 +50,9 @@ class ThreadExecutor final : public Executor {
       auto it = threads_.find(id);
       std::thread t = std::move(it->second);
       threads_.erase(it);
-      lock.unlock();
+      lock.Unlock();
       t.join();
-      lock.lock();
+      lock.Lock();
     }
     return out;
   }
@@ -62,16 +61,16 @@ class ThreadExecutor final : public Executor {
   // collected still counts, or the runner would see an idle executor with
   // queued work and give up.
   size_t in_flight() const override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     return threads_.size();
   }
 
  private:
   std::vector<std::vector<int>> cpus_;  // [pool]
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::map<uint64_t, std::thread> threads_;
-  std::vector<uint64_t> done_;
+  mutable Mutex mu_;
+  CondVar cv_;
+  std::map<uint64_t, std::thread> threads_ GUARDED_BY(mu_);
+  std::vector<uint64_t> done_ GUARDED_BY(mu_);
 };
 
 class SimExecutor final : public Executor {

@@ -1,4 +1,4 @@
-#include "kforge/agent/feedback.h"
+#include "feedback.h"
 
 #include <fmt/format.h>
 
@@ -10,9 +10,9 @@
 #include <sstream>
 #include <vector>
 
-#include "kforge/agent/template.h"
 #include "kforge/core/json.h"
 #include "kforge/evaluator/diagnostics.h"
+#include "template.h"
 
 namespace kforge::agent {
 namespace {

@@ -1,6 +1,6 @@
 #include "kforge/agent/prompt.h"
 
-#include "kforge/agent/template.h"
+#include "template.h"
 
 namespace kforge::agent {
 namespace {

@@ -5,7 +5,7 @@
 // feedback, an evaluation without its best marker) are completed here.
 #include <map>
 
-#include "kforge/agent/extract.h"
+#include "extract.h"
 #include "run_engine.h"
 
 namespace kforge::agent::internal {

@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "kforge/agent/feedback.h"
+#include "feedback.h"
 #include "kforge/agent/runner.h"
-#include "kforge/agent/session.h"
+#include "session.h"
 
 namespace kforge::agent::internal {
 

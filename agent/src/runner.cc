@@ -6,7 +6,7 @@
 #include <chrono>
 #include <cmath>
 
-#include "kforge/agent/extract.h"
+#include "extract.h"
 #include "kforge/core/eval_doc.h"
 #include "kforge/core/json.h"
 #include "kforge/results/samples.h"

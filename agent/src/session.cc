@@ -1,4 +1,4 @@
-#include "kforge/agent/session.h"
+#include "session.h"
 
 #include <fmt/format.h>
 

@@ -7,8 +7,8 @@
 #include <cstdlib>
 #include <set>
 
-#include "kforge/agent/template.h"
 #include "kforge/core/fs.h"
+#include "template.h"
 
 namespace kforge::agent {
 namespace {

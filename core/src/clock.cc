@@ -25,22 +25,22 @@ Clock& RealClock() {
 }
 
 Clock::TimePoint FakeClock::Now() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return TimePoint(now_);
 }
 
 double FakeClock::UnixSeconds() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return unix_start_ + std::chrono::duration<double>(now_).count();
 }
 
 void FakeClock::Advance(Duration d) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   now_ += d;
 }
 
 Clock::Duration FakeClock::Elapsed() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return now_;
 }
 

@@ -6,7 +6,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
-#include <mutex>
+
+#include "kforge/core/mutex.h"
 
 namespace kforge {
 namespace {
@@ -31,7 +32,7 @@ void SetLogLevel(LogLevel level) { Level() = level; }
 LogLevel GetLogLevel() { return Level(); }
 
 void LogLine(LogLevel level, std::string_view component, std::string_view message) {
-  static std::mutex mu;
+  static Mutex mu;  // one line at a time on stderr
   static const char* kNames[] = {"DEBUG", "INFO", "WARN", "ERROR"};
   auto now = std::chrono::system_clock::now();
   std::time_t t = std::chrono::system_clock::to_time_t(now);
@@ -39,7 +40,7 @@ void LogLine(LogLevel level, std::string_view component, std::string_view messag
       std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000);
   std::tm tm{};
   localtime_r(&t, &tm);
-  std::lock_guard lock(mu);
+  MutexLock lock(&mu);
   std::fprintf(stderr, "%02d:%02d:%02d.%03d %-5s %.*s: %.*s\n", tm.tm_hour, tm.tm_min, tm.tm_sec,
                ms, kNames[static_cast<int>(level)], static_cast<int>(component.size()),
                component.data(), static_cast<int>(message.size()), message.data());

@@ -7,7 +7,6 @@
 #include <cctype>
 #include <cstdlib>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <thread>
@@ -17,6 +16,7 @@
 #include "kforge/core/fs.h"
 #include "kforge/core/hash.h"
 #include "kforge/core/log.h"
+#include "kforge/core/mutex.h"
 #include "kforge/core/scan.h"
 #include "kforge/core/untrusted_text.h"
 #include "kforge/evaluator/compile.h"
@@ -168,13 +168,15 @@ struct Compiler::Impl {
   CompileOptions options;
   ProcessRunner* runner;
 
-  std::mutex mu;
-  std::optional<Result<fs::path>> nvcc;        // guarded by mu
-  std::optional<Result<std::string>> version;  // guarded by mu: `nvcc --version`
-  std::unique_ptr<LinkChecker> link_checker;   // created with the nvcc path
+  Mutex mu;
+  std::optional<Result<fs::path>> nvcc GUARDED_BY(mu);
+  std::optional<Result<std::string>> version GUARDED_BY(mu);  // `nvcc --version`
+  // Created with the nvcc path, under mu, by the first FindNvccOnce; read
+  // without the lock once a FindNvccOnce has succeeded (it never changes).
+  std::unique_ptr<LinkChecker> link_checker;
 
   Result<fs::path> FindNvccOnce() {
-    std::lock_guard lock(mu);
+    MutexLock lock(&mu);
     if (!nvcc) {
       const char* home = std::getenv("CUDA_HOME");
       nvcc = FindNvcc(options.nvcc, home ? home : "", DefaultNvccLocations());
@@ -191,7 +193,7 @@ struct Compiler::Impl {
   }
 
   Result<std::string> VersionOnce(const fs::path& nvcc_path) {
-    std::lock_guard lock(mu);
+    MutexLock lock(&mu);
     if (!version) {
       ProcessOptions po;
       po.timeout = std::chrono::seconds(60);

@@ -46,13 +46,13 @@ LinkChecker::LinkChecker(std::vector<fs::path> search_dirs, std::set<std::string
 
 LinkChecker::Exports LinkChecker::Load(const fs::path& path) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (auto it = loaded_.find(path); it != loaded_.end()) return it->second;
   }
   Result<DynamicInfo> info = ReadDynamicInfo(path);
   Exports exports =
       info.ok() ? std::make_shared<const DynamicInfo>(std::move(info).value()) : nullptr;
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return loaded_.emplace(path, exports).first->second;
 }
 

@@ -9,12 +9,12 @@
 #include <filesystem>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "elf_symbols.h"
+#include "kforge/core/mutex.h"
 #include "kforge/evaluator/diagnostics.h"
 
 namespace kforge::eval {
@@ -35,15 +35,15 @@ class LinkChecker {
  private:
   using Exports = std::shared_ptr<const DynamicInfo>;
   // The library's dynamic info, or null when it cannot be read.
-  Exports Load(const std::filesystem::path& path);
+  Exports Load(const std::filesystem::path& path) EXCLUDES(mu_);
   std::filesystem::path Locate(const std::string& needed,
                                const std::vector<std::filesystem::path>& dirs) const;
 
   std::vector<std::filesystem::path> search_dirs_;
   std::set<std::string> host_symbols_;
   std::vector<std::filesystem::path> host_libraries_;
-  std::mutex mu_;
-  std::map<std::filesystem::path, Exports> loaded_;  // guarded by mu_
+  Mutex mu_;
+  std::map<std::filesystem::path, Exports> loaded_ GUARDED_BY(mu_);
 };
 
 // The kf_* harness collectives that kforge/kernel.h declares and the worker exports.

@@ -22,22 +22,22 @@ Supervisor::Supervisor() {
 Supervisor::~Supervisor() {
   stop_ = true;
   if (thread_.joinable()) thread_.join();
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   for (const Watched& w : watched_) close(w.fd);
 }
 
 void Supervisor::Watch(int rank, int pid, int fd) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   watched_.push_back({rank, pid, fd});
 }
 
 void Supervisor::OnViolation(std::function<void()> fn) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   on_violation_ = std::move(fn);
 }
 
 std::vector<Violation> Supervisor::Violations() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return violations_;
 }
 
@@ -48,7 +48,7 @@ void Supervisor::Loop() {
   while (!stop_) {
     std::vector<Watched> watched;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       watched = watched_;
     }
     std::vector<pollfd> fds;
@@ -62,7 +62,7 @@ void Supervisor::Loop() {
     for (size_t i = 0; i < fds.size(); ++i) {
       if (fds[i].revents & (POLLHUP | POLLERR | POLLNVAL)) {
         // The process is gone; stop watching its listener.
-        std::lock_guard lock(mu_);
+        MutexLock lock(&mu_);
         for (auto it = watched_.begin(); it != watched_.end(); ++it) {
           if (it->fd == fds[i].fd) {
             close(it->fd);
@@ -93,7 +93,7 @@ void Supervisor::Loop() {
       // process, anyone who asks already sees it.
       std::function<void()> fn;
       {
-        std::lock_guard lock(mu_);
+        MutexLock lock(&mu_);
         bool first = violations_.empty();
         violations_.push_back(v);
         if (first && !learn_) fn = on_violation_;

@@ -7,12 +7,12 @@
 
 #include <atomic>
 #include <functional>
-#include <mutex>
 #include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "kforge/core/mutex.h"
 #include "sandbox/sandbox.h"
 
 namespace kforge::sandbox {
@@ -38,10 +38,10 @@ class Supervisor {
     int rank, pid, fd;
   };
   bool learn_ = false;
-  mutable std::mutex mu_;
-  std::vector<Watched> watched_;        // guarded by mu_
-  std::vector<Violation> violations_;   // guarded by mu_
-  std::function<void()> on_violation_;  // guarded by mu_
+  mutable Mutex mu_;
+  std::vector<Watched> watched_ GUARDED_BY(mu_);
+  std::vector<Violation> violations_ GUARDED_BY(mu_);
+  std::function<void()> on_violation_ GUARDED_BY(mu_);
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };

@@ -2,8 +2,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <mutex>
 
+#include "kforge/core/mutex.h"
 #include "kforge/oracle.h"
 #include "task/parallel.h"
 
@@ -11,9 +11,9 @@ namespace kforge {
 namespace {
 
 struct Registry {
-  std::mutex mu;
-  std::map<std::string, OracleFn, std::less<>> oracles;
-  std::map<std::string, GeneratorFn, std::less<>> generators;
+  Mutex mu;
+  std::map<std::string, OracleFn, std::less<>> oracles GUARDED_BY(mu);
+  std::map<std::string, GeneratorFn, std::less<>> generators GUARDED_BY(mu);
 };
 
 Registry& GetRegistry() {
@@ -74,29 +74,29 @@ int64_t OracleRng::Int(int64_t lo, int64_t hi) {
 
 bool RegisterOracle(const std::string& name, OracleFn fn) {
   auto& r = GetRegistry();
-  std::lock_guard lock(r.mu);
+  MutexLock lock(&r.mu);
   return r.oracles.emplace(name, std::move(fn)).second;
 }
 bool RegisterGenerator(const std::string& name, GeneratorFn fn) {
   auto& r = GetRegistry();
-  std::lock_guard lock(r.mu);
+  MutexLock lock(&r.mu);
   return r.generators.emplace(name, std::move(fn)).second;
 }
 const OracleFn* FindOracle(std::string_view name) {
   auto& r = GetRegistry();
-  std::lock_guard lock(r.mu);
+  MutexLock lock(&r.mu);
   auto it = r.oracles.find(name);
   return it == r.oracles.end() ? nullptr : &it->second;
 }
 const GeneratorFn* FindGenerator(std::string_view name) {
   auto& r = GetRegistry();
-  std::lock_guard lock(r.mu);
+  MutexLock lock(&r.mu);
   auto it = r.generators.find(name);
   return it == r.generators.end() ? nullptr : &it->second;
 }
 std::vector<std::string> RegisteredOracles() {
   auto& r = GetRegistry();
-  std::lock_guard lock(r.mu);
+  MutexLock lock(&r.mu);
   std::vector<std::string> names;
   for (const auto& [k, v] : r.oracles) names.push_back(k);
   return names;

@@ -5,12 +5,12 @@
 #include <fmt/format.h>
 
 #include <cstdlib>
-#include <mutex>
 #include <set>
 
 #include "http_client.h"
 #include "kforge/core/fs.h"
 #include "kforge/core/log.h"
+#include "kforge/core/mutex.h"
 #include "kforge/providers/registry.h"
 #include "replay_client.h"
 
@@ -26,10 +26,13 @@ std::string FirstEnv(const std::vector<std::string>& names) {
 
 // Once per provider and process: every model of a run makes a client.
 void WarnOnce(const std::string& provider, const std::string& note) {
-  static std::mutex mu;
-  static std::set<std::string> warned;
-  std::lock_guard<std::mutex> lock(mu);
-  if (warned.insert(provider).second) LogWarn("providers", "{}: {}", provider, note);
+  struct Warned {
+    Mutex mu;
+    std::set<std::string> providers GUARDED_BY(mu);
+  };
+  static Warned warned;
+  MutexLock lock(&warned.mu);
+  if (warned.providers.insert(provider).second) LogWarn("providers", "{}: {}", provider, note);
 }
 
 std::string Join(const std::vector<std::string>& v, std::string_view sep) {

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "kforge/core/log.h"
+#include "kforge/core/mutex.h"
 #include "retry.h"
 #include "sse.h"
 
@@ -15,10 +16,13 @@ namespace {
 constexpr size_t kMaxErrorBody = 1 << 20;
 
 void WarnDroppedOnce(const std::string& spec, std::string_view param) {
-  static std::mutex mu;
-  static std::set<std::string> warned;
-  std::lock_guard lock(mu);
-  if (warned.insert(spec + "/" + std::string(param)).second) {
+  struct Warned {
+    Mutex mu;
+    std::set<std::string> params GUARDED_BY(mu);  // "spec/param"
+  };
+  static Warned warned;
+  MutexLock lock(&warned.mu);
+  if (warned.params.insert(spec + "/" + std::string(param)).second) {
     LogWarn("providers",
             "{} does not accept '{}'; leaving it out of the request (models.toml rejects it)", spec,
             param);
@@ -52,7 +56,7 @@ HttpClient::HttpClient(HttpClientConfig config, const ClientOptions& options)
 
 double HttpClient::Uniform() {
   if (options_.random) return options_.random();
-  std::lock_guard lock(rng_mu_);
+  MutexLock lock(&rng_mu_);
   return std::uniform_real_distribution<double>(0.0, 1.0)(rng_);
 }
 

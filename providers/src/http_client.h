@@ -4,11 +4,11 @@
 #pragma once
 
 #include <memory>
-#include <mutex>
 #include <random>
 #include <string>
 
 #include "adapter.h"
+#include "kforge/core/mutex.h"
 #include "kforge/providers/client.h"
 #include "kforge/providers/limiter.h"
 #include "kforge/providers/registry.h"
@@ -51,8 +51,8 @@ class HttpClient final : public Client {
   HttpTransport& transport_;
   const Adapter& adapter_;
   Endpoint endpoint_;
-  std::mutex rng_mu_;
-  std::mt19937_64 rng_;
+  Mutex rng_mu_;
+  std::mt19937_64 rng_ GUARDED_BY(rng_mu_);
 };
 
 }  // namespace kforge::providers

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <map>
 
+#include "kforge/core/mutex.h"
+
 namespace kforge::providers {
 
 Limiter::Limiter(const LimiterOptions& options, Clock& clock) : options_(options), clock_(clock) {
@@ -25,9 +27,9 @@ void Limiter::Refill(Bucket& b, Clock::TimePoint now) {
 
 Limiter::Lease Limiter::Acquire(double tokens, Clock::Duration* waited) {
   Clock::Duration total_wait{0};
-  std::unique_lock lock(mu_);
+  MutexLock lock(&mu_);
   if (options_.max_in_flight > 0) {
-    cv_.wait(lock, [&] { return in_flight_ < options_.max_in_flight; });
+    cv_.Wait(lock, [&]() REQUIRES(mu_) { return in_flight_ < options_.max_in_flight; });
   }
   ++in_flight_;
   // A request bigger than a whole minute's allowance could never start; let
@@ -46,10 +48,10 @@ Limiter::Lease Limiter::Acquire(double tokens, Clock::Duration* waited) {
     if (wait_s <= 0) break;
     auto d = std::chrono::duration_cast<Clock::Duration>(std::chrono::duration<double>(wait_s)) +
              Clock::Duration(1);
-    lock.unlock();
+    lock.Unlock();
     clock_.SleepFor(d);
     total_wait += d;
-    lock.lock();
+    lock.Lock();
   }
   if (requests_.capacity > 0) requests_.level -= 1;
   if (tokens_.capacity > 0) tokens_.level -= need_tokens;
@@ -62,20 +64,20 @@ Limiter::Lease Limiter::Acquire(double tokens, Clock::Duration* waited) {
 
 void Limiter::Release() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     --in_flight_;
   }
-  cv_.notify_one();
+  cv_.NotifyOne();
 }
 
 void Limiter::Adjust(double delta_tokens) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   if (tokens_.capacity <= 0) return;
   tokens_.level = std::min(tokens_.capacity, tokens_.level - delta_tokens);
 }
 
 int Limiter::in_flight() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return in_flight_;
 }
 
@@ -101,10 +103,13 @@ void Limiter::Lease::Settle(double actual_tokens) {
 
 std::shared_ptr<Limiter> SharedLimiter(const std::string& key, const LimiterOptions& options,
                                        Clock& clock) {
-  static std::mutex mu;
-  static std::map<std::string, std::shared_ptr<Limiter>> limiters;
-  std::lock_guard lock(mu);
-  auto& slot = limiters[key];
+  struct Limiters {
+    Mutex mu;
+    std::map<std::string, std::shared_ptr<Limiter>> by_key GUARDED_BY(mu);
+  };
+  static Limiters limiters;
+  MutexLock lock(&limiters.mu);
+  auto& slot = limiters.by_key[key];
   if (!slot) slot = std::make_shared<Limiter>(options, clock);
   return slot;
 }

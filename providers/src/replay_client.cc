@@ -1,7 +1,8 @@
 #include "replay_client.h"
 
 #include <map>
-#include <mutex>
+
+#include "kforge/core/mutex.h"
 
 namespace kforge::providers {
 
@@ -22,10 +23,13 @@ Result<ChatResponse> ReplayClient::Complete(const ChatRequest& request,
 }
 
 std::shared_ptr<CassetteWriter> SharedCassetteWriter(const std::filesystem::path& path) {
-  static std::mutex mu;
-  static std::map<std::string, std::shared_ptr<CassetteWriter>> writers;
-  std::lock_guard lock(mu);
-  auto& w = writers[std::filesystem::absolute(path).lexically_normal().string()];
+  struct Writers {
+    Mutex mu;
+    std::map<std::string, std::shared_ptr<CassetteWriter>> by_path GUARDED_BY(mu);
+  };
+  static Writers writers;
+  MutexLock lock(&writers.mu);
+  auto& w = writers.by_path[std::filesystem::absolute(path).lexically_normal().string()];
   if (!w) w = std::make_shared<CassetteWriter>(path);
   return w;
 }

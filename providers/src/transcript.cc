@@ -132,7 +132,7 @@ Status CassetteWriter::Append(const std::string& hash, const ChatRequest& reques
             {"request", RequestToJson(request)},
             {"response", ResponseToJson(response)}};
   std::string line = j.dump() + "\n";
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   if (path_.has_parent_path()) KF_RETURN_IF_ERROR(MakeDirs(path_.parent_path()));
   int fd = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd < 0)

@@ -4,12 +4,12 @@
 #pragma once
 
 #include <filesystem>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "json_util.h"
+#include "kforge/core/mutex.h"
 #include "kforge/providers/client.h"
 #include "kforge/providers/transport.h"
 
@@ -62,7 +62,7 @@ class CassetteWriter {
 
  private:
   std::filesystem::path path_;
-  std::mutex mu_;
+  Mutex mu_;  // one Append at a time writes the file
 };
 
 struct CassetteEntry {

@@ -31,16 +31,16 @@ JobQueue::JobQueue(JobQueueOptions options, std::vector<std::unique_ptr<agent::E
 JobQueue::~JobQueue() {
   Drain();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     stopping_ = true;
   }
-  work_cv_.notify_all();
+  work_cv_.NotifyAll();
   for (auto& t : workers_) t.join();
 }
 
 Admission JobQueue::Submit(const agent::EvalJob& job, int token,
                            std::future<Result<nlohmann::json>>* answer) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (draining_) return Admission::kDraining;
   Pool& pool = job.compile_only ? compile_ : gpu_;
   if (pool.slots.empty()) return Admission::kNoSlot;
@@ -60,21 +60,21 @@ Admission JobQueue::Submit(const agent::EvalJob& job, int token,
   pool.waiting.push_back(std::move(item));
   ++per_token_[token];
   ++admitted_;
-  work_cv_.notify_all();
+  work_cv_.NotifyAll();
   return Admission::kAdmitted;
 }
 
 void JobQueue::Work(bool compile, int slot) {
   agent::PinThisThread(compile ? options_.compile_cpus : options_.gpu_cpus);
   Pool& pool = compile ? compile_ : gpu_;
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   while (true) {
-    work_cv_.wait(lock, [&] { return stopping_ || !pool.waiting.empty(); });
+    work_cv_.Wait(lock, [&]() REQUIRES(mu_) { return stopping_ || !pool.waiting.empty(); });
     if (pool.waiting.empty()) return;  // stopping, nothing left
     std::unique_ptr<Item> item = std::move(pool.waiting.front());
     pool.waiting.pop_front();
     ++pool.running;
-    lock.unlock();
+    lock.Unlock();
     const double started = NowSeconds();
     Result<nlohmann::json> doc = Error(ErrorKind::kInternal, "no result");
     try {
@@ -91,29 +91,29 @@ void JobQueue::Work(bool compile, int slot) {
                                 {"run_s", seconds}};
     }
     item->answer.set_value(std::move(doc));
-    lock.lock();
+    lock.Lock();
     --pool.running;
     pool.mean_seconds = pool.mean_seconds == 0 ? seconds : 0.8 * pool.mean_seconds + 0.2 * seconds;
     --per_token_[item->token];
     --admitted_;
     ++answered_;
-    idle_cv_.notify_all();
+    idle_cv_.NotifyAll();
   }
 }
 
 void JobQueue::Drain() {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   draining_ = true;
-  idle_cv_.wait(lock, [&] { return admitted_ == 0; });
+  idle_cv_.Wait(lock, [&]() REQUIRES(mu_) { return admitted_ == 0; });
 }
 
 bool JobQueue::draining() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return draining_;
 }
 
 QueueStats JobQueue::Stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   QueueStats s;
   s.gpu_slots = static_cast<int>(gpu_.slots.size());
   s.compile_slots = static_cast<int>(compile_.slots.size());
@@ -127,7 +127,7 @@ QueueStats JobQueue::Stats() const {
 }
 
 int JobQueue::RetryAfterSeconds(bool compile_only) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   const Pool& pool = compile_only ? compile_ : gpu_;
   const double mean = pool.mean_seconds > 0 ? pool.mean_seconds : 1.0;
   const double slots = std::max<size_t>(1, pool.slots.size());

@@ -4,17 +4,16 @@
 // drain that answers every admitted job before it returns.
 #pragma once
 
-#include <condition_variable>
 #include <deque>
 #include <future>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <thread>
 #include <vector>
 
 #include "kforge/agent/ports.h"
+#include "kforge/core/mutex.h"
 #include "kforge/core/status.h"
 
 namespace kforge::remote {
@@ -71,6 +70,8 @@ class JobQueue {
     double queued_at = 0;
   };
   struct Pool {
+    // Set by the constructor and never changed: a worker calls its slot
+    // without the lock.
     std::vector<std::unique_ptr<agent::EvalPort>> slots;
     std::deque<std::unique_ptr<Item>> waiting;
     int running = 0;
@@ -80,14 +81,15 @@ class JobQueue {
   void Work(bool compile, int slot);
 
   const JobQueueOptions options_;
-  mutable std::mutex mu_;
-  std::condition_variable work_cv_, idle_cv_;
-  Pool gpu_, compile_;
-  std::map<int, int> per_token_;  // token -> jobs admitted and not answered
-  int admitted_ = 0;
-  uint64_t answered_ = 0;
-  bool draining_ = false;
-  bool stopping_ = false;
+  mutable Mutex mu_;
+  CondVar work_cv_, idle_cv_;
+  Pool gpu_ GUARDED_BY(mu_);
+  Pool compile_ GUARDED_BY(mu_);
+  std::map<int, int> per_token_ GUARDED_BY(mu_);  // token -> jobs admitted and not answered
+  int admitted_ GUARDED_BY(mu_) = 0;
+  uint64_t answered_ GUARDED_BY(mu_) = 0;
+  bool draining_ GUARDED_BY(mu_) = false;
+  bool stopping_ GUARDED_BY(mu_) = false;
   std::vector<std::thread> workers_;
 };
 

@@ -16,15 +16,15 @@ LivenessWatch::LivenessWatch(std::string base_url, double window_s)
 
 LivenessWatch::~LivenessWatch() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     stop_ = true;
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
   thread_.join();
 }
 
 bool LivenessWatch::alive() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return Clock::now() - last_answer_ <= std::chrono::duration<double>(window_s_);
 }
 
@@ -38,18 +38,19 @@ void LivenessWatch::Loop() {
   call.total_timeout_s = period_s;
   call.max_response_bytes = 4096;
   call.keep_going = [this] {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     return !stop_;
   };
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   while (!stop_) {
-    lock.unlock();
+    lock.Unlock();
     // Any HTTP answer is a live server (a draining one answers 503 and still
     // finishes the job it holds).
     const Result<HttpReply> r = Send(call);
-    lock.lock();
+    lock.Lock();
     if (r.ok() && r->status > 0) last_answer_ = Clock::now();
-    cv_.wait_for(lock, std::chrono::duration<double>(period_s), [this] { return stop_; });
+    cv_.WaitFor(lock, std::chrono::duration<double>(period_s),
+                [this]() REQUIRES(mu_) { return stop_; });
   }
 }
 

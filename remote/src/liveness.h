@@ -8,10 +8,10 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
-#include <mutex>
 #include <string>
 #include <thread>
+
+#include "kforge/core/mutex.h"
 
 namespace kforge::remote {
 
@@ -32,10 +32,10 @@ class LivenessWatch {
 
   const std::string url_;
   const double window_s_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false;
-  std::chrono::steady_clock::time_point last_answer_;
+  mutable Mutex mu_;
+  CondVar cv_;
+  bool stop_ GUARDED_BY(mu_) = false;
+  std::chrono::steady_clock::time_point last_answer_ GUARDED_BY(mu_);
   std::thread thread_;
 };
 

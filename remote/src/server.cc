@@ -6,14 +6,13 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdlib>
 #include <exception>
-#include <mutex>
 #include <thread>
 
 #include "job_queue.h"
 #include "kforge/core/log.h"
+#include "kforge/core/mutex.h"
 #include "kforge/remote/rendezvous.h"
 #include "wire.h"
 
@@ -83,10 +82,10 @@ struct EvalServer::Impl {
   int port = 0;
   std::string url, host;
 
-  std::mutex mu;
-  std::condition_variable cv;
-  bool drain_requested = false;
-  int handlers = 0;  // /v1/evaluate requests being handled
+  Mutex mu;
+  CondVar cv;
+  bool drain_requested GUARDED_BY(mu) = false;
+  int handlers GUARDED_BY(mu) = 0;  // /v1/evaluate requests being handled
   std::atomic<uint64_t> next_job{1};
 
   // The token's index, or -1 with the 401 already written.
@@ -146,15 +145,15 @@ struct EvalServer::Impl {
 
   void Evaluate(const httplib::Request& req, httplib::Response& res) {
     {
-      std::lock_guard<std::mutex> lock(mu);
+      MutexLock lock(&mu);
       ++handlers;
     }
     struct Leave {
       Impl* self;
       ~Leave() {
-        std::lock_guard<std::mutex> lock(self->mu);
+        MutexLock lock(&self->mu);
         --self->handlers;
-        self->cv.notify_all();
+        self->cv.NotifyAll();
       }
     } leave{this};
     const int token = Authorize(req, res);
@@ -374,8 +373,8 @@ Status EvalServer::Run() {
     listening_ended = true;
   });
   {
-    std::unique_lock<std::mutex> lock(s.mu);
-    s.cv.wait(lock, [&s] { return s.drain_requested; });
+    MutexLock lock(&s.mu);
+    s.cv.Wait(lock, [&s]() REQUIRES(s.mu) { return s.drain_requested; });
   }
   const QueueStats at_drain = s.queue->Stats();
   LogInfo(kLog, "draining: no new jobs; finishing the {} running and {} queued",
@@ -389,8 +388,8 @@ Status EvalServer::Run() {
   {
     // Every admitted job's answer is handed to its connection before the
     // server stops: stop() then lets the threads finish writing them.
-    std::unique_lock<std::mutex> lock(s.mu);
-    s.cv.wait(lock, [&s] { return s.handlers == 0; });
+    MutexLock lock(&s.mu);
+    s.cv.Wait(lock, [&s]() REQUIRES(s.mu) { return s.handlers == 0; });
   }
   // httplib's stop() does nothing before the accept loop has started (and
   // the loop would then run forever): wait for it to start, briefly.
@@ -404,9 +403,9 @@ Status EvalServer::Run() {
 }
 
 void EvalServer::RequestDrain() {
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  MutexLock lock(&impl_->mu);
   impl_->drain_requested = true;
-  impl_->cv.notify_all();
+  impl_->cv.NotifyAll();
 }
 
 }  // namespace kforge::remote

@@ -4,11 +4,10 @@
 // of times, and says so.
 #include <fmt/format.h>
 
-#include <condition_variable>
 #include <map>
-#include <mutex>
 #include <thread>
 
+#include "kforge/core/mutex.h"
 #include "kforge/remote/slurm.h"
 
 namespace kforge::remote {
@@ -28,9 +27,10 @@ struct SlurmWatch::Impl {
   SlurmDeps deps;
   std::chrono::seconds period;
   int max_requeues;
-  std::mutex mu;
-  std::condition_variable cv;
-  bool stop = false;
+  Mutex mu;
+  CondVar cv;
+  bool stop GUARDED_BY(mu) = false;
+  // Used by the watch's thread only.
   std::map<std::string, std::string> last_state;  // task -> state
   std::map<std::string, int> requeued;
   std::thread thread;
@@ -64,12 +64,12 @@ struct SlurmWatch::Impl {
   }
 
   void Loop() {
-    std::unique_lock<std::mutex> lock(mu);
+    MutexLock lock(&mu);
     while (!stop) {
-      lock.unlock();
+      lock.Unlock();
       Look();
-      lock.lock();
-      cv.wait_for(lock, period, [this] { return stop; });
+      lock.Lock();
+      cv.WaitFor(lock, period, [this]() REQUIRES(mu) { return stop; });
     }
   }
 };
@@ -86,10 +86,10 @@ SlurmWatch::SlurmWatch(SlurmJob job, SlurmDeps deps, std::chrono::seconds period
 
 SlurmWatch::~SlurmWatch() {
   {
-    std::lock_guard<std::mutex> lock(impl_->mu);
+    MutexLock lock(&impl_->mu);
     impl_->stop = true;
   }
-  impl_->cv.notify_all();
+  impl_->cv.NotifyAll();
   impl_->thread.join();
 }
 

@@ -1,4 +1,4 @@
-#include "kforge/agent/extract.h"
+#include "extract.h"
 
 #include <gtest/gtest.h>
 

@@ -1,11 +1,11 @@
-#include "kforge/agent/feedback.h"
+#include "feedback.h"
 
 #include <gtest/gtest.h>
 
 #include <fstream>
 #include <sstream>
 
-#include "kforge/agent/extract.h"
+#include "extract.h"
 #include "test_util.h"
 
 namespace kforge::agent {

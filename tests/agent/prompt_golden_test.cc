@@ -13,10 +13,10 @@
 #include <fstream>
 #include <sstream>
 
-#include "kforge/agent/feedback.h"
-#include "kforge/agent/session.h"
-#include "kforge/results/line_diff.h"
+#include "feedback.h"
 #include "prompt_fixture.h"
+#include "report/line_diff.h"
+#include "session.h"
 
 namespace kforge::agent {
 namespace {

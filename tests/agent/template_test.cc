@@ -1,4 +1,4 @@
-#include "kforge/agent/template.h"
+#include "template.h"
 
 #include <gtest/gtest.h>
 

@@ -6,9 +6,9 @@
 #include <nlohmann/json.hpp>
 
 #include "kforge/results/fixture.h"
-#include "kforge/results/html.h"
 #include "kforge/results/store.h"
 #include "test_util.h"
+#include "web/html.h"
 
 namespace kforge::results {
 namespace {

@@ -1,9 +1,9 @@
 // Line diff, CUDA highlighting and HTML escaping.
 #include <gtest/gtest.h>
 
-#include "kforge/results/highlight.h"
-#include "kforge/results/html.h"
-#include "kforge/results/line_diff.h"
+#include "report/line_diff.h"
+#include "web/highlight.h"
+#include "web/html.h"
 
 namespace kforge::results {
 namespace {

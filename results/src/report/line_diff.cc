@@ -1,9 +1,9 @@
-#include "kforge/results/line_diff.h"
+#include "report/line_diff.h"
 
 #include <algorithm>
 #include <cstdint>
 
-#include "kforge/results/html.h"
+#include "web/html.h"
 
 namespace kforge::results {
 

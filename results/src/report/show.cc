@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <string_view>
 
-#include "kforge/results/line_diff.h"
+#include "report/line_diff.h"
 
 namespace kforge::results {
 

@@ -14,14 +14,14 @@ using internal::Stmt;
 using namespace internal::rows;
 
 Result<std::vector<RunInfo>> RunStore::ListRuns() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   KF_ASSIGN_OR_RETURN(Stmt q,
                       db_->Prepare(std::string("SELECT ") + kRunCols + " FROM runs ORDER BY id"));
   return Collect<RunInfo>(q, ReadRun);
 }
 
 Result<RunInfo> RunStore::GetRun(int64_t run_id) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   KF_ASSIGN_OR_RETURN(Stmt q,
                       db_->Prepare(std::string("SELECT ") + kRunCols + " FROM runs WHERE id=?"));
   q.Bind(1, run_id);
@@ -31,7 +31,7 @@ Result<RunInfo> RunStore::GetRun(int64_t run_id) const {
 }
 
 Result<std::vector<SessionRecord>> RunStore::ListSessions(int64_t run_id) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   KF_ASSIGN_OR_RETURN(Stmt q, db_->Prepare(std::string("SELECT ") + kSessionCols +
                                            " FROM sessions WHERE run_id=? ORDER BY id"));
   q.Bind(1, run_id);
@@ -39,7 +39,7 @@ Result<std::vector<SessionRecord>> RunStore::ListSessions(int64_t run_id) const 
 }
 
 Result<SessionRecord> RunStore::GetSession(int64_t session_id) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   KF_ASSIGN_OR_RETURN(
       Stmt q, db_->Prepare(std::string("SELECT ") + kSessionCols + " FROM sessions WHERE id=?"));
   q.Bind(1, session_id);
@@ -52,7 +52,7 @@ Result<std::vector<TurnRecord>> RunStore::ListTurns(int64_t session_id) const {
   std::vector<TurnRecord> turns;
   std::vector<std::array<std::string, 3>> shas;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     KF_ASSIGN_OR_RETURN(Stmt q,
                         db_->Prepare("SELECT id, session_id, idx, prompt_sha, reply_sha, "
                                      "feedback_sha, kernel_sha, input_tokens, "
@@ -90,7 +90,7 @@ Result<std::vector<TurnRecord>> RunStore::ListTurns(int64_t session_id) const {
 }
 
 Result<std::vector<EvaluationRecord>> RunStore::ListEvaluations(int64_t session_id) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   KF_ASSIGN_OR_RETURN(
       Stmt q, db_->Prepare(std::string(kEvalSelect) + "WHERE e.session_id=? ORDER BY e.id"));
   q.Bind(1, session_id);
@@ -98,7 +98,7 @@ Result<std::vector<EvaluationRecord>> RunStore::ListEvaluations(int64_t session_
 }
 
 Result<std::vector<EvaluationRecord>> RunStore::ListRunEvaluations(int64_t run_id) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   KF_ASSIGN_OR_RETURN(
       Stmt q, db_->Prepare(std::string(kEvalSelect) +
                            "JOIN sessions s ON s.id=e.session_id WHERE s.run_id=? ORDER BY e.id"));
@@ -107,7 +107,7 @@ Result<std::vector<EvaluationRecord>> RunStore::ListRunEvaluations(int64_t run_i
 }
 
 Result<std::vector<SessionUsage>> RunStore::ListSessionUsage(int64_t run_id) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   KF_ASSIGN_OR_RETURN(Stmt q,
                       db_->Prepare("SELECT t.session_id, count(*), sum(t.input_tokens), "
                                    "sum(t.output_tokens), sum(t.cost_usd), "
@@ -127,7 +127,7 @@ Result<nlohmann::json> RunStore::GetEvaluationDoc(const EvaluationRecord& evalua
 }
 
 Result<std::vector<EventRecord>> RunStore::ListEvents(int64_t run_id, int64_t after_id) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   KF_ASSIGN_OR_RETURN(Stmt q,
                       db_->Prepare("SELECT id, run_id, kind, detail, created_at FROM events "
                                    "WHERE run_id=? AND id>? ORDER BY id"));
@@ -139,7 +139,7 @@ Result<std::vector<EventRecord>> RunStore::ListEvents(int64_t run_id, int64_t af
 }
 
 Status RunStore::CheckIntegrity() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   KF_ASSIGN_OR_RETURN(Stmt q, db_->Prepare("PRAGMA integrity_check"));
   KF_ASSIGN_OR_RETURN(bool row, q.Step());
   const std::string verdict = row ? q.Text(0) : "no answer";

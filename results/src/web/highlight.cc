@@ -1,9 +1,9 @@
-#include "kforge/results/highlight.h"
+#include "web/highlight.h"
 
 #include <cctype>
 #include <set>
 
-#include "kforge/results/html.h"
+#include "web/html.h"
 
 namespace kforge::results {
 

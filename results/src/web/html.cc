@@ -1,4 +1,4 @@
-#include "kforge/results/html.h"
+#include "web/html.h"
 
 namespace kforge::results {
 

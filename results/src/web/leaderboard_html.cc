@@ -4,9 +4,9 @@
 #include <cmath>
 #include <map>
 
-#include "kforge/results/html.h"
 #include "kforge/results/leaderboard.h"
-#include "kforge/results/svg_chart.h"
+#include "web/html.h"
+#include "web/svg_chart.h"
 
 namespace kforge::results {
 

@@ -5,8 +5,8 @@
 #include <exception>
 #include <functional>
 
-#include "kforge/results/html.h"
 #include "kforge/results/samples.h"
+#include "web/html.h"
 #include "web_pages.h"
 
 namespace kforge::results {

@@ -1,11 +1,11 @@
-#include "kforge/results/svg_chart.h"
+#include "web/svg_chart.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
 
-#include "kforge/results/html.h"
+#include "web/html.h"
 
 namespace kforge::results {
 

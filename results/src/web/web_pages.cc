@@ -7,11 +7,11 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
-#include "kforge/results/highlight.h"
-#include "kforge/results/html.h"
 #include "kforge/results/leaderboard.h"
-#include "kforge/results/line_diff.h"
 #include "kforge/results/store.h"
+#include "report/line_diff.h"
+#include "web/highlight.h"
+#include "web/html.h"
 
 namespace kforge::results::web {
 

@@ -3,7 +3,8 @@
 #pragma once
 
 #include <chrono>
-#include <mutex>
+
+#include "kforge/core/mutex.h"
 
 namespace kforge {
 
@@ -34,8 +35,8 @@ class FakeClock final : public Clock {
   Duration Elapsed() const;
 
  private:
-  mutable std::mutex mu_;
-  Duration now_{0};
+  mutable Mutex mu_;
+  Duration now_ GUARDED_BY(mu_) = Duration{0};
   double unix_start_;
 };
 

@@ -8,12 +8,11 @@
 // Thread-safe.
 #pragma once
 
-#include <condition_variable>
 #include <memory>
-#include <mutex>
 #include <string>
 
 #include "kforge/core/clock.h"
+#include "kforge/core/mutex.h"
 #include "kforge/providers/client.h"
 
 namespace kforge::providers {
@@ -54,15 +53,16 @@ class Limiter {
     Clock::TimePoint last{};
   };
   void Refill(Bucket& b, Clock::TimePoint now);
-  void Release();
-  void Adjust(double delta_tokens);
+  void Release() EXCLUDES(mu_);
+  void Adjust(double delta_tokens) EXCLUDES(mu_);
 
   LimiterOptions options_;
   Clock& clock_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  int in_flight_ = 0;
-  Bucket requests_, tokens_;
+  mutable Mutex mu_;
+  CondVar cv_;
+  int in_flight_ GUARDED_BY(mu_) = 0;
+  Bucket requests_ GUARDED_BY(mu_);
+  Bucket tokens_ GUARDED_BY(mu_);
 };
 
 // The process-wide limiter for `key` (a provider name, or a compat base URL),

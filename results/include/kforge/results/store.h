@@ -20,7 +20,6 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -28,6 +27,7 @@
 #include <vector>
 
 #include "kforge/core/eval_doc.h"
+#include "kforge/core/mutex.h"
 #include "kforge/core/status.h"
 
 namespace kforge::results {
@@ -205,14 +205,15 @@ class RunStore {
 
  private:
   RunStore(std::filesystem::path dir, bool read_only, std::unique_ptr<internal::Db> db);
-  Status Migrate();
-  Result<std::string> PutBlobLocked(std::string_view text);
+  Status Migrate() REQUIRES(mu_);
+  Result<std::string> PutBlobLocked(std::string_view text) REQUIRES(mu_);
 
+  // Set by Open, before the store is shared; read without the lock.
   std::filesystem::path dir_;
   bool read_only_;
   int schema_version_ = 0;
-  mutable std::mutex mu_;
-  std::unique_ptr<internal::Db> db_;
+  mutable Mutex mu_;
+  std::unique_ptr<internal::Db> db_ PT_GUARDED_BY(mu_);
 };
 
 // Where a run's database lives inside its directory.
