@@ -1,10 +1,9 @@
 // The SVG charts' legends: model names that share a long prefix stay
 // distinguishable in the legend's narrow column.
-#include "kforge/results/svg_chart.h"
+#include "web/svg_chart.h"
 
 #include <gtest/gtest.h>
 
-#include <regex>
 #include <set>
 #include <string>
 #include <vector>
@@ -17,12 +16,17 @@ void LegendOf(const std::string& svg, std::vector<std::string>* labels,
               std::vector<std::string>* titles) {
   const size_t legend = svg.find("<g class=\"legend\">");
   ASSERT_NE(legend, std::string::npos) << svg;
-  const std::string part = svg.substr(legend);
-  const std::regex item(
-      "<g class=\"legend-item\"><title>([^<]*)</title><rect[^>]*/><text[^>]*>([^<]*)</text></g>");
-  for (std::sregex_iterator it(part.begin(), part.end(), item), end; it != end; ++it) {
-    titles->push_back((*it)[1]);
-    labels->push_back((*it)[2]);
+  // Each item: <g class="legend-item"><title>T</title><rect .../><text ...>L</text></g>
+  const std::string open = "<g class=\"legend-item\"><title>";
+  for (size_t at = svg.find(open, legend); at != std::string::npos; at = svg.find(open, at + 1)) {
+    const size_t t0 = at + open.size(), t1 = svg.find("</title>", t0);
+    const size_t text = svg.find("<text", t1), l0 = svg.find('>', text) + 1,
+                 l1 = svg.find("</text>", l0);
+    ASSERT_NE(t1, std::string::npos) << svg.substr(at, 200);
+    ASSERT_NE(l1, std::string::npos) << svg.substr(at, 200);
+    ASSERT_LT(l1, svg.find("</g>", at)) << "the label is outside its item: " << svg.substr(at, 200);
+    titles->push_back(svg.substr(t0, t1 - t0));
+    labels->push_back(svg.substr(l0, l1 - l0));
   }
 }
 
