@@ -181,7 +181,10 @@ std::string RenderHardwareCard(const eval::HardwareCard& card) {
   };
   std::map<std::string, int> by_name;
   for (const auto& g : card.gpus) by_name[name_of(g)]++;
-  for (const auto& [name, count] : by_name) {
+  for (const auto& entry : by_name) {
+    // Not a structured binding: clang 14 cannot capture one in a lambda.
+    const std::string& name = entry.first;
+    const int count = entry.second;
     const eval::GpuInfo& g =
         *std::find_if(card.gpus.begin(), card.gpus.end(),
                       [&](const eval::GpuInfo& x) { return name_of(x) == name; });
