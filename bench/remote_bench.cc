@@ -46,8 +46,8 @@ namespace {
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
-using kforge::agent::EvalJob;
-using kforge::agent::EvalPort;
+using kforge::eval::EvalRequest;
+using kforge::eval::EvalService;
 
 const std::string kToken = "bench-token-0123456789abcdef";
 
@@ -66,9 +66,9 @@ Stats Summary(std::vector<double> v) {
   return {at(0.5), at(0.1), at(0.9)};
 }
 
-class Instant final : public EvalPort {
+class Instant final : public EvalService {
  public:
-  kforge::Result<nlohmann::json> Evaluate(const EvalJob& job) override {
+  kforge::Result<nlohmann::json> Evaluate(const EvalRequest& job) override {
     return nlohmann::json{{"schema", kforge::kEvalSchema},
                           {"status", kforge::VerdictName(kforge::Verdict::kCompiled)},
                           {"task", job.task}};
@@ -101,12 +101,12 @@ struct Loopback {
     server->RequestDrain();
     thread.join();
   }
-  std::unique_ptr<EvalPort> Port(const std::string& suite) {
+  std::unique_ptr<EvalService> Port(const std::string& suite) {
     kforge::remote::RemotePortOptions p;
     p.url = server->url();
     p.token = kToken;
     p.task_suite_hash = suite;
-    return kforge::remote::MakeRemoteEvalPort(p);
+    return kforge::remote::MakeRemoteEvalService(p);
   }
   std::unique_ptr<kforge::remote::EvalServer> server;
   std::thread thread;
@@ -143,9 +143,9 @@ class InstantLlm final : public kforge::agent::LlmPort {
   kforge::agent::LlmQuote Quote(const kforge::agent::LlmCall&) override { return {}; }
 };
 
-class SlowEnough final : public EvalPort {
+class SlowEnough final : public EvalService {
  public:
-  kforge::Result<nlohmann::json> Evaluate(const EvalJob& job) override {
+  kforge::Result<nlohmann::json> Evaluate(const EvalRequest& job) override {
     return nlohmann::json{{"schema", kforge::kEvalSchema},
                           {"status", kforge::VerdictName(kforge::Verdict::kPassed)},
                           {"speedup", 1.1},
@@ -228,7 +228,7 @@ int main(int argc, char** argv) {
   std::set<std::string> keys;
   for (const auto& t : *tasks) keys.insert(t.key);
   const std::string source = *kforge::ReadFile(kernel);
-  const EvalJob job{task_key, source, "k.cu", 2, "", !gpu};
+  const EvalRequest job{task_key, source, "k.cu", 2, "", !gpu};
 
   std::printf("| what | median | p10 | p90 | unit | note |\n|---|---|---|---|---|---|\n");
 
@@ -264,7 +264,7 @@ int main(int argc, char** argv) {
     auto cache = kforge::MakeTempDir("kforge-remote-bench");
     ::setenv("XDG_CACHE_HOME", cache->c_str(), 1);
     const std::vector<int> set = gpu ? std::vector<int>{0} : std::vector<int>{};
-    auto local = kforge::agent::MakeEvaluatorPort(&*tasks, set);
+    auto local = kforge::eval::MakeLocalEvalService(&*tasks, set);
     auto t0 = Clock::now();
     auto first = local->Evaluate(job);
     const double cold = Seconds(t0, Clock::now());
@@ -282,13 +282,13 @@ int main(int argc, char** argv) {
     }
     const std::vector<kforge::eval::Task>* list = &*tasks;
     Loopback lb(
-        [list](const std::vector<int>& g) { return kforge::agent::MakeEvaluatorPort(list, g); },
+        [list](const std::vector<int>& g) { return kforge::eval::MakeLocalEvalService(list, g); },
         suite, keys, 1, gpu ? std::vector<std::vector<int>>{set} : std::vector<std::vector<int>>{},
         gpu ? 2 : 0);
     auto remote = lb.Port(suite);
     (void)remote->Evaluate(job);  // the server's evaluator learns the toolchain once
     // Every answer must be the same verdict; a failed one would time nothing.
-    auto checked = [&](EvalPort& port) {
+    auto checked = [&](EvalService& port) {
       auto a = Clock::now();
       auto doc = port.Evaluate(job);
       const double s = Seconds(a, Clock::now());

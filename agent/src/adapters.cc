@@ -7,15 +7,14 @@
 
 #include <map>
 
-#include "kforge/agent/task_select.h"
 #include "kforge/core/fs.h"
 #include "kforge/core/mutex.h"
 #include "kforge/core/version.h"
 #include "kforge/evaluator/compile.h"
-#include "kforge/evaluator/evaluate.h"
 #include "kforge/evaluator/hardware.h"
 #include "kforge/evaluator/task.h"
 #include "kforge/evaluator/task_card.h"
+#include "kforge/evaluator/task_select.h"
 #include "kforge/providers/client.h"
 #include "kforge/results/store.h"
 #include "turn_rows.h"
@@ -93,37 +92,6 @@ class ProviderLlm final : public LlmPort {
   providers::ClientOptions options_;
   Mutex mu_;
   std::map<std::string, std::unique_ptr<providers::Client>> clients_ GUARDED_BY(mu_);
-};
-
-class EvaluatorPort final : public EvalPort {
- public:
-  EvaluatorPort(const std::vector<eval::Task>* tasks, std::vector<int> gpus,
-                double baseline_reuse_s)
-      : tasks_(tasks),
-        gpus_(std::move(gpus)),
-        baseline_reuse_s_(baseline_reuse_s),
-        evaluator_(eval::MakeEvaluator()) {}
-
-  Result<nlohmann::json> Evaluate(const EvalJob& job) override {
-    const eval::Task* task = eval::FindTask(*tasks_, job.task);
-    if (!task) return Error(ErrorKind::kNotFound, fmt::format("no task '{}'", job.task));
-    eval::EvalOptions o;
-    o.world = job.world;
-    o.gpus = gpus_;
-    o.compile_only = job.compile_only;
-    o.baseline_reuse_s = baseline_reuse_s_;
-    if (!job.dtype.empty()) {
-      KF_ASSIGN_OR_RETURN(eval::Dtype dt, eval::ParseDtype(job.dtype));
-      o.dtype = dt;
-    }
-    return evaluator_->Evaluate(*task, job.source, job.kernel_name, o);
-  }
-
- private:
-  const std::vector<eval::Task>* tasks_;
-  std::vector<int> gpus_;
-  double baseline_reuse_s_;
-  std::unique_ptr<eval::Evaluator> evaluator_;
 };
 
 class RunStoreAdapter final : public StorePort {
@@ -255,11 +223,6 @@ Result<std::unique_ptr<LlmPort>> MakeProviderLlmFor(const std::vector<std::strin
   return std::unique_ptr<LlmPort>(std::move(llm));
 }
 
-std::unique_ptr<EvalPort> MakeEvaluatorPort(const std::vector<eval::Task>* tasks,
-                                            std::vector<int> gpus, double baseline_reuse_s) {
-  return std::make_unique<EvaluatorPort>(tasks, std::move(gpus), baseline_reuse_s);
-}
-
 Result<std::unique_ptr<StorePort>> OpenRunStore(const fs::path& run_dir) {
   KF_ASSIGN_OR_RETURN(auto store, results::RunStore::Open(run_dir, false));
   return std::unique_ptr<StorePort>(std::make_unique<RunStoreAdapter>(std::move(store)));
@@ -272,7 +235,7 @@ Result<std::unique_ptr<StorePort>> CreateRunStore(const fs::path& run_dir) {
 
 Result<PromptInputs> TaskPromptInputs(const eval::Task& task, int world, const std::string& dtype,
                                       const Strategy& strategy, const std::string& hardware_card) {
-  KF_RETURN_IF_ERROR(CheckTaskProblem(task, world, dtype));
+  KF_RETURN_IF_ERROR(eval::CheckTaskProblem(task, world, dtype));
   PromptInputs in;
   in.task_key = task.key;
   in.task_title = task.title;

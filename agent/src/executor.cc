@@ -5,9 +5,9 @@
 #include <queue>
 #include <thread>
 
-#include "kforge/agent/cpus.h"
 #include "kforge/agent/scheduler.h"
 #include "kforge/core/mutex.h"
+#include "kforge/evaluator/slots.h"
 
 namespace kforge::agent {
 namespace {
@@ -24,7 +24,7 @@ class ThreadExecutor final : public Executor {
     const size_t p = static_cast<size_t>(pool);
     std::vector<int> cpus = p < cpus_.size() ? cpus_[p] : std::vector<int>{};
     threads_.emplace(id, std::thread([this, id, cpus = std::move(cpus), work = std::move(work)] {
-                       PinThisThread(cpus);
+                       eval::PinThisThread(cpus);
                        work();
                        MutexLock l(&mu_);
                        done_.push_back(id);

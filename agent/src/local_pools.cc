@@ -1,9 +1,7 @@
 // This machine's evaluators for a run (run_plan.h).
-#include <algorithm>
-
-#include "kforge/agent/adapters.h"
-#include "kforge/agent/cpus.h"
 #include "kforge/agent/run_plan.h"
+#include "kforge/evaluator/service.h"
+#include "kforge/evaluator/slots.h"
 
 namespace kforge::agent {
 
@@ -22,28 +20,25 @@ Result<std::unique_ptr<EvalPools>> LocalEvalPools(const RunConfig& cfg,
       p->no_gpu_reason = card.status().message();
     }
   }
-  std::vector<int> gpus = cfg.gpus;
-  if (gpus.empty() && p->card) gpus = p->card->DeviceIndices();
   if (!p->compile_only) {
-    const size_t world = static_cast<size_t>(std::max(1, cfg.world));
-    const size_t sets = std::max<size_t>(1, gpus.size() / world);
-    for (size_t s = 0; s < sets; ++s) {
-      std::vector<int> set = gpus;
-      if (gpus.size() >= world)
-        set.assign(gpus.begin() + s * world, gpus.begin() + (s + 1) * world);
-      p->owned.push_back(MakeEvaluatorPort(tasks, set, cfg.baseline_reuse_s));
+    std::vector<int> gpus = cfg.gpus;
+    if (gpus.empty() && p->card) gpus = p->card->DeviceIndices();
+    std::vector<std::vector<int>> sets = eval::CutGpuSets(gpus, cfg.world);
+    if (sets.empty()) sets.emplace_back();  // the evaluator's default GPUs
+    for (auto& set : sets) {
+      p->owned.push_back(eval::MakeLocalEvalService(tasks, std::move(set), cfg.baseline_reuse_s));
       p->gpu.push_back(p->owned.back().get());
     }
   }
-  // Cores for the evaluations, the rest for compiles (agent/cpus.h); compiles
-  // also run at a lower priority.
-  const CpuSplit split =
-      SplitCpus(cfg.world, p->compile_only ? 0 : static_cast<int>(p->gpu.size()));
+  // Cores for the evaluations, the rest for compiles (kforge/evaluator/slots.h);
+  // compiles also run at a lower priority.
+  const eval::CpuSplit split =
+      eval::SplitCpus(cfg.world, p->compile_only ? 0 : static_cast<int>(p->gpu.size()));
   p->gpu_cpus = split.gpu;
   p->compile_cpus = split.compile;
   int compile_jobs = cfg.compile_jobs > 0 ? cfg.compile_jobs : split.compile_slots;
   for (int i = 0; i < compile_jobs; ++i) {
-    p->owned.push_back(MakeEvaluatorPort(tasks, {}));
+    p->owned.push_back(eval::MakeLocalEvalService(tasks, {}));
     p->compile.push_back(p->owned.back().get());
   }
   return p;

@@ -7,8 +7,8 @@
 #include <set>
 
 #include "kforge/agent/adapters.h"
-#include "kforge/agent/task_select.h"
 #include "kforge/evaluator/suite_hash.h"
+#include "kforge/evaluator/task_select.h"
 #include "kforge/results/samples.h"
 #include "kforge/results/store.h"
 #include "turn_rows.h"
@@ -110,9 +110,9 @@ Status Filters(const RunConfig& here, const std::vector<eval::Task>& suite,
     models->insert(m);
   }
   if (here.tasks.empty()) return Status::Ok();
-  std::vector<TaskRef> refs;
-  for (const auto& t : suite) refs.push_back(RefFor(t));
-  KF_ASSIGN_OR_RETURN(std::vector<std::string> keys, SelectTasks(here.tasks, refs));
+  std::vector<eval::TaskRef> refs;
+  for (const auto& t : suite) refs.push_back(eval::RefFor(t));
+  KF_ASSIGN_OR_RETURN(std::vector<std::string> keys, eval::SelectTasks(here.tasks, refs));
   for (const auto& k : keys) {
     if (run_tasks.count(k)) tasks->insert(k);
   }
@@ -195,8 +195,8 @@ Result<std::unique_ptr<RejudgePlan>> PlanRejudge(const std::string& source, cons
   std::error_code ec;
   if (tasks_flag.empty() && !original.tasks_dir.empty() && fs::is_directory(original.tasks_dir, ec))
     tasks_flag = original.tasks_dir;
-  plan->tasks_dir = TasksDir(tasks_flag);
-  KF_ASSIGN_OR_RETURN(plan->tasks, LoadCheckedTasks(plan->tasks_dir));
+  plan->tasks_dir = eval::TasksDir(tasks_flag);
+  KF_ASSIGN_OR_RETURN(plan->tasks, eval::LoadCheckedTasks(plan->tasks_dir));
 
   KF_ASSIGN_OR_RETURN(std::vector<StoredSession> all, ReadSessions(src, {}, {}));
   std::set<std::string> tasks, models;

@@ -1,7 +1,6 @@
 #include "kforge/agent/run_config.h"
 
 #include <fmt/format.h>
-#include <fnmatch.h>
 #include <toml++/toml.h>
 
 #include <algorithm>
@@ -335,7 +334,7 @@ Result<RunConfig> RunConfigFromJson(const json& j) {
     c.compile_only = j.value("compile_only", false);
     c.llm_concurrency = j.value("llm_concurrency", 4);
     c.compile_jobs = j.value("compile_jobs", 0);
-    c.baseline_reuse_s = j.value("baseline_reuse_s", kDefaultBaselineReuseS);
+    c.baseline_reuse_s = j.value("baseline_reuse_s", eval::kDefaultBaselineReuseS);
     c.out = j.value("out", "runs");
     c.tasks_dir = j.value("tasks_dir", "");
     if (j.contains("turns")) c.turns = j["turns"].get<int>();
@@ -345,7 +344,7 @@ Result<RunConfig> RunConfigFromJson(const json& j) {
     c.evaluators = j.value("evaluators", std::vector<std::string>{});
     c.evaluators_dir = j.value("evaluators_dir", "");
     c.eval_token_file = j.value("eval_token_file", "");
-    c.evaluator_liveness_s = j.value("evaluator_liveness_s", kDefaultEvaluatorLivenessS);
+    c.evaluator_liveness_s = j.value("evaluator_liveness_s", eval::kDefaultEvaluatorLivenessS);
     if (j.contains("slurm")) {
       const json& sl = j["slurm"];
       c.slurm_nodes = sl.value("nodes", 0);
@@ -382,45 +381,6 @@ std::vector<std::string> RunConfigDifferences(const RunConfig& stored, const Run
       continue;
     const json va = a.value(k, json()), vb = b.value(k, json());
     if (va != vb) out.push_back(fmt::format("{}: {} -> {}", k, va.dump(), vb.dump()));
-  }
-  return out;
-}
-
-Result<std::vector<std::string>> SelectTasks(const std::vector<std::string>& selectors,
-                                             const std::vector<TaskRef>& suite) {
-  std::set<std::string> picked;
-  for (const auto& sel : selectors) {
-    bool any = false;
-    std::string category = sel.rfind("category:", 0) == 0 ? sel.substr(9) : "";
-    for (const auto& t : suite) {
-      bool match = false;
-      if (!category.empty()) {
-        match = t.category == category;
-      } else if (sel == "all" || sel == "*") {
-        match = true;
-      } else if (sel.find_first_of("*?[") != std::string::npos) {
-        match = fnmatch(sel.c_str(), t.key.c_str(), 0) == 0 ||
-                fnmatch(sel.c_str(), t.name.c_str(), 0) == 0;
-      } else {
-        // A number matches the task's id with or without leading zeros ("1", "001").
-        const bool numeric = sel.size() <= 6 && std::all_of(sel.begin(), sel.end(), [](char ch) {
-                               return std::isdigit(static_cast<unsigned char>(ch)) != 0;
-                             });
-        match = sel == t.key || sel == t.name || (numeric && std::stoi(sel) == t.id) ||
-                sel == t.category;
-      }
-      if (match) {
-        picked.insert(t.key);
-        any = true;
-      }
-    }
-    if (!any)
-      return Error(ErrorKind::kInvalidInput,
-                   fmt::format("task selector '{}' matches no task", sel));
-  }
-  std::vector<std::string> out;
-  for (const auto& t : suite) {
-    if (picked.count(t.key)) out.push_back(t.key);
   }
   return out;
 }

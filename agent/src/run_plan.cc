@@ -5,8 +5,8 @@
 #include "kforge/agent/adapters.h"
 #include "kforge/agent/hardware_card.h"
 #include "kforge/agent/prompt.h"
-#include "kforge/agent/task_select.h"
 #include "kforge/evaluator/suite_hash.h"
+#include "kforge/evaluator/task_select.h"
 #include "kforge/results/store.h"
 
 namespace kforge::agent {
@@ -97,12 +97,12 @@ Status ClaimRunDir(RunPlan& plan, const std::string& base, bool default_name) {
 
 // The selected tasks' keys; each must instantiate at the run's world and dtype.
 Result<std::vector<std::string>> SelectedTasks(const RunPlan& plan) {
-  std::vector<TaskRef> suite;
-  for (const auto& t : plan.tasks) suite.push_back(RefFor(t));
-  KF_ASSIGN_OR_RETURN(auto keys, SelectTasks(plan.config.tasks, suite));
+  std::vector<eval::TaskRef> suite;
+  for (const auto& t : plan.tasks) suite.push_back(eval::RefFor(t));
+  KF_ASSIGN_OR_RETURN(auto keys, eval::SelectTasks(plan.config.tasks, suite));
   for (const auto& key : keys) {
-    KF_RETURN_IF_ERROR(
-        CheckTaskProblem(*eval::FindTask(plan.tasks, key), plan.config.world, plan.config.dtype));
+    KF_RETURN_IF_ERROR(eval::CheckTaskProblem(*eval::FindTask(plan.tasks, key), plan.config.world,
+                                              plan.config.dtype));
   }
   return keys;
 }
@@ -177,7 +177,7 @@ std::string Absolute(const std::string& path) {
 // evaluators (the tasks folder is stored as found, default included).
 void AbsolutePaths(RunConfig& c) {
   c.out = Absolute(c.out);
-  c.tasks_dir = Absolute(TasksDir(c.tasks_dir).string());
+  c.tasks_dir = Absolute(eval::TasksDir(c.tasks_dir).string());
   if (c.strategy.find('/') != std::string::npos || c.strategy.ends_with(".toml"))
     c.strategy = Absolute(c.strategy);
   for (auto& r : c.registries) r = Absolute(r);
@@ -211,8 +211,8 @@ Result<std::unique_ptr<RunPlan>> PlanRun(RunConfig cfg, const PlanEnv& env) {
   plan->config = std::move(cfg);
   const RunConfig& c = plan->config;
   plan->run_dir = fs::path(c.out) / c.name;
-  plan->tasks_dir = TasksDir(c.tasks_dir);
-  KF_ASSIGN_OR_RETURN(plan->tasks, LoadCheckedTasks(plan->tasks_dir));
+  plan->tasks_dir = eval::TasksDir(c.tasks_dir);
+  KF_ASSIGN_OR_RETURN(plan->tasks, eval::LoadCheckedTasks(plan->tasks_dir));
   KF_ASSIGN_OR_RETURN(std::vector<std::string> keys, SelectedTasks(*plan));
   const fs::path prompts = env.prompts_dir.empty() ? DefaultPromptsDir() : env.prompts_dir;
   KF_ASSIGN_OR_RETURN(plan->strategy, FindStrategy(c.strategy, prompts));

@@ -19,11 +19,11 @@
 #include "kforge/agent/run_plan.h"
 #include "kforge/agent/runner.h"
 #include "kforge/agent/strategy.h"
-#include "kforge/agent/task_select.h"
 #include "kforge/core/clock.h"
 #include "kforge/core/strings.h"
 #include "kforge/evaluator/evaluate.h"
 #include "kforge/evaluator/task.h"
+#include "kforge/evaluator/task_select.h"
 #include "rejudge_command.h"
 #include "run_pools.h"
 
@@ -62,10 +62,10 @@ struct PromptArgs {
 };
 
 int RunPrompt(const PromptArgs& a) {
-  fs::path dir = agent::TasksDir(a.tasks_dir);
-  auto tasks = agent::LoadCheckedTasks(dir);
+  fs::path dir = eval::TasksDir(a.tasks_dir);
+  auto tasks = eval::LoadCheckedTasks(dir);
   if (!tasks.ok()) return FailWith("prompt", tasks.status());
-  auto selected = agent::SelectOneTask(*tasks, a.task, dir.string());
+  auto selected = eval::SelectOneTask(*tasks, a.task, dir.string());
   if (!selected.ok()) return FailWith("prompt", selected.status());
   const eval::Task* task = *selected;
   fs::path prompts = agent::DefaultPromptsDir();

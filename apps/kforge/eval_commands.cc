@@ -5,11 +5,11 @@
 #include "command.h"
 #include "exit_codes.h"
 #include "json_output.h"
-#include "kforge/agent/task_select.h"
 #include "kforge/core/fs.h"
 #include "kforge/evaluator/evaluate.h"
 #include "kforge/evaluator/hardware.h"
 #include "kforge/evaluator/report.h"
+#include "kforge/evaluator/task_select.h"
 
 namespace kforge::cli {
 namespace {
@@ -71,15 +71,15 @@ Result<eval::EvalOptions> OptionsFromArgs(const EvalArgs& a) {
 }
 
 int RunEval(const EvalArgs& a) {
-  std::filesystem::path dir = agent::TasksDir(a.tasks_dir);
-  auto tasks = agent::LoadCheckedTasks(dir);
+  std::filesystem::path dir = eval::TasksDir(a.tasks_dir);
+  auto tasks = eval::LoadCheckedTasks(dir);
   if (!tasks.ok()) return FailWith("eval", tasks.status());
-  auto selected = agent::SelectOneTask(*tasks, a.task, dir.string());
+  auto selected = eval::SelectOneTask(*tasks, a.task, dir.string());
   if (!selected.ok()) return FailWith("eval", selected.status());
   const eval::Task* task = *selected;
   // A world size or dtype the task does not declare is a usage error, not an
   // evaluation (world 0: the evaluator picks from the visible GPUs).
-  if (Status st = agent::CheckTaskProblem(*task, a.world, a.dtype); !st.ok())
+  if (Status st = eval::CheckTaskProblem(*task, a.world, a.dtype); !st.ok())
     return FailWith("eval", st);
   auto source = ReadFile(a.kernel);
   if (!source.ok()) return FailWith("eval", source.status());

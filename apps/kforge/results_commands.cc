@@ -12,8 +12,8 @@
 #include "command.h"
 #include "exit_codes.h"
 #include "json_output.h"
-#include "kforge/agent/task_select.h"
 #include "kforge/core/fs.h"
+#include "kforge/evaluator/task_select.h"
 #include "kforge/results/compare.h"
 #include "kforge/results/fixture.h"
 #include "kforge/results/leaderboard.h"
@@ -48,7 +48,7 @@ Result<std::vector<fs::path>> RunDirs(const std::vector<std::string>& args,
 }
 
 // The TASK of `kforge show RUN TASK` in the grammar every command uses
-// (agent/task_select.h), over the task keys the run's sessions hold.
+// (kforge/evaluator/task_select.h), over the task keys the run's sessions hold.
 Result<std::string> ResolveStoredTask(const RunStore& store, const std::string& selector) {
   std::set<std::string> keys;
   KF_ASSIGN_OR_RETURN(auto runs, store.ListRuns());
@@ -56,9 +56,9 @@ Result<std::string> ResolveStoredTask(const RunStore& store, const std::string& 
     KF_ASSIGN_OR_RETURN(auto sessions, store.ListSessions(run.id));
     for (const auto& s : sessions) keys.insert(s.key.task);
   }
-  std::vector<agent::TaskRef> suite;
-  for (const auto& k : keys) suite.push_back(agent::RefFromKey(k));
-  auto picked = agent::SelectTasks({selector}, suite);
+  std::vector<eval::TaskRef> suite;
+  for (const auto& k : keys) suite.push_back(eval::RefFromKey(k));
+  auto picked = eval::SelectTasks({selector}, suite);
   if (!picked.ok() || picked->empty())
     return Error(ErrorKind::kNotFound,
                  fmt::format("no session of task '{}' in {} (its tasks: {})", selector,

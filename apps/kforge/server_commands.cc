@@ -9,14 +9,14 @@
 
 #include "command.h"
 #include "exit_codes.h"
-#include "kforge/agent/adapters.h"
-#include "kforge/agent/cpus.h"
-#include "kforge/agent/task_select.h"
 #include "kforge/core/log.h"
 #include "kforge/core/strings.h"
 #include "kforge/evaluator/hardware.h"
+#include "kforge/evaluator/service.h"
+#include "kforge/evaluator/slots.h"
 #include "kforge/evaluator/suite_hash.h"
 #include "kforge/evaluator/task.h"
+#include "kforge/evaluator/task_select.h"
 #include "kforge/remote/server.h"
 #include "kforge/remote/tokens.h"
 
@@ -30,7 +30,7 @@ struct ServerArgs {
   std::string tokens, gpus, gpu_sets, register_file, advertise, tasks_dir;
   int world = 2;
   int compile_jobs = 0;
-  double baseline_reuse_s = agent::kDefaultBaselineReuseS;
+  double baseline_reuse_s = eval::kDefaultBaselineReuseS;
   int max_queue = 64;
   int per_token = 16;
   int64_t max_upload = 4 << 20;
@@ -70,8 +70,8 @@ Result<std::vector<int>> ParseIndices(const std::string& text, const char* flag)
 }
 
 // The GPU sets: --gpu-sets as given; else the GPUs (--gpus, or every one the
-// probe found) cut into sets of `world`, or one set of all of them when there
-// are fewer than `world` (the evaluator then emulates).
+// probe found) cut into sets of `world` as `kforge run` cuts them
+// (eval::CutGpuSets).
 Result<std::vector<std::vector<int>>> GpuSets(const ServerArgs& a,
                                               std::optional<eval::HardwareCard>* card) {
   std::vector<std::vector<int>> sets;
@@ -99,10 +99,7 @@ Result<std::vector<std::vector<int>>> GpuSets(const ServerArgs& a,
   *card = *probed;
   if (!sets.empty()) return sets;
   if (gpus.empty()) gpus = probed->DeviceIndices();
-  if (gpus.size() < static_cast<size_t>(a.world)) return std::vector<std::vector<int>>{gpus};
-  for (size_t s = 0; s + a.world <= gpus.size(); s += a.world)
-    sets.emplace_back(gpus.begin() + s, gpus.begin() + s + a.world);
-  return sets;
+  return eval::CutGpuSets(gpus, a.world);
 }
 
 int RunServer(const ServerArgs& a) {
@@ -112,8 +109,8 @@ int RunServer(const ServerArgs& a) {
   // The tokens first: a server that cannot authenticate must not start.
   auto tokens = remote::TokenSet::Load(a.tokens);
   if (!tokens.ok()) return FailWith("eval-server", tokens.status());
-  const fs::path tasks_dir = agent::TasksDir(a.tasks_dir);
-  auto tasks = agent::LoadCheckedTasks(tasks_dir);
+  const fs::path tasks_dir = eval::TasksDir(a.tasks_dir);
+  auto tasks = eval::LoadCheckedTasks(tasks_dir);
   if (!tasks.ok()) return FailWith("eval-server", tasks.status());
   auto hash = eval::TaskSuiteHash(tasks_dir);
   if (!hash.ok()) return FailWith("eval-server", hash.status());
@@ -122,7 +119,7 @@ int RunServer(const ServerArgs& a) {
   if (!sets.ok()) return FailWith("eval-server", sets.status());
   o.gpu_sets = *sets;
   o.world = a.world;
-  const agent::CpuSplit cpus = agent::SplitCpus(a.world, static_cast<int>(o.gpu_sets.size()));
+  const eval::CpuSplit cpus = eval::SplitCpus(a.world, static_cast<int>(o.gpu_sets.size()));
   o.gpu_cpus = cpus.gpu;
   o.compile_cpus = cpus.compile;
   o.compile_slots = a.compile_jobs > 0 ? a.compile_jobs : cpus.compile_slots;
@@ -148,7 +145,7 @@ int RunServer(const ServerArgs& a) {
   const double reuse = a.baseline_reuse_s;
   auto server =
       remote::EvalServer::Start(o, std::move(*tokens), [task_list, reuse](const auto& gpus) {
-        return agent::MakeEvaluatorPort(task_list, gpus, reuse);
+        return eval::MakeLocalEvalService(task_list, gpus, reuse);
       });
   if (!server.ok()) return FailWith("eval-server", server.status());
   remote::EvalServer* s = server->get();

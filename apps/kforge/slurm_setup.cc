@@ -2,10 +2,10 @@
 
 #include <cstdio>
 
-#include "kforge/agent/task_select.h"
 #include "kforge/core/clock.h"
 #include "kforge/core/fs.h"
 #include "kforge/core/subprocess.h"
+#include "kforge/evaluator/task_select.h"
 #include "kforge/remote/tokens.h"
 
 namespace kforge::cli {
@@ -15,7 +15,7 @@ namespace fs = std::filesystem;
 Status CompleteSlurmOptions(remote::SlurmOptions* o, const std::string& tokens_flag,
                             const std::string& tasks_dir_flag, fs::path* tokens_file) {
   o->run_dir = fs::absolute(o->run_dir).lexically_normal();
-  o->tasks_dir = fs::absolute(agent::TasksDir(tasks_dir_flag)).lexically_normal();
+  o->tasks_dir = fs::absolute(eval::TasksDir(tasks_dir_flag)).lexically_normal();
   // The nodes run this very binary: it must sit on storage they share.
   std::error_code ec;
   o->kforge = fs::read_symlink("/proc/self/exe", ec);

@@ -12,11 +12,11 @@
 #include "command.h"
 #include "exit_codes.h"
 #include "json_output.h"
-#include "kforge/agent/task_select.h"
 #include "kforge/evaluator/evaluate.h"
 #include "kforge/evaluator/task.h"
 #include "kforge/evaluator/task_card.h"
 #include "kforge/evaluator/task_check.h"
+#include "kforge/evaluator/task_select.h"
 
 namespace kforge::cli {
 namespace {
@@ -29,7 +29,7 @@ struct TasksArgs {
   std::string json;  // --json FILE|-
 };
 
-std::filesystem::path TasksDir(const TasksArgs& a) { return agent::TasksDir(a.tasks_dir); }
+std::filesystem::path TasksDir(const TasksArgs& a) { return eval::TasksDir(a.tasks_dir); }
 
 std::string Join(const std::vector<int>& v) {
   std::string s;
@@ -44,7 +44,7 @@ std::string Join(const std::vector<eval::Dtype>& v) {
 }
 
 int List(const TasksArgs& a) {
-  auto tasks = agent::LoadCheckedTasks(TasksDir(a));
+  auto tasks = eval::LoadCheckedTasks(TasksDir(a));
   if (!tasks.ok()) return FailWith("tasks list", tasks.status());
   if (!a.json.empty()) {
     nlohmann::json doc = {{"schema", "kforge.tasks/1"},
@@ -93,13 +93,13 @@ int List(const TasksArgs& a) {
 }
 
 int Show(const TasksArgs& a) {
-  auto tasks = agent::LoadCheckedTasks(TasksDir(a));
+  auto tasks = eval::LoadCheckedTasks(TasksDir(a));
   if (!tasks.ok()) return FailWith("tasks show", tasks.status());
-  auto selected = agent::SelectOneTask(*tasks, a.id, TasksDir(a).string());
+  auto selected = eval::SelectOneTask(*tasks, a.id, TasksDir(a).string());
   if (!selected.ok()) return FailWith("tasks show", selected.status());
   const eval::Task* t = *selected;
   const int world = a.world > 0 ? a.world : t->world_sizes.front();
-  if (Status st = agent::CheckTaskProblem(*t, world, a.dtype); !st.ok())
+  if (Status st = eval::CheckTaskProblem(*t, world, a.dtype); !st.ok())
     return FailWith("tasks show", st);
   eval::Dtype dtype = t->dtypes.front();
   if (!a.dtype.empty()) dtype = *eval::ParseDtype(a.dtype);  // CheckTaskProblem parsed it
@@ -116,7 +116,7 @@ int Validate(const TasksArgs& a) {
   std::vector<const eval::Task*> selected;
   if (a.id.empty()) {
     for (const auto& t : *tasks) selected.push_back(&t);
-  } else if (auto t = agent::SelectOneTask(*tasks, a.id, TasksDir(a).string()); t.ok()) {
+  } else if (auto t = eval::SelectOneTask(*tasks, a.id, TasksDir(a).string()); t.ok()) {
     selected.push_back(*t);
   } else {
     std::printf("FAIL  %s\n", t.status().message().c_str());

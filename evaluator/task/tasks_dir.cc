@@ -1,13 +1,11 @@
-// The tasks directory: where it is, and every task folder in it.
+// The tasks directory: every task folder in it (where it is: task_select.cc).
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cctype>
-#include <cstdlib>
 #include <filesystem>
 #include <map>
 
-#include "kforge/evaluator/evaluate.h"
 #include "kforge/evaluator/task.h"
 #include "task/task_key.h"
 
@@ -15,13 +13,6 @@ namespace kforge::eval {
 
 namespace fs = std::filesystem;
 using internal::SplitKey;
-
-std::filesystem::path DefaultTasksDir() {
-  if (const char* env = std::getenv("KFORGE_TASKS_DIR"); env != nullptr && *env != '\0') return env;
-  std::error_code ec;
-  if (std::filesystem::is_directory("tasks", ec)) return std::filesystem::path("tasks");
-  return std::filesystem::path(KFORGE_SOURCE_ROOT) / "tasks";
-}
 
 Result<std::vector<Task>> LoadTasks(const fs::path& root) {
   std::error_code ec;

@@ -55,7 +55,7 @@ Result<RemoteSlots> ConnectEvaluators(const std::vector<Endpoint>& endpoints,
     p.timeout_s = o.job_timeout_s;
     p.liveness_s = o.liveness_s;
     p.label = fmt::format("{} ({} slot {})", e.url, pool, slot);
-    return MakeRemoteEvalPort(std::move(p));
+    return MakeRemoteEvalService(std::move(p));
   };
   for (int k = 0; k < most_gpu && o.need_gpu; ++k) {
     for (size_t s = 0; s < slots.servers.size(); ++s) {

@@ -6,7 +6,7 @@
 #include <exception>
 #include <string>
 
-#include "kforge/agent/cpus.h"
+#include "kforge/evaluator/slots.h"
 
 namespace kforge::remote {
 namespace {
@@ -17,8 +17,8 @@ double NowSeconds() {
 
 }  // namespace
 
-JobQueue::JobQueue(JobQueueOptions options, std::vector<std::unique_ptr<agent::EvalPort>> gpu,
-                   std::vector<std::unique_ptr<agent::EvalPort>> compile)
+JobQueue::JobQueue(JobQueueOptions options, std::vector<std::unique_ptr<eval::EvalService>> gpu,
+                   std::vector<std::unique_ptr<eval::EvalService>> compile)
     : options_(options) {
   gpu_.slots = std::move(gpu);
   compile_.slots = std::move(compile);
@@ -38,7 +38,7 @@ JobQueue::~JobQueue() {
   for (auto& t : workers_) t.join();
 }
 
-Admission JobQueue::Submit(const agent::EvalJob& job, int token,
+Admission JobQueue::Submit(const eval::EvalRequest& job, int token,
                            std::future<Result<nlohmann::json>>* answer) {
   MutexLock lock(&mu_);
   if (draining_) return Admission::kDraining;
@@ -65,7 +65,7 @@ Admission JobQueue::Submit(const agent::EvalJob& job, int token,
 }
 
 void JobQueue::Work(bool compile, int slot) {
-  agent::PinThisThread(compile ? options_.compile_cpus : options_.gpu_cpus);
+  eval::PinThisThread(compile ? options_.compile_cpus : options_.gpu_cpus);
   Pool& pool = compile ? compile_ : gpu_;
   MutexLock lock(&mu_);
   while (true) {

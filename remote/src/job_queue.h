@@ -12,9 +12,9 @@
 #include <thread>
 #include <vector>
 
-#include "kforge/agent/ports.h"
 #include "kforge/core/mutex.h"
 #include "kforge/core/status.h"
+#include "kforge/evaluator/service.h"
 
 namespace kforge::remote {
 
@@ -37,8 +37,8 @@ struct QueueStats {
 class JobQueue {
  public:
   // Takes the slots' evaluators; starts one worker thread per slot.
-  JobQueue(JobQueueOptions options, std::vector<std::unique_ptr<agent::EvalPort>> gpu,
-           std::vector<std::unique_ptr<agent::EvalPort>> compile);
+  JobQueue(JobQueueOptions options, std::vector<std::unique_ptr<eval::EvalService>> gpu,
+           std::vector<std::unique_ptr<eval::EvalService>> compile);
   // Drains, then stops the workers.
   ~JobQueue();
   JobQueue(const JobQueue&) = delete;
@@ -48,7 +48,7 @@ class JobQueue {
   // not. Admitted: `*answer` becomes ready with the document (or the
   // evaluator's error) once a slot has run it. Compile-only jobs go to the
   // compile slots, others to the GPU slots.
-  Admission Submit(const agent::EvalJob& job, int token,
+  Admission Submit(const eval::EvalRequest& job, int token,
                    std::future<Result<nlohmann::json>>* answer);
 
   // Stops admitting (Submit says kDraining) and returns once every admitted
@@ -64,7 +64,7 @@ class JobQueue {
 
  private:
   struct Item {
-    agent::EvalJob job;
+    eval::EvalRequest job;
     int token = 0;
     std::promise<Result<nlohmann::json>> answer;
     double queued_at = 0;
@@ -72,7 +72,7 @@ class JobQueue {
   struct Pool {
     // Set by the constructor and never changed: a worker calls its slot
     // without the lock.
-    std::vector<std::unique_ptr<agent::EvalPort>> slots;
+    std::vector<std::unique_ptr<eval::EvalService>> slots;
     std::deque<std::unique_ptr<Item>> waiting;
     int running = 0;
     double mean_seconds = 0;  // moving average of job durations

@@ -1,4 +1,4 @@
-// RemoteEvalPort: one slot of an eval-server, as the agent's EvalPort. Every
+// RemoteEvalService: one slot of an eval-server, as an eval::EvalService. Every
 // failure that is the slot's and not the job's becomes kSlotLost, so the run
 // requeues the job on another slot instead of ending the session.
 #include <fmt/format.h>
@@ -21,13 +21,13 @@ Status Lost(const std::string& label, const std::string& what) {
   return Error(ErrorKind::kSlotLost, fmt::format("evaluation server {}: {}", label, what));
 }
 
-class RemoteEvalPort final : public agent::EvalPort {
+class RemoteEvalService final : public eval::EvalService {
  public:
-  explicit RemoteEvalPort(RemotePortOptions o) : o_(std::move(o)) {
+  explicit RemoteEvalService(RemotePortOptions o) : o_(std::move(o)) {
     if (o_.label.empty()) o_.label = o_.url;
   }
 
-  Result<nlohmann::json> Evaluate(const agent::EvalJob& job) override {
+  Result<nlohmann::json> Evaluate(const eval::EvalRequest& job) override {
     std::string url = o_.url;
     if (!o_.registration.empty()) {
       // The file is the server's word on where it is now; without it the
@@ -102,8 +102,8 @@ class RemoteEvalPort final : public agent::EvalPort {
 
 }  // namespace
 
-std::unique_ptr<agent::EvalPort> MakeRemoteEvalPort(RemotePortOptions options) {
-  return std::make_unique<RemoteEvalPort>(std::move(options));
+std::unique_ptr<eval::EvalService> MakeRemoteEvalService(RemotePortOptions options) {
+  return std::make_unique<RemoteEvalService>(std::move(options));
 }
 
 }  // namespace kforge::remote

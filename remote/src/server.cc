@@ -304,7 +304,7 @@ Result<std::unique_ptr<EvalServer>> EvalServer::Start(const EvalServerOptions& o
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   impl->tokens = std::move(tokens);
-  std::vector<std::unique_ptr<agent::EvalPort>> gpu, compile;
+  std::vector<std::unique_ptr<eval::EvalService>> gpu, compile;
   for (const auto& set : options.gpu_sets) gpu.push_back(factory(set));
   for (int i = 0; i < options.compile_slots; ++i) compile.push_back(factory({}));
   impl->queue = std::make_unique<JobQueue>(

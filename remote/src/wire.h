@@ -7,9 +7,9 @@
 #include <string>
 #include <string_view>
 
-#include "kforge/agent/ports.h"
 #include "kforge/core/status.h"
 #include "kforge/core/version.h"
+#include "kforge/evaluator/service.h"
 
 namespace kforge::remote::wire {
 
@@ -19,7 +19,7 @@ inline constexpr const char* kErrorSchema = "kforge.error/1";
 // Client and server must be the same kforge version: kforge::Version().
 
 struct JobRequest {
-  agent::EvalJob job;
+  eval::EvalRequest job;
   std::string task_suite_hash;
   std::string kforge_version;
   std::string id;  // the client's name for the job, for logs; may be empty

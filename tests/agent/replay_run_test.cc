@@ -6,9 +6,9 @@
 #include "kforge/agent/adapters.h"
 #include "kforge/agent/runner.h"
 #include "kforge/agent/strategy.h"
-#include "kforge/agent/task_select.h"
 #include "kforge/core/fs.h"
 #include "kforge/evaluator/evaluate.h"
+#include "kforge/evaluator/service.h"
 #include "kforge/evaluator/task.h"
 #include "kforge/results/store.h"
 
@@ -17,9 +17,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// The agent's default reuse of a timed baseline is the evaluator's own.
+// A run's default reuse of a timed baseline is the evaluator's own.
 TEST(ReplayRun, TheBaselineReuseDefaultIsTheEvaluators) {
-  EXPECT_EQ(kDefaultBaselineReuseS, eval::EvalOptions{}.baseline_reuse_s);
   EXPECT_EQ(RunConfig{}.baseline_reuse_s, eval::EvalOptions{}.baseline_reuse_s);
 }
 
@@ -50,7 +49,7 @@ TEST(ReplayRun, CompileOnlyDemoRunRecordsEveryTurn) {
     spec.tasks.push_back({t->key, t->category, *p});
   }
   auto llm = MakeProviderLlm();
-  auto compiler = MakeEvaluatorPort(&*tasks, {});
+  auto compiler = eval::MakeLocalEvalService(&*tasks, {});
   auto run_once = [&]() -> Result<RunSummary> {
     auto store = OpenRunStore(*dir);
     if (!store.ok()) return store.status();
@@ -120,38 +119,23 @@ TEST(ReplayRun, UnusableModelsAreRefusedBeforeTheRun) {
       MakeProviderLlmFor({"replay:" + (root / "examples/demo/cassette.jsonl").string()}).ok());
 }
 
-// run and prompt accepted --world 3 / --dtype f64 for a task declaring
-// neither, and a negative size reached the model as "(does not instantiate)".
-TEST(ReplayRun, TaskProblemsTheTaskDoesNotDeclareAreRefused) {
+// A prompt is never built for a world size, dtype or size the task cannot
+// pose (eval::CheckTaskProblem, tested beside it).
+TEST(ReplayRun, PromptInputsRefuseProblemsTheTaskDoesNotDeclare) {
   const fs::path root(KFORGE_SOURCE_ROOT);
   auto tasks = eval::LoadTasks(root / "tasks");
   ASSERT_TRUE(tasks.ok()) << tasks.status().ToString();
   auto strategy = FindStrategy("refine", root / "prompts");
   ASSERT_TRUE(strategy.ok());
-  auto t = SelectOneTask(*tasks, "001", (root / "tasks").string());
-  ASSERT_TRUE(t.ok()) << t.status().ToString();
-  EXPECT_EQ((*t)->key, "001_allreduce");
-  EXPECT_TRUE(CheckTaskProblem(**t, 2, "").ok());
-  Status w3 = CheckTaskProblem(**t, 3, "");
-  EXPECT_EQ(w3.kind(), ErrorKind::kInvalidInput);
-  EXPECT_NE(w3.message().find("supports W in {2, 4, 8}, not 3"), std::string::npos) << w3.message();
-  Status f64 = CheckTaskProblem(**t, 2, "f64");
-  EXPECT_NE(f64.message().find("not f64"), std::string::npos) << f64.message();
-  EXPECT_FALSE(TaskPromptInputs(**t, 3, "", *strategy, "").ok());
-  EXPECT_FALSE(TaskPromptInputs(**t, 2, "f64", *strategy, "").ok());
-
-  eval::Task negative = **t;
+  const eval::Task* t = eval::FindTask(*tasks, "001_allreduce");
+  ASSERT_NE(t, nullptr);
+  EXPECT_TRUE(TaskPromptInputs(*t, 2, "", *strategy, "").ok());
+  EXPECT_FALSE(TaskPromptInputs(*t, 3, "", *strategy, "").ok());
+  EXPECT_FALSE(TaskPromptInputs(*t, 2, "f64", *strategy, "").ok());
+  eval::Task negative = *t;
   ASSERT_FALSE(negative.check_sizes.empty());
   for (auto& [var, expr] : negative.check_sizes[0].vars) expr = "-7";
-  Status neg = CheckTaskProblem(negative, 2, "");
-  EXPECT_FALSE(neg.ok());
-  EXPECT_NE(neg.message().find("task.toml"), std::string::npos) << neg.message();
   EXPECT_FALSE(TaskPromptInputs(negative, 2, "", *strategy, "").ok());
-
-  auto many = SelectOneTask(*tasks, "all", "tasks");
-  EXPECT_FALSE(many.ok());
-  auto none = SelectOneTask(*tasks, "nosuchtask", "tasks");
-  EXPECT_NE(none.status().message().find("no task 'nosuchtask' in tasks"), std::string::npos);
 }
 
 }  // namespace

@@ -6,8 +6,6 @@
 #include <cstdlib>
 #include <ctime>
 
-#include "kforge/agent/task_select.h"
-
 namespace kforge::agent {
 namespace {
 
@@ -78,9 +76,9 @@ TEST(RunConfig, DurationsAreSecondsAtLeastZero) {
     const char* zero;  // what 0 means, as the error says
   };
   for (const Field& f : {Field{"baseline_reuse_s", &RunConfig::baseline_reuse_s,
-                               kDefaultBaselineReuseS, "timed around every candidate"},
+                               eval::kDefaultBaselineReuseS, "timed around every candidate"},
                          Field{"evaluator_liveness_s", &RunConfig::evaluator_liveness_s,
-                               kDefaultEvaluatorLivenessS, "no health checks"}}) {
+                               eval::kDefaultEvaluatorLivenessS, "no health checks"}}) {
     const std::string head = "models = [\"a:x\"]\ntasks = [\"1\"]\n";
     for (double v : {0.0, 5.0}) {
       auto c = ParseRunFile(head + fmt::format("{} = {}\n", f.key, v), "r.toml");
@@ -102,8 +100,8 @@ TEST(RunConfig, DurationsAreSecondsAtLeastZero) {
           << bad;
     }
   }
-  EXPECT_EQ(kDefaultBaselineReuseS, 600);
-  EXPECT_EQ(kDefaultEvaluatorLivenessS, 60);
+  EXPECT_EQ(eval::kDefaultBaselineReuseS, 600);
+  EXPECT_EQ(eval::kDefaultEvaluatorLivenessS, 60);
 }
 
 // Like the servers themselves, how long to wait on them may change on resume;
@@ -126,34 +124,6 @@ TEST(RunConfig, ErrorsNameFileLineAndField) {
             "r.toml:4: budget.dollars: unknown field (usd, tokens, wall_s, per_model, per_task)");
   c = ParseRunFile("tasks = [\"1\"]\n", "r.toml");
   EXPECT_EQ(c.status().message(), "r.toml:0: models: at least one model is required");
-}
-
-TEST(RunConfig, SelectorsPickByKeyNumberNameGlobAndCategory) {
-  std::vector<TaskRef> suite = {{"001_allreduce", "allreduce", 1, "collective"},
-                                {"002_allgather", "allgather", 2, "collective"},
-                                {"010_tp_matmul", "tp_matmul", 10, "tensor_parallel"}};
-  EXPECT_EQ(*SelectTasks({"2", "allreduce"}, suite),
-            (std::vector<std::string>{"001_allreduce", "002_allgather"}));
-  EXPECT_EQ(*SelectTasks({"*matmul"}, suite), std::vector<std::string>{"010_tp_matmul"});
-  EXPECT_EQ(SelectTasks({"category:collective"}, suite)->size(), 2u);
-  EXPECT_EQ(SelectTasks({"tensor_parallel"}, suite)->size(), 1u);
-  EXPECT_EQ(SelectTasks({"all"}, suite)->size(), 3u);
-  auto none = SelectTasks({"9*"}, suite);
-  ASSERT_FALSE(none.ok());
-  EXPECT_EQ(none.status().message(), "task selector '9*' matches no task");
-}
-
-// `kforge eval --task 001` worked while `kforge run --tasks 001` did not: one
-// grammar for every command, zero-padded numbers included.
-TEST(RunConfig, SelectorsTakeZeroPaddedNumbersAndKeysFromStoredRuns) {
-  std::vector<TaskRef> suite = {{"001_allreduce", "allreduce", 1, "collective"},
-                                {"010_tp_matmul", "tp_matmul", 10, "tensor_parallel"}};
-  EXPECT_EQ(*SelectTasks({"001"}, suite), std::vector<std::string>{"001_allreduce"});
-  EXPECT_EQ(*SelectTasks({"010"}, suite), std::vector<std::string>{"010_tp_matmul"});
-  const TaskRef ref = RefFromKey("001_allreduce");
-  EXPECT_EQ(ref.id, 1);
-  EXPECT_EQ(ref.name, "allreduce");
-  EXPECT_EQ(*SelectTasks({"allreduce"}, {ref}), std::vector<std::string>{"001_allreduce"});
 }
 
 TEST(RunConfig, DifferencesNameEachFieldAskedDifferently) {

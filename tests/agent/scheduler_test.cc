@@ -9,7 +9,7 @@
 #include <chrono>
 #include <thread>
 
-#include "kforge/agent/cpus.h"
+#include "kforge/evaluator/slots.h"
 
 namespace kforge::agent {
 namespace {
@@ -155,29 +155,6 @@ TEST(ThreadExecutor, RunsWorkOnThreadsAndReportsCompletion) {
   EXPECT_EQ(done, (std::vector<uint64_t>{1, 2, 3}));
   EXPECT_EQ(ran.load(), 3);
   EXPECT_EQ(ex->in_flight(), 0u);
-}
-
-// 3 CPUs per rank of each GPU set and 2 more for the evaluations, the rest for
-// compiles; no split where fewer than 2 would be left, or with no GPU set.
-TEST(CpuSplit, GivesEachGpuSetItsRanksCoresAndTheRestToCompiles) {
-  std::vector<int> sixteen(16);
-  for (int c = 0; c < 16; ++c) sixteen[static_cast<size_t>(c)] = c;
-  CpuSplit s = SplitCpus(2, 1, sixteen);
-  EXPECT_EQ(s.gpu, (std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7}));
-  EXPECT_EQ(s.compile, (std::vector<int>{8, 9, 10, 11, 12, 13, 14, 15}));
-  EXPECT_EQ(s.compile_slots, 8);
-  EXPECT_EQ(SplitCpus(2, 1, {0, 1}).compile_slots, 1);  // never none
-  EXPECT_EQ(SplitCpus(2, 0, sixteen).compile_slots, 16);
-  EXPECT_EQ(SplitCpus(2, 2, sixteen).gpu.size(), 14u);  // two sets: 14, and 2 are left
-  EXPECT_EQ(SplitCpus(2, 2, sixteen).compile, (std::vector<int>{14, 15}));
-  EXPECT_TRUE(SplitCpus(8, 1, sixteen).gpu.empty());  // W=8 would need 26
-
-  EXPECT_TRUE(SplitCpus(2, 1, {0, 1}).gpu.empty());   // CI's 2 cores: no split
-  EXPECT_TRUE(SplitCpus(2, 0, sixteen).gpu.empty());  // compile-only
-  // A cgroup's CPUs, not the machine's numbering.
-  CpuSplit odd = SplitCpus(1, 1, {3, 5, 7, 9, 11, 13, 15});
-  EXPECT_EQ(odd.gpu, (std::vector<int>{3, 5, 7, 9, 11}));
-  EXPECT_EQ(odd.compile, (std::vector<int>{13, 15}));
 }
 
 // A pool's jobs run pinned to its CPUs, and so do the processes they start

@@ -1,4 +1,4 @@
-// The client side: what RemoteEvalPort makes of each way a server can fail,
+// The client side: what RemoteEvalService makes of each way a server can fail,
 // following a server that re-registered elsewhere, and ConnectEvaluators'
 // checks and slot order.
 #include "kforge/remote/client.h"
@@ -22,7 +22,7 @@ namespace {
 using namespace testing;  // NOLINT: the fixtures of this test only
 namespace fs = std::filesystem;
 
-agent::EvalJob Job(const std::string& source) {
+eval::EvalRequest Job(const std::string& source) {
   return {"001_allreduce", source, "k.cu", 2, "", true};
 }
 
@@ -46,35 +46,35 @@ std::string DeadUrl() {
   return url;
 }
 
-TEST(RemoteEvalPort, EachFailureHasTheKindTheRunBranchesOn) {
+TEST(RemoteEvalService, EachFailureHasTheKindTheRunBranchesOn) {
   Gate gate;
   gate.Open();
   TestServer s(Options(), &gate);
-  auto ok = MakeRemoteEvalPort(PortTo(s.url()))->Evaluate(Job("fine"));
+  auto ok = MakeRemoteEvalService(PortTo(s.url()))->Evaluate(Job("fine"));
   ASSERT_TRUE(ok.ok()) << ok.status().ToString();
   EXPECT_EQ((*ok)["message"], "fine");
 
   auto auth =
-      MakeRemoteEvalPort(PortTo(s.url(), "wrong-token-0123456789abcdef"))->Evaluate(Job("x"));
+      MakeRemoteEvalService(PortTo(s.url(), "wrong-token-0123456789abcdef"))->Evaluate(Job("x"));
   EXPECT_EQ(auth.status().kind(), ErrorKind::kAuth);
   EXPECT_EQ(auth.status().message().find("wrong-token"), std::string::npos);  // never echoed
 
-  auto suite = MakeRemoteEvalPort(PortTo(s.url(), kToken, "other-suite"))->Evaluate(Job("x"));
+  auto suite = MakeRemoteEvalService(PortTo(s.url(), kToken, "other-suite"))->Evaluate(Job("x"));
   EXPECT_EQ(suite.status().kind(), ErrorKind::kInvalidInput);
   EXPECT_NE(suite.status().message().find("task_suite_mismatch"), std::string::npos);
 
-  agent::EvalJob unknown = Job("x");
+  eval::EvalRequest unknown = Job("x");
   unknown.task = "999_nope";
-  EXPECT_EQ(MakeRemoteEvalPort(PortTo(s.url()))->Evaluate(unknown).status().kind(),
+  EXPECT_EQ(MakeRemoteEvalService(PortTo(s.url()))->Evaluate(unknown).status().kind(),
             ErrorKind::kNotFound);
 
   // Nobody listening: the slot is lost, the job is fine.
-  auto dead = MakeRemoteEvalPort(PortTo(DeadUrl()))->Evaluate(Job("x"));
+  auto dead = MakeRemoteEvalService(PortTo(DeadUrl()))->Evaluate(Job("x"));
   EXPECT_EQ(dead.status().kind(), ErrorKind::kSlotLost);
   EXPECT_EQ(gate.seen().size(), 1u);
 }
 
-TEST(RemoteEvalPort, FollowsItsServersRegistrationFile) {
+TEST(RemoteEvalService, FollowsItsServersRegistrationFile) {
   auto dir = MakeTempDir("kforge-follow");
   ASSERT_TRUE(dir.ok());
   const fs::path file = *dir / "1_0.json";
@@ -83,7 +83,7 @@ TEST(RemoteEvalPort, FollowsItsServersRegistrationFile) {
   TestServer s(Options(), &gate);
   RemotePortOptions o = PortTo(DeadUrl());
   o.registration = file;
-  auto port = MakeRemoteEvalPort(o);
+  auto port = MakeRemoteEvalService(o);
   // No file: the server has gone (or not come back yet).
   auto gone = port->Evaluate(Job("x"));
   EXPECT_EQ(gone.status().kind(), ErrorKind::kSlotLost);
@@ -123,19 +123,19 @@ class SilentListener {
   std::string url_;
 };
 
-TEST(RemoteEvalPort, GivesUpAJobWhoseServerAnswersNoHealthCheck) {
+TEST(RemoteEvalService, GivesUpAJobWhoseServerAnswersNoHealthCheck) {
   SilentListener silent;
   RemotePortOptions o = PortTo(silent.url());
   o.timeout_s = 120;  // the job's own timeout is not what ends it
   o.liveness_s = 1;
-  auto r = MakeRemoteEvalPort(o)->Evaluate(Job("x"));
+  auto r = MakeRemoteEvalService(o)->Evaluate(Job("x"));
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().kind(), ErrorKind::kSlotLost);
   EXPECT_NE(r.status().message().find("no answer to its health checks for 1 s"), std::string::npos)
       << r.status().ToString();
 }
 
-TEST(RemoteEvalPort, KeepsAJobWhoseServerAnswersItsHealthChecks) {
+TEST(RemoteEvalService, KeepsAJobWhoseServerAnswersItsHealthChecks) {
   Gate gate;  // holds the job for several liveness windows
   TestServer s(Options(), &gate);
   RemotePortOptions o = PortTo(s.url());
@@ -145,7 +145,7 @@ TEST(RemoteEvalPort, KeepsAJobWhoseServerAnswersItsHealthChecks) {
     std::this_thread::sleep_for(std::chrono::seconds(3));
     gate.Open();
   });
-  auto r = MakeRemoteEvalPort(o)->Evaluate(Job("held"));
+  auto r = MakeRemoteEvalService(o)->Evaluate(Job("held"));
   opener.join();
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ((*r)["message"], "held");

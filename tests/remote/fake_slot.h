@@ -59,10 +59,10 @@ class Gate {
 };
 
 // Answers {"status":"compiled","message":SOURCE} after passing the gate.
-class FakeSlot final : public agent::EvalPort {
+class FakeSlot final : public eval::EvalService {
  public:
   explicit FakeSlot(Gate* gate) : gate_(gate) {}
-  Result<nlohmann::json> Evaluate(const agent::EvalJob& job) override {
+  Result<nlohmann::json> Evaluate(const eval::EvalRequest& job) override {
     gate_->Pass(job.source);
     return nlohmann::json{{"schema", "kforge.eval/1"},
                           {"status", job.compile_only ? "compiled" : "passed"},

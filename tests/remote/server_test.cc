@@ -77,7 +77,7 @@ TEST(EvalServer, FullQueueIs429WithRetryAfter) {
   po.url = s.url();
   po.token = kToken;
   po.task_suite_hash = kSuite;
-  auto port = MakeRemoteEvalPort(po);
+  auto port = MakeRemoteEvalService(po);
   auto lost = port->Evaluate({"001_allreduce", "four", "k.cu", 2, "", true});
   ASSERT_FALSE(lost.ok());
   EXPECT_EQ(lost.status().kind(), ErrorKind::kSlotLost);
@@ -181,7 +181,7 @@ TEST(EvalServer, SixteenConcurrentClientsAreEachAnsweredOnce) {
   std::vector<std::future<Result<nlohmann::json>>> answers;
   for (int i = 0; i < 16; ++i) {
     answers.push_back(std::async(std::launch::async, [po, i] {
-      auto port = MakeRemoteEvalPort(po);
+      auto port = MakeRemoteEvalService(po);
       return port->Evaluate({"002_allgather", "job-" + std::to_string(i), "k.cu", 2, "", true});
     }));
   }

@@ -284,7 +284,7 @@ TEST_F(SlurmCluster, ARequeuedTaskComesBackAndItsPortFollowsIt) {
   auto info = FetchServerInfo(before[0].url, po.token);
   ASSERT_TRUE(info.ok());
   po.task_suite_hash = info->task_suite_hash;
-  auto port = MakeRemoteEvalPort(po);
+  auto port = MakeRemoteEvalService(po);
   // What a preemption does: Slurm signals the task and queues it again. The
   // server drains and unregisters; its requeued self registers anew.
   ProcessOptions o;
@@ -301,7 +301,8 @@ TEST_F(SlurmCluster, ARequeuedTaskComesBackAndItsPortFollowsIt) {
   }
   ASSERT_TRUE(back) << "the requeued task did not register again";
   auto source = ReadFile(kRoot / "examples/demo/kernels" / "allreduce_naive.cu");
-  agent::EvalJob ej{"001_allreduce", source.ok() ? *source : std::string("x"), "k.cu", 2, "", true};
+  eval::EvalRequest ej{
+      "001_allreduce", source.ok() ? *source : std::string("x"), "k.cu", 2, "", true};
   auto doc = port->Evaluate(ej);
   ASSERT_TRUE(doc.ok()) << doc.status().ToString();
   EXPECT_EQ((*doc)["evaluated_by"]["host"].get<std::string>().empty(), false);

@@ -13,6 +13,7 @@
 #include "kforge/core/fs.h"
 #include "kforge/evaluator/evaluate.h"
 #include "kforge/evaluator/task.h"
+#include "kforge/evaluator/task_select.h"
 #include "kforge/testing/test_util.h"
 
 namespace kforge::eval {
@@ -51,7 +52,7 @@ Result<Expectation> ExpectationOf(const std::string& source) {
 }
 
 TEST(AdversarialStatic, EveryKernelIsRefusedForItsOwnReason) {
-  auto tasks = LoadTasks(DefaultTasksDir());
+  auto tasks = LoadTasks(TasksDir(""));
   ASSERT_TRUE(tasks.ok()) << tasks.status().ToString();
   const Task* task = FindTask(*tasks, "001_allreduce");
   ASSERT_NE(task, nullptr);

@@ -13,6 +13,7 @@
 #include "kforge/evaluator/evaluate.h"
 #include "kforge/evaluator/hardware.h"
 #include "kforge/evaluator/report.h"
+#include "kforge/evaluator/task_select.h"
 
 namespace kforge::eval {
 namespace {
@@ -26,7 +27,7 @@ class GpuEvalTest : public ::testing::Test {
       skip_reason_ = new std::string("no CUDA device: " + card.status().message());
       return;
     }
-    auto tasks = LoadTasks(DefaultTasksDir());
+    auto tasks = LoadTasks(TasksDir(""));
     ASSERT_TRUE(tasks.ok()) << tasks.status().ToString();
     tasks_ = new std::vector<Task>(std::move(tasks).value());
     evaluator_ = MakeEvaluator(KFORGE_WORKER_PATH).release();
@@ -76,7 +77,7 @@ Evaluator* GpuEvalTest::evaluator_ = nullptr;
 // One test per task (ctest runs and reports them one by one, and
 // scripts/gpu-check.sh picks ranges of them: a part fits one device call).
 std::vector<std::string> TaskKeys() {
-  auto tasks = LoadTasks(DefaultTasksDir());
+  auto tasks = LoadTasks(TasksDir(""));
   if (!tasks.ok()) return {"<tasks failed to load>"};
   std::vector<std::string> keys;
   for (const Task& t : *tasks) keys.push_back(t.key);

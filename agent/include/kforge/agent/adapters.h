@@ -1,6 +1,6 @@
 // Adapters from the agent's ports to the real modules: kforge_providers
-// (models), kforge_evaluator (tasks, compile, GPU evaluation, hardware probe)
-// and kforge_results (the run store).
+// (models) and kforge_results (the run store); the prompt's inputs from a task
+// (kforge_evaluator). The evaluator needs none: EvalPort is its own interface.
 #pragma once
 
 #include <filesystem>
@@ -35,14 +35,6 @@ Result<std::unique_ptr<LlmPort>> MakeProviderLlmFor(const std::vector<std::strin
                                                     const std::filesystem::path& record = {},
                                                     bool use_cache = true);
 
-// An evaluator over `tasks` (which must outlive it), bound to `gpus`
-// (empty: the evaluator's default). One evaluation at a time.
-// `baseline_reuse_s`: how long a baseline this port's evaluator timed is reused
-// (eval::EvalOptions::baseline_reuse_s; 0: timed around every candidate).
-std::unique_ptr<EvalPort> MakeEvaluatorPort(const std::vector<eval::Task>* tasks,
-                                            std::vector<int> gpus,
-                                            double baseline_reuse_s = kDefaultBaselineReuseS);
-
 // The run store at `run_dir` (results::RunStore).
 Result<std::unique_ptr<StorePort>> OpenRunStore(const std::filesystem::path& run_dir);
 // A new run store at `run_dir` (results::RunStore::Create): kInvalidInput
@@ -53,7 +45,7 @@ Result<std::unique_ptr<StorePort>> CreateRunStore(const std::filesystem::path& r
 // at (world, dtype), the ABI header, the reference source and, for strategies
 // that want one, the task's first hand-written solution.
 // Refuses (kInvalidInput) a world size or dtype the task does not declare,
-// or sizes that do not instantiate (task_select.h, CheckTaskProblem).
+// or sizes that do not instantiate (kforge/evaluator/task_select.h, eval::CheckTaskProblem).
 Result<PromptInputs> TaskPromptInputs(const eval::Task& task, int world, const std::string& dtype,
                                       const Strategy& strategy, const std::string& hardware_card);
 

@@ -1,7 +1,7 @@
 // The agent's seams: the three things a run talks to (a model, an evaluator,
-// the run store), each behind a narrow interface. The real implementations
-// adapt kforge_providers, kforge_evaluator and kforge_results (adapters.h);
-// tests use in-memory fakes.
+// the run store), each behind a narrow interface. The model and the store are
+// adapted from kforge_providers and kforge_results (adapters.h); the evaluator
+// is the evaluator's own service interface. Tests use in-memory fakes.
 #pragma once
 
 #include <cstdint>
@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kforge/core/status.h"
+#include "kforge/evaluator/service.h"
 
 namespace kforge::agent {
 
@@ -65,23 +66,10 @@ class LlmPort {
 
 // ---- the evaluator ----
 
-struct EvalJob {
-  std::string task;         // task key, e.g. "001_allreduce"
-  std::string source;       // the kernel
-  std::string kernel_name;  // file name for diagnostics, e.g. "turn2.cu"
-  int world = 0;
-  std::string dtype;  // empty: the task's default
-  bool compile_only = false;
-};
-
-// One evaluation at a time per instance (the real one owns worker processes
-// bound to a GPU set). A Status error means kforge could not evaluate at all;
-// a kernel's faults are a status inside the kforge.eval/1 document.
-class EvalPort {
- public:
-  virtual ~EvalPort() = default;
-  virtual Result<nlohmann::json> Evaluate(const EvalJob& job) = 0;
-};
+// The evaluator's own service interface (kforge/evaluator/service.h): a
+// local one (eval::MakeLocalEvalService) or an eval-server's (kforge_remote).
+using EvalJob = eval::EvalRequest;
+using EvalPort = eval::EvalService;
 
 // ---- the run store ----
 

@@ -10,18 +10,10 @@
 
 #include "kforge/agent/budget.h"
 #include "kforge/core/status.h"
+#include "kforge/evaluator/evaluate.h"
+#include "kforge/evaluator/service.h"
 
 namespace kforge::agent {
-
-// Seconds an evaluator reuses a baseline it timed (eval::EvalOptions::
-// baseline_reuse_s has the same default): the run file's, `kforge run
-// --baseline-reuse`'s and `kforge eval-server --baseline-reuse`'s.
-inline constexpr double kDefaultBaselineReuseS = 600;
-
-// Seconds a remote job waits for its eval-server to answer a health check
-// before it is requeued elsewhere (remote::RemotePortOptions::liveness_s):
-// long enough for a loaded server, short beside the minutes a job may take.
-inline constexpr double kDefaultEvaluatorLivenessS = 60;
 
 struct RunConfig {
   std::string name;
@@ -43,7 +35,7 @@ struct RunConfig {
   // A bench size's baseline is reused for this long by the evaluator that
   // timed it, confirmed by a short block each time (docs/methodology.md); 0:
   // timed around every candidate.
-  double baseline_reuse_s = kDefaultBaselineReuseS;
+  double baseline_reuse_s = eval::kDefaultBaselineReuseS;
   std::string out = "runs";  // runs/<name>/
   std::string tasks_dir;     // empty: the default tasks folder
   // Model registry files read after the built-in registry and the user's
@@ -57,7 +49,7 @@ struct RunConfig {
   std::string eval_token_file;
   // A job whose server has answered no health check for this long is
   // requeued on another server; 0: wait for the job's own timeout.
-  double evaluator_liveness_s = kDefaultEvaluatorLivenessS;
+  double evaluator_liveness_s = eval::kDefaultEvaluatorLivenessS;
   // `kforge run --slurm` / a run file's [slurm] table: start eval-servers
   // through Slurm around the run (slurm_nodes > 0 means on).
   int slurm_nodes = 0;
@@ -89,17 +81,5 @@ std::vector<std::string> RunConfigDifferences(const RunConfig& stored, const Run
 // Anything else, trailing text included, is kInvalidInput naming the part
 // that was not understood.
 Result<double> ParseDeadline(const std::string& text, double now_unix);
-
-struct TaskRef {
-  std::string key;   // "001_allreduce"
-  std::string name;  // "allreduce"
-  int id = 0;
-  std::string category;
-};
-
-// The tasks the selectors pick, in suite order, each once. A selector that
-// picks nothing is an error naming it.
-Result<std::vector<std::string>> SelectTasks(const std::vector<std::string>& selectors,
-                                             const std::vector<TaskRef>& suite);
 
 }  // namespace kforge::agent

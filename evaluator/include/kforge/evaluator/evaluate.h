@@ -19,6 +19,9 @@
 
 namespace kforge::eval {
 
+// How long a timed baseline is reused by default (EvalOptions::baseline_reuse_s).
+inline constexpr double kDefaultBaselineReuseS = 600;
+
 struct EvalOptions {
   int world = 0;                         // 0: every visible GPU, at least the task's minimum
   std::vector<int> gpus;                 // empty: 0..n-1 of the visible GPUs
@@ -36,7 +39,7 @@ struct EvalOptions {
   // (same task, reference, size, dtype, W, GPUs and timing rule) is reused
   // instead of timed again around the candidate; 0: time it every evaluation.
   // The baseline is re-timed anyway when the candidate saw other SM clocks.
-  double baseline_reuse_s = 600;
+  double baseline_reuse_s = kDefaultBaselineReuseS;
   // A reused baseline stands only if its median lies within a fresh 20-call
   // block's 95% interval widened by this fraction (negative: never, which
   // tests use to take the re-timing path).
@@ -78,8 +81,5 @@ class Evaluator {
 // once; without one the evaluator probes on its first evaluation.
 std::unique_ptr<Evaluator> MakeEvaluator(std::filesystem::path worker_path = {},
                                          std::optional<HardwareCard> card = std::nullopt);
-
-// Where tasks live: $KFORGE_TASKS_DIR, else ./tasks, else the source tree's.
-std::filesystem::path DefaultTasksDir();
 
 }  // namespace kforge::eval

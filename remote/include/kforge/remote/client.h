@@ -1,7 +1,7 @@
 // The client side of `kforge eval-server`: what a server offers, and an
-// agent::EvalPort that evaluates on it. The coordinator adds one such port
-// per remote slot to the run's pools (connect.h); the agent sees only
-// EvalPorts.
+// eval::EvalService that evaluates on it. The coordinator adds one such
+// service per remote slot to the run's pools (connect.h); the agent sees only
+// the evaluator's service interface.
 #pragma once
 
 #include <filesystem>
@@ -10,9 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "kforge/agent/ports.h"
-#include "kforge/agent/run_config.h"
 #include "kforge/core/status.h"
+#include "kforge/evaluator/service.h"
 
 namespace kforge::remote {
 
@@ -47,7 +46,7 @@ struct RemotePortOptions {
   // While a job is in flight the server's /v1/healthz is asked over other
   // connections; when it has not answered for this long the job is given up
   // as kSlotLost (the server is stopped, wedged or cut off). 0: never.
-  double liveness_s = agent::kDefaultEvaluatorLivenessS;
+  double liveness_s = eval::kDefaultEvaluatorLivenessS;
   std::string label;  // names the slot in messages ("host:port gpu slot 1")
 };
 
@@ -62,6 +61,6 @@ struct RemotePortOptions {
 //                 suite or version mismatch, world size, upload limit);
 //   kNotFound     the server has no such task.
 // Thread-compatible like every EvalPort (one job at a time per port).
-std::unique_ptr<agent::EvalPort> MakeRemoteEvalPort(RemotePortOptions options);
+std::unique_ptr<eval::EvalService> MakeRemoteEvalService(RemotePortOptions options);
 
 }  // namespace kforge::remote

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "kforge/agent/ports.h"
 #include "kforge/core/status.h"
+#include "kforge/evaluator/service.h"
 #include "kforge/remote/client.h"
 
 namespace kforge::remote {
@@ -29,7 +29,7 @@ struct ConnectOptions {
   int world = 2;                // the run's world size
   bool need_gpu = true;         // false: a compile-only run (GPU slots are not used)
   double job_timeout_s = 4 * 3600;
-  double liveness_s = agent::kDefaultEvaluatorLivenessS;  // RemotePortOptions::liveness_s
+  double liveness_s = eval::kDefaultEvaluatorLivenessS;  // RemotePortOptions::liveness_s
   double info_timeout_s = 10;
 };
 
@@ -37,7 +37,7 @@ struct RemoteSlots {
   // One port per slot, interleaved across servers (server 0's first slot,
   // server 1's first, ..., server 0's second, ...): the scheduler fills the
   // lowest free slot first, so work spreads over servers by their capacity.
-  std::vector<std::unique_ptr<agent::EvalPort>> gpu, compile;
+  std::vector<std::unique_ptr<eval::EvalService>> gpu, compile;
   std::vector<std::string> gpu_names, compile_names;    // "URL (gpu slot 0)", by index
   std::vector<std::string> gpu_groups, compile_groups;  // the server's URL, by index
   std::vector<ServerInfo> servers;

@@ -23,8 +23,8 @@
 #include <string>
 #include <vector>
 
-#include "kforge/agent/ports.h"
 #include "kforge/core/status.h"
+#include "kforge/evaluator/service.h"
 #include "kforge/remote/tokens.h"
 
 namespace kforge::remote {
@@ -39,7 +39,7 @@ struct EvalServerOptions {
   int world = 0;                           // the world size GPU jobs must ask for
   int compile_slots = 1;                   // compile-only evaluations at once
   // The CPUs the GPU slots' and the compile slots' threads (and the processes
-  // they start) are pinned to (agent/cpus.h); empty: any.
+  // they start) are pinned to (kforge/evaluator/slots.h); empty: any.
   std::vector<int> gpu_cpus, compile_cpus;
   size_t max_queue = 64;              // jobs waiting, both pools together
   int per_token = 16;                 // jobs queued or running per token; 0: no cap
@@ -56,7 +56,7 @@ struct EvalServerOptions {
 // Makes the evaluator of one slot: a GPU set's (gpus non-empty) or a
 // compile-only one (gpus empty).
 using EvaluatorFactory =
-    std::function<std::unique_ptr<agent::EvalPort>(const std::vector<int>& gpus)>;
+    std::function<std::unique_ptr<eval::EvalService>(const std::vector<int>& gpus)>;
 
 class EvalServer {
  public:

@@ -1,16 +1,19 @@
-#include "kforge/agent/task_select.h"
+// Task selection: the selector grammar, the tasks folder, the checks before a
+// task is posed (kforge/evaluator/task_select.h).
+#include "kforge/evaluator/task_select.h"
 
 #include <fmt/format.h>
+#include <fnmatch.h>
 
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
+#include <set>
 
 #include "kforge/core/fs.h"
-#include "kforge/evaluator/evaluate.h"
 #include "kforge/evaluator/task.h"
 
-namespace kforge::agent {
+namespace kforge::eval {
 
 std::filesystem::path TasksDir(const std::string& flag) {
   if (!flag.empty()) return flag;
@@ -20,13 +23,13 @@ std::filesystem::path TasksDir(const std::string& flag) {
   if (const auto share = InstalledDataDir();
       !share.empty() && std::filesystem::is_directory(share / "tasks", ec))
     return share / "tasks";
-  return eval::DefaultTasksDir();
+  return std::filesystem::path(KFORGE_SOURCE_ROOT) / "tasks";
 }
 
-Result<std::vector<eval::Task>> LoadCheckedTasks(const std::filesystem::path& dir) {
-  KF_ASSIGN_OR_RETURN(std::vector<eval::Task> tasks, eval::LoadTasks(dir));
+Result<std::vector<Task>> LoadCheckedTasks(const std::filesystem::path& dir) {
+  KF_ASSIGN_OR_RETURN(std::vector<Task> tasks, LoadTasks(dir));
   for (const auto& t : tasks) {
-    Status s = eval::ValidateShapes(t);
+    Status s = ValidateShapes(t);
     if (!s.ok()) {
       return Error(ErrorKind::kInvalidInput,
                    fmt::format("{}: {} (`kforge tasks validate` checks every task)",
@@ -36,7 +39,46 @@ Result<std::vector<eval::Task>> LoadCheckedTasks(const std::filesystem::path& di
   return tasks;
 }
 
-TaskRef RefFor(const eval::Task& task) { return {task.key, task.name, task.id, task.category}; }
+Result<std::vector<std::string>> SelectTasks(const std::vector<std::string>& selectors,
+                                             const std::vector<TaskRef>& suite) {
+  std::set<std::string> picked;
+  for (const auto& sel : selectors) {
+    bool any = false;
+    std::string category = sel.rfind("category:", 0) == 0 ? sel.substr(9) : "";
+    for (const auto& t : suite) {
+      bool match = false;
+      if (!category.empty()) {
+        match = t.category == category;
+      } else if (sel == "all" || sel == "*") {
+        match = true;
+      } else if (sel.find_first_of("*?[") != std::string::npos) {
+        match = fnmatch(sel.c_str(), t.key.c_str(), 0) == 0 ||
+                fnmatch(sel.c_str(), t.name.c_str(), 0) == 0;
+      } else {
+        // A number matches the task's id with or without leading zeros ("1", "001").
+        const bool numeric = sel.size() <= 6 && std::all_of(sel.begin(), sel.end(), [](char ch) {
+                               return std::isdigit(static_cast<unsigned char>(ch)) != 0;
+                             });
+        match = sel == t.key || sel == t.name || (numeric && std::stoi(sel) == t.id) ||
+                sel == t.category;
+      }
+      if (match) {
+        picked.insert(t.key);
+        any = true;
+      }
+    }
+    if (!any)
+      return Error(ErrorKind::kInvalidInput,
+                   fmt::format("task selector '{}' matches no task", sel));
+  }
+  std::vector<std::string> out;
+  for (const auto& t : suite) {
+    if (picked.count(t.key)) out.push_back(t.key);
+  }
+  return out;
+}
+
+TaskRef RefFor(const Task& task) { return {task.key, task.name, task.id, task.category}; }
 
 TaskRef RefFromKey(const std::string& key) {
   TaskRef ref{key, key, 0, ""};
@@ -49,8 +91,8 @@ TaskRef RefFromKey(const std::string& key) {
   return ref;
 }
 
-Result<const eval::Task*> SelectOneTask(const std::vector<eval::Task>& tasks,
-                                        const std::string& selector, const std::string& tasks_dir) {
+Result<const Task*> SelectOneTask(const std::vector<Task>& tasks, const std::string& selector,
+                                  const std::string& tasks_dir) {
   std::vector<TaskRef> suite;
   for (const auto& t : tasks) suite.push_back(RefFor(t));
   auto keys = SelectTasks({selector}, suite);
@@ -69,19 +111,19 @@ Result<const eval::Task*> SelectOneTask(const std::vector<eval::Task>& tasks,
   return Error(ErrorKind::kInternal, "selected task vanished");
 }
 
-Status CheckTaskProblem(const eval::Task& task, int world, const std::string& dtype) {
+Status CheckTaskProblem(const Task& task, int world, const std::string& dtype) {
   if (world > 0 && std::find(task.world_sizes.begin(), task.world_sizes.end(), world) ==
                        task.world_sizes.end()) {
     return Error(ErrorKind::kInvalidInput,
                  fmt::format("{} supports W in {{{}}}, not {} (--world)", task.key,
                              fmt::join(task.world_sizes, ", "), world));
   }
-  eval::Dtype dt = task.dtypes.empty() ? eval::Dtype::kF32 : task.dtypes.front();
+  Dtype dt = task.dtypes.empty() ? Dtype::kF32 : task.dtypes.front();
   if (!dtype.empty()) {
-    KF_ASSIGN_OR_RETURN(dt, eval::ParseDtype(dtype));
+    KF_ASSIGN_OR_RETURN(dt, ParseDtype(dtype));
     if (std::find(task.dtypes.begin(), task.dtypes.end(), dt) == task.dtypes.end()) {
       std::vector<std::string> names;
-      for (eval::Dtype d : task.dtypes) names.emplace_back(eval::DtypeName(d));
+      for (Dtype d : task.dtypes) names.emplace_back(DtypeName(d));
       return Error(ErrorKind::kInvalidInput,
                    fmt::format("{} supports dtypes {{{}}}, not {} (--dtype)", task.key,
                                fmt::join(names, ", "), dtype));
@@ -93,12 +135,12 @@ Status CheckTaskProblem(const eval::Task& task, int world, const std::string& dt
   for (int w : worlds) {
     for (const auto* sizes : {&task.check_sizes, &task.bench_sizes}) {
       for (const auto& size : *sizes) {
-        auto p = eval::Instantiate(task, w, dt, size, sizes == &task.check_sizes);
+        auto p = Instantiate(task, w, dt, size, sizes == &task.check_sizes);
         if (!p.ok()) {
           return Error(
               ErrorKind::kInvalidInput,
               fmt::format("{}: {}/task.toml: size '{}' at W={} {}: {}", task.key, task.dir.string(),
-                          size.label, w, eval::DtypeName(dt), p.status().message()));
+                          size.label, w, DtypeName(dt), p.status().message()));
         }
       }
     }
@@ -106,4 +148,4 @@ Status CheckTaskProblem(const eval::Task& task, int world, const std::string& dt
   return Status::Ok();
 }
 
-}  // namespace kforge::agent
+}  // namespace kforge::eval

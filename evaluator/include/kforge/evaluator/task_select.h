@@ -12,40 +12,51 @@
 #include <string>
 #include <vector>
 
-#include "kforge/agent/run_config.h"
 #include "kforge/core/status.h"
 
 namespace kforge::eval {
+
 struct Task;
-}
 
-namespace kforge::agent {
+// What a selector is matched against: a task's names, from its folder or
+// from a stored key.
+struct TaskRef {
+  std::string key;   // "001_allreduce"
+  std::string name;  // "allreduce"
+  int id = 0;
+  std::string category;
+};
 
-// eval::LoadTasks plus every shape check of `kforge tasks validate` except
-// the oracle run (eval::ValidateShapes): a task whose sizes do not
+// The tasks the selectors pick, in suite order, each once. A selector that
+// picks nothing is an error naming it.
+Result<std::vector<std::string>> SelectTasks(const std::vector<std::string>& selectors,
+                                             const std::vector<TaskRef>& suite);
+
+// LoadTasks plus every shape check of `kforge tasks validate` except
+// the oracle run (ValidateShapes): a task whose sizes do not
 // instantiate (a negative size, say) is refused on load by every command,
 // naming its task.toml.
-Result<std::vector<eval::Task>> LoadCheckedTasks(const std::filesystem::path& dir);
+Result<std::vector<Task>> LoadCheckedTasks(const std::filesystem::path& dir);
 
 // The tasks folder: `flag` (--tasks-dir) when given, else $KFORGE_TASKS_DIR,
 // else ./tasks, else an installed tree's <prefix>/share/kforge/tasks, else
 // the source tree's tasks/.
 std::filesystem::path TasksDir(const std::string& flag);
 
-TaskRef RefFor(const eval::Task& task);
+TaskRef RefFor(const Task& task);
 // A reference built from a stored key alone ("001_allreduce": id 1, name
 // "allreduce"), for commands that read runs rather than task folders.
 TaskRef RefFromKey(const std::string& key);
 
 // The one task a selector names; kInvalidInput when it names none ("no task
 // 'x' in DIR") or several (listing them).
-Result<const eval::Task*> SelectOneTask(const std::vector<eval::Task>& tasks,
-                                        const std::string& selector, const std::string& tasks_dir);
+Result<const Task*> SelectOneTask(const std::vector<Task>& tasks, const std::string& selector,
+                                  const std::string& tasks_dir);
 
 // Refuses a world size or dtype the task does not declare, and a task whose
 // sizes do not instantiate at that world size and dtype (say a negative
 // size), naming the task and what it supports. `dtype` empty: the task's
 // default. `world` 0: no world size check.
-Status CheckTaskProblem(const eval::Task& task, int world, const std::string& dtype);
+Status CheckTaskProblem(const Task& task, int world, const std::string& dtype);
 
-}  // namespace kforge::agent
+}  // namespace kforge::eval

@@ -1,12 +1,19 @@
-// Which CPUs the GPU evaluations of this machine get, and which the compiles
-// and model calls: while a kernel is timed its ranks must not wait for the
-// scheduler (emulated ranks spin on each other's flags, so one delayed rank
-// inflates every rank's time; docs/agent.md, "Pools").
+// How one machine is divided into evaluation slots: its GPUs into sets of one
+// evaluation each, its CPUs between the timed evaluations and everything else
+// (compiles, model calls). While a kernel is timed its ranks must not wait for
+// the scheduler: emulated ranks spin on each other's flags, so one delayed rank
+// inflates every rank's time (docs/agent.md, "Pools"). `kforge run` and
+// `kforge eval-server` cut a machine by these rules alike.
 #pragma once
 
 #include <vector>
 
-namespace kforge::agent {
+namespace kforge::eval {
+
+// `gpus` cut into consecutive sets of `world` (what is left over stays idle);
+// fewer GPUs than `world`: one set of all of them (ranks share GPUs, emulated).
+// No GPUs: no set.
+std::vector<std::vector<int>> CutGpuSets(const std::vector<int>& gpus, int world);
 
 struct CpuSplit {
   std::vector<int> gpu, compile;  // both empty: no split (too few CPUs)
@@ -27,4 +34,4 @@ CpuSplit SplitCpus(int world, int gpu_sets, const std::vector<int>& allowed = Al
 // inherits its thread's mask), to `cpus`; empty: leaves it as it is.
 void PinThisThread(const std::vector<int>& cpus);
 
-}  // namespace kforge::agent
+}  // namespace kforge::eval

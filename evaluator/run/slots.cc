@@ -1,4 +1,5 @@
-#include "kforge/agent/cpus.h"
+// A machine cut into evaluation slots (kforge/evaluator/slots.h).
+#include "kforge/evaluator/slots.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -6,7 +7,7 @@
 #include <algorithm>
 #include <thread>
 
-namespace kforge::agent {
+namespace kforge::eval {
 
 std::vector<int> AllowedCpus() {
   std::vector<int> out;
@@ -21,6 +22,16 @@ std::vector<int> AllowedCpus() {
       out.push_back(static_cast<int>(c));
   }
   return out;
+}
+
+std::vector<std::vector<int>> CutGpuSets(const std::vector<int>& gpus, int world) {
+  std::vector<std::vector<int>> sets;
+  if (gpus.empty()) return sets;
+  const size_t w = static_cast<size_t>(std::max(1, world));
+  if (gpus.size() < w) return {gpus};
+  for (size_t s = 0; s + w <= gpus.size(); s += w)
+    sets.emplace_back(gpus.begin() + static_cast<long>(s), gpus.begin() + static_cast<long>(s + w));
+  return sets;
 }
 
 CpuSplit SplitCpus(int world, int gpu_sets, const std::vector<int>& allowed) {
@@ -45,4 +56,4 @@ void PinThisThread(const std::vector<int>& cpus) {
   (void)pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
 }
 
-}  // namespace kforge::agent
+}  // namespace kforge::eval

@@ -1,0 +1,50 @@
+// The evaluator as a service: one request in, one `kforge.eval/1` document
+// out. The local implementation owns an Evaluator bound to a GPU set; the
+// remote one (kforge/remote/client.h) sends the request to an eval-server,
+// which serves it with a local one. `kforge run` hands either to the agent,
+// which sees only this interface.
+#pragma once
+
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "kforge/core/status.h"
+#include "kforge/evaluator/evaluate.h"
+
+namespace kforge::eval {
+
+struct Task;
+
+// How long a remote evaluation service may stay silent before its jobs go to
+// another (0: no health checks).
+inline constexpr double kDefaultEvaluatorLivenessS = 60;
+
+struct EvalRequest {
+  std::string task;         // task key, e.g. "001_allreduce"
+  std::string source;       // the kernel
+  std::string kernel_name;  // file name for diagnostics, e.g. "turn2.cu"
+  int world = 0;
+  std::string dtype;  // empty: the task's default
+  bool compile_only = false;
+};
+
+// One evaluation at a time per instance (a local one owns worker processes
+// bound to a GPU set). A Status error means kforge could not evaluate at all;
+// a kernel's faults are a status inside the document.
+class EvalService {
+ public:
+  virtual ~EvalService() = default;
+  virtual Result<nlohmann::json> Evaluate(const EvalRequest& request) = 0;
+};
+
+// The evaluations of this machine over `tasks` (which must outlive it), bound
+// to `gpus` (empty: the evaluator's default). `baseline_reuse_s`: how long a
+// baseline this service timed is reused (EvalOptions::baseline_reuse_s; 0:
+// timed around every candidate).
+std::unique_ptr<EvalService> MakeLocalEvalService(const std::vector<Task>* tasks,
+                                                  std::vector<int> gpus,
+                                                  double baseline_reuse_s = kDefaultBaselineReuseS);
+
+}  // namespace kforge::eval
