@@ -16,7 +16,6 @@ struct State {
   cufftHandle along_h = 0;  // R2C along H of one batch item's columns (strided)
   cufftHandle along_n = 0;  // C2C along N of every row (contiguous)
   bool has_h = false, has_n = false;
-  int64_t batch = 0, rows = 0, cols_local = 0;
 };
 
 struct Dims {
@@ -24,58 +23,62 @@ struct Dims {
   int world;
 };
 
-__host__ __device__ inline int64_t Align256(int64_t bytes) { return (bytes + 255) / 256 * 256; }
+int64_t Align256(int64_t bytes) { return (bytes + 255) / 256 * 256; }
 
-// send[s][b][i][j] = X[b][s*Hl + i][j]: X along H in full, from the R2C's
-// half spectrum a[b][0..H/2][j] (X[p] = conj(X[H - p]) for a real input).
+// The kernels copy rows: one warp per row (or row segment), lanes along it,
+// so that the index arithmetic is paid once per row and accesses coalesce.
+__device__ inline int64_t WarpId() {
+  return (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) >> 5;
+}
+__device__ inline int64_t Warps() { return (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5; }
+
+// send[s][b][i][:] = X[b][s*Hl + i][:]: X along H in full, from the R2C's half
+// spectrum a[b][0..H/2][:] (X[p] = conj(X[H - p]) for a real input).
 __global__ void FillAndPack(const float2* __restrict__ a, float2* __restrict__ send, Dims d) {
-  const int64_t total = d.world * d.batch * d.rows_local * d.cols_local;
-  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
-       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t j = idx % d.cols_local;
-    int64_t t = idx / d.cols_local;
-    const int64_t i = t % d.rows_local;
-    t /= d.rows_local;
-    const int64_t b = t % d.batch;
-    const int64_t s = t / d.batch;
+  const int lane = threadIdx.x & 31;
+  const int64_t segments = d.world * d.batch * d.rows_local;
+  for (int64_t g = WarpId(); g < segments; g += Warps()) {
+    const int64_t i = g % d.rows_local, b = (g / d.rows_local) % d.batch;
+    const int64_t s = g / (d.rows_local * d.batch);
     const int64_t p = s * d.rows_local + i;
-    float2 v;
-    if (p < d.half) {
-      v = a[(b * d.half + p) * d.cols_local + j];
-    } else {
-      v = a[(b * d.half + (d.rows - p)) * d.cols_local + j];
-      v.y = -v.y;
+    const bool mirrored = p >= d.half;
+    const float2* src = a + (b * d.half + (mirrored ? d.rows - p : p)) * d.cols_local;
+    float2* dst = send + g * d.cols_local;
+    for (int64_t j = lane; j < d.cols_local; j += 32) {
+      const float2 v = src[j];
+      dst[j] = make_float2(v.x, mirrored ? -v.y : v.y);
     }
-    send[idx] = v;
   }
 }
 
-// rows[b][i][s*Wl + j] = recv[s][b][i][j]: torch.cat of the received blocks along N.
+// rows[b][i][s*Wl + :] = recv[s][b][i][:]: torch.cat of the received blocks along N.
 __global__ void Concatenate(const float2* __restrict__ recv, float2* __restrict__ rows, Dims d) {
-  const int64_t total = d.batch * d.rows_local * d.cols;
-  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
-       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t col = idx % d.cols;
-    const int64_t row = idx / d.cols;  // b * Hl + i
-    const int64_t s = col / d.cols_local, j = col % d.cols_local;
-    rows[idx] = recv[(s * d.batch * d.rows_local + row) * d.cols_local + j];
+  const int lane = threadIdx.x & 31;
+  const int64_t row_count = d.batch * d.rows_local, segments = row_count * d.world;
+  for (int64_t g = WarpId(); g < segments; g += Warps()) {
+    const int64_t row = g / d.world, s = g % d.world;
+    const float2* src = recv + (s * row_count + row) * d.cols_local;
+    float2* dst = rows + row * d.cols + s * d.cols_local;
+    for (int64_t j = lane; j < d.cols_local; j += 32) dst[j] = src[j];
   }
 }
 
 // y[b][i][k] = rows[b][i][k] / sqrt(H N) for k <= N/2.
 __global__ void TruncateAndScale(const float2* __restrict__ rows, float2* __restrict__ y, Dims d,
                                  float scale) {
-  const int64_t kept = d.cols / 2 + 1;
-  const int64_t total = d.batch * d.rows_local * kept;
-  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
-       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float2 v = rows[(idx / kept) * d.cols + idx % kept];
-    y[idx] = make_float2(v.x * scale, v.y * scale);
+  const int lane = threadIdx.x & 31;
+  const int64_t kept = d.cols / 2 + 1, row_count = d.batch * d.rows_local;
+  for (int64_t row = WarpId(); row < row_count; row += Warps()) {
+    const float2* src = rows + row * d.cols;
+    float2* dst = y + row * kept;
+    for (int64_t k = lane; k < kept; k += 32)
+      dst[k] = make_float2(src[k].x * scale, src[k].y * scale);
   }
 }
 
-int Blocks(int64_t n) {
-  const int64_t want = (n + 255) / 256;
+// Blocks of 256 threads for one warp per segment.
+int Blocks(int64_t segments) {
+  const int64_t want = (segments + 7) / 8;
   return static_cast<int>(want < 1 ? 1 : (want > 8192 ? 8192 : want));
 }
 
@@ -101,9 +104,6 @@ extern "C" int kf_setup(kf_ctx* ctx) {
   if (!ReadDims(ctx, &d)) return 1;
   State* st = new State;
   ctx->user = st;
-  st->batch = d.batch;
-  st->rows = d.rows;
-  st->cols_local = d.cols_local;
   int n_h[1] = {static_cast<int>(d.rows)};
   int in_embed[1] = {static_cast<int>(d.rows)};
   int out_embed[1] = {static_cast<int>(d.half)};
@@ -151,17 +151,17 @@ extern "C" int kf_run(kf_ctx* ctx) {
     }
   }
   const int64_t block = d.batch * d.rows_local * d.cols_local;
-  FillAndPack<<<Blocks(block * d.world), 256, 0, ctx->stream>>>(a, send, d);
+  FillAndPack<<<Blocks(d.world * d.batch * d.rows_local), 256, 0, ctx->stream>>>(a, send, d);
   if (cudaGetLastError() != cudaSuccess) return 1;
   if (kf_all_to_all(ctx, send, recv, static_cast<size_t>(2 * block), KF_F32) != 0) return 1;
-  Concatenate<<<Blocks(block * d.world), 256, 0, ctx->stream>>>(recv, rows, d);
+  Concatenate<<<Blocks(d.world * d.batch * d.rows_local), 256, 0, ctx->stream>>>(recv, rows, d);
   if (cudaGetLastError() != cudaSuccess) return 1;
   if (cufftExecC2C(st->along_n, reinterpret_cast<cufftComplex*>(rows),
                    reinterpret_cast<cufftComplex*>(rows), CUFFT_FORWARD) != CUFFT_SUCCESS) {
     return 1;
   }
   const float scale = static_cast<float>(1.0 / sqrt(static_cast<double>(d.rows * d.cols)));
-  TruncateAndScale<<<Blocks(d.batch * d.rows_local * (d.cols / 2 + 1)), 256, 0, ctx->stream>>>(
+  TruncateAndScale<<<Blocks(d.batch * d.rows_local), 256, 0, ctx->stream>>>(
       rows, static_cast<float2*>(y.data), d, scale);
   return cudaGetLastError() == cudaSuccess ? 0 : 1;
 }

@@ -27,57 +27,67 @@ int64_t Align256(int64_t bytes) { return (bytes + 255) / 256 * 256; }
 
 __device__ inline float2 Conj(float2 v) { return make_float2(v.x, -v.y); }
 
+// The copies go by rows: one warp per row (or row segment), lanes along it,
+// so that the index arithmetic is paid once per row and accesses coalesce.
+__device__ inline int64_t WarpId() {
+  return (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) >> 5;
+}
+__device__ inline int64_t Warps() { return (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5; }
+
 // pad[bc][i][k] = x[bc][i][k] for k <= N/2, conj(x[bc][i][N - k]) above.
 __global__ void PadAlongN(const float2* __restrict__ x, float2* __restrict__ pad, Dims d) {
-  const int64_t total = d.items * d.rows_local * d.cols;
-  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
-       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t k = idx % d.cols, row = idx / d.cols;
-    pad[idx] = k < d.half ? x[row * d.half + k] : Conj(x[row * d.half + (d.cols - k)]);
+  const int lane = threadIdx.x & 31;
+  const int64_t row_count = d.items * d.rows_local;
+  for (int64_t row = WarpId(); row < row_count; row += Warps()) {
+    const float2* src = x + row * d.half;
+    float2* dst = pad + row * d.cols;
+    for (int64_t k = lane; k < d.cols; k += 32)
+      dst[k] = k < d.half ? src[k] : Conj(src[d.cols - k]);
   }
 }
 
 // z[bc][i][k]: this rank's rows p = rank*Hl + i of the gathered, flipped spectrum:
-// gathered[p][k] for k <= N/2, gathered[(H - p) mod H][k] above (upstream's flip
-// along H of the padded half, then the scatter back to row slabs).
+// gathered row p for k <= N/2, row (H - p) mod H above (upstream's flip along H
+// of the padded half, then the scatter back to row slabs). gathered is
+// [W][items][Hl][N]: row q lives in rank q / Hl's block.
 __global__ void FlipAndScatter(const float2* __restrict__ gathered, float2* __restrict__ z,
                                Dims d) {
-  const int64_t total = d.items * d.rows_local * d.cols;
-  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
-       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t k = idx % d.cols;
-    int64_t t = idx / d.cols;
-    const int64_t i = t % d.rows_local, bc = t / d.rows_local;
-    int64_t p = d.rank * d.rows_local + i;
-    if (k >= d.half) p = (d.rows - p) % d.rows;
-    // gathered is [W][items][Hl][N]: rank p / Hl's block.
-    const int64_t s = p / d.rows_local, ip = p % d.rows_local;
-    z[idx] = gathered[((s * d.items + bc) * d.rows_local + ip) * d.cols + k];
+  const int lane = threadIdx.x & 31;
+  const int64_t row_count = d.items * d.rows_local;
+  for (int64_t row = WarpId(); row < row_count; row += Warps()) {
+    const int64_t i = row % d.rows_local, bc = row / d.rows_local;
+    const int64_t p = d.rank * d.rows_local + i, q = (d.rows - p) % d.rows;
+    const float2* own =
+        gathered + ((p / d.rows_local * d.items + bc) * d.rows_local + p % d.rows_local) * d.cols;
+    const float2* mirror =
+        gathered + ((q / d.rows_local * d.items + bc) * d.rows_local + q % d.rows_local) * d.cols;
+    float2* dst = z + row * d.cols;
+    for (int64_t k = lane; k < d.cols; k += 32) dst[k] = k < d.half ? own[k] : mirror[k];
   }
 }
 
-// send[s][bc][i][j] = z[bc][i][s*Nl + j]: the split along N, made contiguous.
+// send[s][bc][i][:] = z[bc][i][s*Nl + :]: the split along N, made contiguous.
 __global__ void Pack(const float2* __restrict__ z, float2* __restrict__ send, Dims d) {
-  const int64_t total = d.world * d.items * d.rows_local * d.cols_local;
-  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
-       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t j = idx % d.cols_local;
-    const int64_t t = idx / d.cols_local;  // (s * items + bc) * Hl + i
-    const int64_t row = t % (d.items * d.rows_local), s = t / (d.items * d.rows_local);
-    send[idx] = z[row * d.cols + s * d.cols_local + j];
+  const int lane = threadIdx.x & 31;
+  const int64_t row_count = d.items * d.rows_local, segments = row_count * d.world;
+  for (int64_t g = WarpId(); g < segments; g += Warps()) {
+    const int64_t row = g % row_count, s = g / row_count;
+    const float2* src = z + row * d.cols + s * d.cols_local;
+    float2* dst = send + g * d.cols_local;
+    for (int64_t j = lane; j < d.cols_local; j += 32) dst[j] = src[j];
   }
 }
 
-// cols[bc][s*Hl + i][j] = recv[s][bc][i][j]: torch.cat of the received blocks along H.
+// cols[bc][s*Hl + i][:] = recv[s][bc][i][:]: torch.cat of the received blocks along H.
 __global__ void Concatenate(const float2* __restrict__ recv, float2* __restrict__ cols, Dims d) {
-  const int64_t total = d.items * d.rows * d.cols_local;
-  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
-       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t j = idx % d.cols_local;
-    int64_t t = idx / d.cols_local;
-    const int64_t p = t % d.rows, bc = t / d.rows;
+  const int lane = threadIdx.x & 31;
+  const int64_t segments = d.items * d.rows;
+  for (int64_t g = WarpId(); g < segments; g += Warps()) {
+    const int64_t p = g % d.rows, bc = g / d.rows;
     const int64_t s = p / d.rows_local, i = p % d.rows_local;
-    cols[idx] = recv[((s * d.items + bc) * d.rows_local + i) * d.cols_local + j];
+    const float2* src = recv + ((s * d.items + bc) * d.rows_local + i) * d.cols_local;
+    float2* dst = cols + g * d.cols_local;
+    for (int64_t j = lane; j < d.cols_local; j += 32) dst[j] = src[j];
   }
 }
 
@@ -89,6 +99,7 @@ __global__ void RealPart(const float2* __restrict__ cols, float* __restrict__ y,
   }
 }
 
+// Blocks of 256 threads: n threads, or n segments of one warp each with Blocks(32 * n).
 int Blocks(int64_t n) {
   const int64_t want = (n + 255) / 256;
   return static_cast<int>(want < 1 ? 1 : (want > 8192 ? 8192 : want));
@@ -153,21 +164,21 @@ extern "C" int kf_run(kf_ctx* ctx) {
       cufftSetStream(st->along_h, ctx->stream) != CUFFT_SUCCESS) {
     return 1;
   }
-  PadAlongN<<<Blocks(slab), 256, 0, ctx->stream>>>(static_cast<const float2*>(ctx->inputs[0].data),
-                                                   pad, d);
+  PadAlongN<<<Blocks(32 * d.items * d.rows_local), 256, 0, ctx->stream>>>(
+      static_cast<const float2*>(ctx->inputs[0].data), pad, d);
   if (cudaGetLastError() != cudaSuccess) return 1;
   if (kf_all_gather(ctx, pad, gathered, static_cast<size_t>(2 * slab), KF_F32) != 0) return 1;
-  FlipAndScatter<<<Blocks(slab), 256, 0, ctx->stream>>>(gathered, z, d);
+  FlipAndScatter<<<Blocks(32 * d.items * d.rows_local), 256, 0, ctx->stream>>>(gathered, z, d);
   if (cudaGetLastError() != cudaSuccess) return 1;
   if (cufftExecC2C(st->along_n, reinterpret_cast<cufftComplex*>(z),
                    reinterpret_cast<cufftComplex*>(z), CUFFT_INVERSE) != CUFFT_SUCCESS) {
     return 1;
   }
-  Pack<<<Blocks(slab), 256, 0, ctx->stream>>>(z, send, d);
+  Pack<<<Blocks(32 * d.items * d.rows_local * d.world), 256, 0, ctx->stream>>>(z, send, d);
   if (cudaGetLastError() != cudaSuccess) return 1;
   if (kf_all_to_all(ctx, send, recv, static_cast<size_t>(2 * slab / d.world), KF_F32) != 0)
     return 1;
-  Concatenate<<<Blocks(slab), 256, 0, ctx->stream>>>(recv, cols, d);
+  Concatenate<<<Blocks(32 * d.items * d.rows), 256, 0, ctx->stream>>>(recv, cols, d);
   if (cudaGetLastError() != cudaSuccess) return 1;
   const int64_t item = d.rows * d.cols_local;
   for (int64_t bc = 0; bc < d.items; ++bc) {
