@@ -171,10 +171,10 @@ struct Compiler::Impl {
   Mutex mu;
   std::optional<Result<fs::path>> nvcc GUARDED_BY(mu);
   std::optional<Result<std::string>> version GUARDED_BY(mu);  // `nvcc --version`
-  // Created with the nvcc path, under mu, by the first FindNvccOnce; read
-  // without the lock once a FindNvccOnce has succeeded (it never changes).
+  // Both made with the nvcc path, under mu, by the first FindNvccOnce; read
+  // without the lock once a FindNvccOnce has succeeded (they never change).
   std::unique_ptr<LinkChecker> link_checker;
-  std::vector<fs::path> library_dirs;  // LibrarySearchDirs(nvcc), set with link_checker
+  std::vector<fs::path> library_dirs;  // LibrarySearchDirs(nvcc)
 
   Result<fs::path> FindNvccOnce() {
     MutexLock lock(&mu);
