@@ -160,6 +160,8 @@ int main(int argc, char** argv) {
   job.display_name = fs::path(a.kernel).filename().string();
   job.arch = fmt::format("sm_{}{}{}", prop.major, prop.minor, prop.major >= 9 ? "a" : "");
   if (task->policy.cublas) job.libraries.push_back("cublas");
+  if (task->policy.cufft) job.libraries.push_back("cufft");
+  if (task->policy.cudnn) job.libraries.push_back("cudnn");
   kforge::eval::CompileResult compiled = compiler.Compile(job);
   if (!compiled.status.ok()) Die("compile: " + compiled.status.ToString() + "\n" + compiled.log);
 

@@ -22,6 +22,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     policy.harness_collectives = data[0] & 1;
     policy.nccl = data[0] & 2;
     policy.cublas = data[0] & 4;
+    policy.cufft = data[0] & 8;
+    policy.cudnn = data[0] & 16;
   }
   // The input's lines double as the symbol names of the shared object.
   KernelSymbols symbols;

@@ -26,6 +26,11 @@ for bin in build-gpu/bin/kforge build-gpu/bin/kforge-worker "${GPU_BINS[@]/#/bui
   [[ -f "$bin" ]] && strip --strip-debug "$bin"
 done
 mkdir -p build-gpu/deps
+# Only what kforge's own binaries load. Kernels are compiled and linked on the
+# GPU machine against its toolkit, so the libraries a task may link (cuBLAS,
+# cuFFT, cuDNN: hundreds of MB each, over the carry limit) come from there;
+# gpu-check.sh records which it has, and a task needing a missing one fails
+# with a harness error naming it (docs/tasks.md, "Libraries").
 for bin in build/bin/kforge build/bin/kforge-worker "${GPU_BINS[@]/#/build/}"; do
   ldd "$bin" | awk '/=> \// {print $3}' | while read -r lib; do
     case "$(basename "$lib")" in

@@ -38,6 +38,10 @@ fi
 KFORGE="$ROOT/$BUILD/bin/kforge"
 nvidia-smi --query-gpu=index,name,clocks.sm,temperature.gpu --format=csv,noheader 2>/dev/null | tee "$OUT/gpus.txt"
 GPUS=$(nvidia-smi -L 2>/dev/null | wc -l)
+# The task libraries the toolkit here has (tasks 059/060 need cuFFT; cuDNN is not guaranteed).
+for lib in cublas cufft cudnn; do
+  if compgen -G "/usr/local/cuda/lib64/lib$lib.so" >/dev/null; then echo "lib$lib: yes"; else echo "lib$lib: MISSING"; fi
+done | tee "$OUT/libraries.txt"
 
 PART=${1:-}
 if [[ -n "$PART" ]]; then

@@ -171,9 +171,10 @@ struct Compiler::Impl {
   Mutex mu;
   std::optional<Result<fs::path>> nvcc GUARDED_BY(mu);
   std::optional<Result<std::string>> version GUARDED_BY(mu);  // `nvcc --version`
-  // Created with the nvcc path, under mu, by the first FindNvccOnce; read
-  // without the lock once a FindNvccOnce has succeeded (it never changes).
+  // Both made with the nvcc path, under mu, by the first FindNvccOnce; read
+  // without the lock once a FindNvccOnce has succeeded (they never change).
   std::unique_ptr<LinkChecker> link_checker;
+  std::vector<fs::path> library_dirs;  // LibrarySearchDirs(nvcc)
 
   Result<fs::path> FindNvccOnce() {
     MutexLock lock(&mu);
@@ -185,8 +186,9 @@ struct Compiler::Impl {
             options.host_symbols.empty()
                 ? HarnessSymbols()
                 : std::set<std::string>(options.host_symbols.begin(), options.host_symbols.end());
-        link_checker = std::make_unique<LinkChecker>(LibrarySearchDirs(nvcc->value()),
-                                                     std::move(host), options.host_libraries);
+        library_dirs = LibrarySearchDirs(nvcc->value());
+        link_checker =
+            std::make_unique<LinkChecker>(library_dirs, std::move(host), options.host_libraries);
       }
     }
     return *nvcc;
@@ -278,6 +280,33 @@ struct Compiler::Impl {
     for (const std::string& f : Flags(job)) h.Add(f);
     h.Add(ver).Add(*abi);
     return h.HexDigest();
+  }
+
+  // kNotFound when a library the job links (-l<name>) has no lib<name>.so in
+  // the job's -L directories or the library search path: a machine without
+  // an optional library (cuDNN) cannot evaluate a task that uses it, which
+  // is no fault of the kernel and must not be cached as a failed compile.
+  Status LibrariesPresent(const CompileJob& job) const {
+    std::vector<fs::path> dirs;
+    for (const std::string& f : job.extra_flags) {
+      if (f.starts_with("-L") && f.size() > 2) dirs.emplace_back(f.substr(2));
+    }
+    dirs.insert(dirs.end(), library_dirs.begin(), library_dirs.end());
+    for (const std::string& lib : job.libraries) {
+      const std::string file = "lib" + lib + ".so";
+      bool found = std::any_of(dirs.begin(), dirs.end(), [&](const fs::path& d) {
+        std::error_code ec;
+        return fs::exists(d / file, ec);
+      });
+      if (!found) {
+        return Error(ErrorKind::kNotFound,
+                     fmt::format("{} needs {} (-l{}), which this machine does not have (not in "
+                                 "the CUDA toolkit's lib64 nor the library search path): install "
+                                 "it there to evaluate a task that uses it",
+                                 job.display_name, file, lib));
+      }
+    }
+    return Status::Ok();
   }
 
   CompileResult Compile(const CompileJob& job);
@@ -421,6 +450,7 @@ CompileResult Compiler::Impl::Compile(const CompileJob& job) {
   };
   Result<fs::path> nvcc_path = FindNvccOnce();
   if (!nvcc_path.ok()) return finish(nvcc_path.status());
+  if (Status s = LibrariesPresent(job); !s.ok()) return finish(s);
   Result<std::string> key = Key(job, *nvcc_path);
   if (!key.ok()) return finish(key.status());
   result.key = *key;

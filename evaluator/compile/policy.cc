@@ -139,13 +139,17 @@ std::optional<std::string_view> TaskRule(std::string_view symbol, const Policy& 
     return "this task does not allow NCCL";
   }
   if (symbol.starts_with("cublas") && !policy.cublas) return "this task does not allow cuBLAS";
+  if (symbol.starts_with("cufft") && !policy.cufft) return "this task does not allow cuFFT";
+  if (symbol.starts_with("cudnn") && !policy.cudnn) return "this task does not allow cuDNN";
   return std::nullopt;
 }
 
 // Whether an exported name could interpose on a library the harness uses:
-// cudaX / cuX / ncclX / cublasX (X upper case), or a forbidden or timing libc name.
+// cudaX / cuX / ncclX / cublasX / cufftX / cudnnX (X upper case), or a forbidden or timing libc
+// name.
 bool LooksLikeLibraryFunction(std::string_view symbol) {
-  for (std::string_view lib : {"cuda", "cu", "nccl", "pnccl", "cublas"}) {  // cublasLt is cublas+L
+  for (std::string_view lib :
+       {"cuda", "cu", "nccl", "pnccl", "cublas", "cufft", "cudnn"}) {  // cublasLt is cublas+L
     if (symbol.starts_with(lib) && symbol.size() > lib.size() &&
         scan::IsUpper(symbol[lib.size()]) &&
         symbol.find_first_of("\n\r") == std::string_view::npos) {
@@ -258,6 +262,12 @@ void ScanSource(std::string_view source, const Policy& policy, std::vector<std::
   }
   if (std::string header; !policy.cublas && FindInclude(code, "cublas", true, header)) {
     out.push_back("includes " + header + ": this task does not allow cuBLAS");
+  }
+  if (std::string header; !policy.cufft && FindInclude(code, "cufft", true, header)) {
+    out.push_back("includes " + header + ": this task does not allow cuFFT");
+  }
+  if (std::string header; !policy.cudnn && FindInclude(code, "cudnn", true, header)) {
+    out.push_back("includes " + header + ": this task does not allow cuDNN");
   }
 }
 

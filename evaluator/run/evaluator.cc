@@ -30,6 +30,10 @@ std::vector<std::string> LibrariesFor(const std::string& source, const Policy& p
     libs.push_back("nccl");
   if ((reference || policy.cublas) && source.find("cublas") != std::string::npos)
     libs.push_back("cublas");
+  if ((reference || policy.cufft) && source.find("cufft") != std::string::npos)
+    libs.push_back("cufft");
+  if ((reference || policy.cudnn) && source.find("cudnn") != std::string::npos)
+    libs.push_back("cudnn");
   return libs;
 }
 

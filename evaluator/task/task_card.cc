@@ -204,6 +204,8 @@ std::string RenderTaskCard(const Task& task, int world, Dtype dtype) {
       allowed(task.policy.harness_collectives));
   s += fmt::format("- NCCL: {}\n", allowed(task.policy.nccl));
   s += fmt::format("- cuBLAS: {}\n", allowed(task.policy.cublas));
+  s += fmt::format("- cuFFT: {}\n", allowed(task.policy.cufft));
+  s += fmt::format("- cuDNN: {}\n", allowed(task.policy.cudnn));
   s += "- Always allowed: your own CUDA kernels, loads and stores to peers' buffers through "
        "`peers[r]`, the "
        "symmetric workspace and the signal pad (`kf_signal` / `kf_wait`).\n";

@@ -371,13 +371,18 @@ class Loader {
                        fmt::format("expected a table, found {}", TypeName(*policy)));
       }
       const toml::table& t = *policy->as_table();
-      KF_RETURN_IF_ERROR(f_.CheckKeys(t, "policy", {"harness_collectives", "nccl", "cublas"}));
+      KF_RETURN_IF_ERROR(
+          f_.CheckKeys(t, "policy", {"harness_collectives", "nccl", "cublas", "cufft", "cudnn"}));
       KF_ASSIGN_OR_RETURN(auto hc, f_.OptionalBool(t, "policy", "harness_collectives"));
       KF_ASSIGN_OR_RETURN(auto nccl, f_.OptionalBool(t, "policy", "nccl"));
       KF_ASSIGN_OR_RETURN(auto cublas, f_.OptionalBool(t, "policy", "cublas"));
+      KF_ASSIGN_OR_RETURN(auto cufft, f_.OptionalBool(t, "policy", "cufft"));
+      KF_ASSIGN_OR_RETURN(auto cudnn, f_.OptionalBool(t, "policy", "cudnn"));
       task_.policy.harness_collectives = hc.value_or(false);
       task_.policy.nccl = nccl.value_or(false);
       task_.policy.cublas = cublas.value_or(false);
+      task_.policy.cufft = cufft.value_or(false);
+      task_.policy.cudnn = cudnn.value_or(false);
     }
     KF_ASSIGN_OR_RETURN(auto ws, f_.OptionalExpression(root_, "", "workspace"));
     task_.workspace = ws.value_or("");

@@ -48,6 +48,35 @@ TEST(PolicyTest, TaskPolicyGatesLibraries) {
   EXPECT_EQ(only_nccl.size(), 2u) << Joined(only_nccl);
 }
 
+TEST(PolicyTest, CufftAndCudnnHaveTheirOwnSwitches) {
+  KernelSymbols s;
+  s.imported = {"cufftPlan1d", "cufftExecR2C", "cudnnCreate", "cudaMalloc"};
+  std::vector<std::string> none = CheckPolicy(s, "", Policy{});
+  EXPECT_EQ(none.size(), 3u) << Joined(none);
+  EXPECT_TRUE(Contains(none, "calls cufftPlan1d: this task does not allow cuFFT"));
+  EXPECT_TRUE(Contains(none, "calls cufftExecR2C: this task does not allow cuFFT"));
+  EXPECT_TRUE(Contains(none, "calls cudnnCreate: this task does not allow cuDNN"));
+  Policy fft;
+  fft.cufft = true;
+  std::vector<std::string> only_fft = CheckPolicy(s, "", fft);
+  EXPECT_EQ(only_fft.size(), 1u) << Joined(only_fft);
+  EXPECT_TRUE(Contains(only_fft, "cuDNN"));
+  fft.cudnn = true;
+  EXPECT_TRUE(CheckPolicy(s, "", fft).empty());
+  // Headers, and exports that could interpose on the libraries.
+  const std::string includes = "#include <cufftXt.h>\n#include \"cudnn_v9.h\"\n";
+  std::vector<std::string> v = CheckPolicy(KernelSymbols{}, includes, Policy{});
+  EXPECT_EQ(v.size(), 2u) << Joined(v);
+  EXPECT_TRUE(Contains(v, "includes cufftXt.h: this task does not allow cuFFT"));
+  EXPECT_TRUE(Contains(v, "includes cudnn_v9.h: this task does not allow cuDNN"));
+  EXPECT_TRUE(CheckPolicy(KernelSymbols{}, includes, fft).empty());
+  KernelSymbols exports;
+  exports.exported = {"kf_run", "cufftExecC2C", "cudnnConvolutionForward"};
+  v = CheckPolicy(exports, "", fft);
+  EXPECT_EQ(v.size(), 2u) << Joined(v);
+  EXPECT_TRUE(Contains(v, "defines cufftExecC2C"));
+}
+
 TEST(PolicyTest, EscapesAreAlwaysForbidden) {
   KernelSymbols s;
   s.imported = {"cuMulticastCreate",
@@ -166,6 +195,51 @@ TEST(PolicyTest, CompiledNcclKernelNeedsTheNcclPolicy) {
   std::vector<std::string> allowed =
       CheckKernelPolicy(r.shared_object, testing::kNcclKernel, Allow(false, true, false)).value();
   EXPECT_TRUE(allowed.empty()) << Joined(allowed);
+}
+
+// A kernel that plans a cuFFT transform: linked with -lcufft it compiles and
+// passes the link check; the policy refuses it unless the task allows cuFFT.
+TEST(PolicyTest, CompiledCufftKernelNeedsTheCufftPolicy) {
+  REQUIRE_NVCC();
+  const char* source = R"(#include <kforge/kernel.h>
+#include <cufft.h>
+static cufftHandle plan;
+extern "C" int kf_setup(kf_ctx*) { return cufftPlan1d(&plan, 64, CUFFT_R2C, 1) == CUFFT_SUCCESS ? 0 : 1; }
+extern "C" int kf_run(kf_ctx* c) {
+  cufftSetStream(plan, c->stream);
+  return cufftExecR2C(plan, (cufftReal*)c->inputs[0].data, (cufftComplex*)c->outputs[0].data);
+}
+)";
+  CompileJob job = testing::JobFor(source);
+  job.libraries = {"cufft"};
+  CompileResult r = testing::SharedCompiler().Compile(job);
+  ASSERT_TRUE(r.status.ok()) << r.status.ToString() << "\n" << r.log;
+  std::vector<std::string> denied = CheckKernelPolicy(r.shared_object, source, Policy{}).value();
+  EXPECT_TRUE(Contains(denied, "calls cufftPlan1d: this task does not allow cuFFT"))
+      << Joined(denied);
+  EXPECT_TRUE(Contains(denied, "includes cufft.h: this task does not allow cuFFT"));
+  Policy allowed;
+  allowed.cufft = true;
+  std::vector<std::string> ok = CheckKernelPolicy(r.shared_object, source, allowed).value();
+  EXPECT_TRUE(ok.empty()) << Joined(ok);
+  // Without -lcufft (a task that forbids it) the link check names the call too.
+  CompileResult unlinked = testing::SharedCompiler().Compile(testing::JobFor(source));
+  EXPECT_FALSE(unlinked.status.ok());
+  EXPECT_NE(unlinked.status.message().find("cufftPlan1d"), std::string::npos)
+      << unlinked.status.message();
+}
+
+// A library the machine lacks is kNotFound, naming it, and is not cached as a
+// failed compile: the task cannot be evaluated here, whatever the kernel.
+TEST(PolicyTest, AMissingLibraryIsNamedNotACompileError) {
+  REQUIRE_NVCC();
+  CompileJob job = testing::JobFor(testing::kGoodKernel);
+  job.libraries = {"kforge_no_such_library"};
+  CompileResult r = testing::SharedCompiler().Compile(job);
+  EXPECT_EQ(r.status.kind(), ErrorKind::kNotFound) << r.status.ToString();
+  EXPECT_NE(r.status.message().find("libkforge_no_such_library.so"), std::string::npos)
+      << r.status.message();
+  EXPECT_FALSE(r.cache_hit);
 }
 
 TEST(PolicyTest, CompiledBadActorIsCaughtTwice) {

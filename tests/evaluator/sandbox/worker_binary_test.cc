@@ -54,7 +54,7 @@ TEST(WorkerBinary, LinksWithFullRelroAndBindNow) {
 
 // NCCL is loaded only by the workers that need it (evaluator/worker/
 // nccl_api.h): a candidate whose task forbids NCCL must find none in its
-// process, so the worker may not depend on it. Nor on cuBLAS: a kernel that
+// process, so the worker may not depend on it. Nor on cuBLAS, cuFFT or cuDNN: a kernel that
 // may use it links it itself.
 TEST(WorkerBinary, DoesNotLinkTheLibrariesATaskMayForbid) {
   kforge::Result<kforge::eval::DynamicInfo> info =
@@ -65,6 +65,8 @@ TEST(WorkerBinary, DoesNotLinkTheLibrariesATaskMayForbid) {
   for (const std::string& lib : info->needed) {
     EXPECT_EQ(lib.find("nccl"), std::string::npos) << lib;
     EXPECT_EQ(lib.find("cublas"), std::string::npos) << lib;
+    EXPECT_EQ(lib.find("cufft"), std::string::npos) << lib;
+    EXPECT_EQ(lib.find("cudnn"), std::string::npos) << lib;
     cudart = cudart || lib.starts_with("libcudart");
   }
   EXPECT_TRUE(cudart) << "the reader did not see the worker's libraries";

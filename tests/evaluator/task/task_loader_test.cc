@@ -57,7 +57,7 @@ init)");
   toml = Replace(toml, R"(init = { kind = "normal", mean = 0.0, std = 1.0 })",
                  R"(init = { kind = "int", low = "-W", high = 9 })");
   toml = Replace(toml, "[policy]\nnccl = false",
-                 "[policy]\nnccl = true\ncublas = true\nworkspace_x = 1");
+                 "[policy]\nnccl = true\ncublas = true\ncufft = true\nworkspace_x = 1");
   toml = Replace(toml, "workspace_x = 1", "");
   toml += "\n";
   auto t = LoadTask(WriteTask(tmp.path(), "001_sum",
@@ -70,6 +70,8 @@ init)");
   EXPECT_EQ(t->inputs[0].init.int_high, "9");
   EXPECT_TRUE(t->policy.nccl);
   EXPECT_TRUE(t->policy.cublas);
+  EXPECT_TRUE(t->policy.cufft);
+  EXPECT_FALSE(t->policy.cudnn);
   EXPECT_EQ(t->workspace, "4Mi");
 }
 

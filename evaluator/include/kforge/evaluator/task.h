@@ -121,6 +121,8 @@ struct Policy {
   bool harness_collectives = false;
   bool nccl = false;
   bool cublas = false;
+  bool cufft = false;
+  bool cudnn = false;  // the GPU machine may lack libcudnn (docs/tasks.md, [policy])
 };
 
 struct Task {
