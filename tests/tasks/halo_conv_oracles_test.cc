@@ -61,5 +61,37 @@ TEST(HaloConvOracles, HyenaConvFollowsTheZigzagChunkOrder) {
   ExpectNear(io.out(2, "y"), {35, 56, 11, 12});
 }
 
+TEST(HaloConvOracles, Conv2dTakesTheRowsAboveAndBelowFromTheNeighbours) {
+  // W = 3 ranks of one pixel each (C = 1, h = 1, Wd = 1): the image column is
+  // [1, 2, 3]. Only the kernel's middle column (v = 1) sees pixels: [10, 100,
+  // 1000] from the row above to the row below; the other taps (7) fall on the
+  // zero padding.
+  const std::vector<int64_t> xs = {1, 1, 1, 1};
+  const std::vector<double> w = {7, 10, 7, 7, 100, 7, 7, 1000, 7};
+  OracleIo io = MakeIo(3,
+                       {{"x", xs, {{1}, {2}, {3}}},
+                        {"w", {1, 1, 3, 3}, {w, w, w}},
+                        {"b", {1}, {{0.5}, {0.5}, {0.5}}}},
+                       "y", xs);
+  RunOracle("conv2d_boundary_exchange", io);
+  ExpectNear(io.out(0, "y"), {0.5 + 100 * 1 + 1000 * 2});
+  ExpectNear(io.out(1, "y"), {0.5 + 10 * 1 + 100 * 2 + 1000 * 3});
+  ExpectNear(io.out(2, "y"), {0.5 + 10 * 2 + 100 * 3});
+}
+
+TEST(HaloConvOracles, Conv2dWeightIsOutChannelThenInChannel) {
+  // C = 2, one pixel per rank: the only nonzero tap is w[0, 1, 1, 1] = 5, so
+  // y[0] = b[0] + 5 * x[1] and y[1] = b[1].
+  const std::vector<int64_t> xs = {1, 2, 1, 1};
+  std::vector<double> w(2 * 2 * 9, 0.0);
+  w[(0 * 2 + 1) * 9 + 4] = 5;
+  OracleIo io = MakeIo(
+      2, {{"x", xs, {{1, 2}, {3, 4}}}, {"w", {2, 2, 3, 3}, {w, w}}, {"b", {2}, {{-1, 9}, {-1, 9}}}},
+      "y", xs);
+  RunOracle("conv2d_boundary_exchange", io);
+  ExpectNear(io.out(0, "y"), {-1 + 5 * 2, 9});
+  ExpectNear(io.out(1, "y"), {-1 + 5 * 4, 9});
+}
+
 }  // namespace
 }  // namespace kforge
