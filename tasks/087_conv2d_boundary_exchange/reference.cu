@@ -45,28 +45,33 @@ __global__ void FillBias(const T* __restrict__ b, T* __restrict__ y, int64_t c, 
 }
 
 // col[q, p] for q = (c*3 + u)*3 + v, p = i*Wd + j: X[c, i+u-1, j+v-1], where row
-// -1 is above[c*Wd + ..] and row h is below[c*Wd + ..] (null: zeros).
+// -1 is above[c*Wd + ..] and row h is below[c*Wd + ..] (null: zeros). A warp
+// fills one line (q, i) of Wd columns: coalesced, index math once per line.
 template <typename T>
 __global__ void Im2col(const T* __restrict__ x, const T* __restrict__ above,
                        const T* __restrict__ below, T* __restrict__ col, int64_t c, int64_t h,
                        int64_t wd) {
-  const int64_t np = h * wd, n = 9 * c * np;
-  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < n;
-       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t q = e / np, p = e - q * np;
+  const int lane = threadIdx.x % 32;
+  const int64_t lines = 9 * c * h;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / 32);
+  for (int64_t line = blockIdx.x * static_cast<int64_t>(blockDim.x / 32) + threadIdx.x / 32;
+       line < lines; line += warps) {
+    const int64_t q = line / h, out_row = line - q * h;
     const int64_t ch = q / 9, u = (q % 9) / 3, v = q % 3;
-    const int64_t i = p / wd + u - 1, j = p % wd + v - 1;
-    T val = T(0.f);
-    if (j >= 0 && j < wd) {
-      if (i < 0) {
-        if (above != nullptr) val = above[ch * wd + j];
-      } else if (i >= h) {
-        if (below != nullptr) val = below[ch * wd + j];
-      } else {
-        val = x[(ch * h + i) * wd + j];
-      }
+    const int64_t i = out_row + u - 1;
+    const T* src = nullptr;  // row i of channel ch, or null: zeros
+    if (i < 0) {
+      src = above != nullptr ? above + ch * wd : nullptr;
+    } else if (i >= h) {
+      src = below != nullptr ? below + ch * wd : nullptr;
+    } else {
+      src = x + (ch * h + i) * wd;
     }
-    col[e] = val;
+    T* dst = col + line * wd;
+    for (int64_t j = lane; j < wd; j += 32) {
+      const int64_t jj = j + v - 1;
+      dst[j] = src != nullptr && jj >= 0 && jj < wd ? src[jj] : T(0.f);
+    }
   }
 }
 
@@ -102,7 +107,7 @@ int Run(kf_ctx* ctx, State* st, cudaDataType_t type) {
   const T* below = rank < world - 1 ? gathered + ((rank + 1) * 2 + 0) * c * wd : nullptr;
   FillBias<T><<<Grid(c * np), 256, 0, ctx->stream>>>(static_cast<const T*>(bt.data),
                                                      static_cast<T*>(yt.data), c, np);
-  Im2col<T><<<Grid(9 * c * np), 256, 0, ctx->stream>>>(x, above, below, col, c, h, wd);
+  Im2col<T><<<Grid(9 * c * h * 32), 256, 0, ctx->stream>>>(x, above, below, col, c, h, wd);
   if (cudaGetLastError() != cudaSuccess) return 1;
   if (cublasSetStream(st->handle, ctx->stream) != CUBLAS_STATUS_SUCCESS) return 1;
   // Row-major y[C, np] = w[C, 9C] @ col[9C, np] + y is column-major
