@@ -9,7 +9,7 @@
 // baseline's pack kernel, NCCL round trip and halo buffers disappear, and the
 // handshake's latency hides behind the interior.
 //
-// Interior tiles: TW outputs of one row-chunk; the window [start - (K-1),
+// Interior tiles: kTile outputs of one row-chunk; the window [start - (K-1),
 // start + n) is staged in shared memory as floats (16-byte loads when rows are
 // aligned), then each thread computes outputs tid, tid + 256, ... from it.
 // No end barrier: peers' inputs are only read, and no peer can enter its next
@@ -23,7 +23,7 @@
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kTile = 2048;  // outputs per interior tile
+constexpr int kTile = 4096;  // outputs per interior tile
 
 __device__ __forceinline__ float ToF(float v) { return v; }
 __device__ __forceinline__ float ToF(__nv_bfloat16 v) { return __bfloat162float(v); }
@@ -36,6 +36,22 @@ __device__ __forceinline__ float FromF<float>(float v) {
 template <>
 __device__ __forceinline__ __nv_bfloat16 FromF<__nv_bfloat16>(float v) {
   return __float2bfloat16(v);
+}
+
+// One 16-byte vector of T as floats: 8 bf16 into two float4, 4 f32 into one.
+template <typename T>
+__device__ __forceinline__ void StoreWide(float4* dst, uint4 u);
+template <>
+__device__ __forceinline__ void StoreWide<float>(float4* dst, uint4 u) {
+  dst[0] = make_float4(__uint_as_float(u.x), __uint_as_float(u.y), __uint_as_float(u.z),
+                       __uint_as_float(u.w));
+}
+__device__ __forceinline__ float Lo(uint32_t v) { return __uint_as_float(v << 16); }
+__device__ __forceinline__ float Hi(uint32_t v) { return __uint_as_float(v & 0xffff0000u); }
+template <>
+__device__ __forceinline__ void StoreWide<__nv_bfloat16>(float4* dst, uint4 u) {
+  dst[0] = make_float4(Lo(u.x), Hi(u.x), Lo(u.y), Hi(u.y));
+  dst[1] = make_float4(Lo(u.z), Hi(u.z), Lo(u.w), Hi(u.w));
 }
 
 struct Args {
@@ -56,11 +72,15 @@ struct Args {
 
 template <typename T>
 __global__ void __launch_bounds__(kThreads) FusedConv(Args a) {
-  extern __shared__ float smem[];
+  extern __shared__ float4 smem4[];  // 16-byte aligned
+  float* smem = reinterpret_cast<float*>(smem4);
   __shared__ uint32_t epoch;
   const int64_t h = a.k - 1, c = a.c;
-  float* win = smem;               // kTile + h
-  float* wsh = smem + kTile + h;   // k
+  // The window's main part starts 16-byte aligned in shared memory, its halo
+  // just before: win[0, h) halo, win[h, h + n) the tile's own positions.
+  const int64_t main_at = (h + 3) / 4 * 4;
+  float* win = smem + main_at - h;   // kTile + h
+  float* wsh = smem + main_at + kTile;  // k
   const T* x = static_cast<const T*>(a.x);
   const T* w = static_cast<const T*>(a.w);
   T* y = static_cast<T*>(a.y);
@@ -98,13 +118,17 @@ __global__ void __launch_bounds__(kThreads) FusedConv(Args a) {
       win[j] = v;
     }
     if (a.vec) {
+      // Two 16-byte loads in flight per thread, then float4 stores.
       constexpr int kVec = 16 / sizeof(T);
       const uint4* src = reinterpret_cast<const uint4*>(chunk + start);
-      for (int64_t q = threadIdx.x; q < n / kVec; q += kThreads) {
-        const uint4 u = src[q];
-        const T* e = reinterpret_cast<const T*>(&u);
-#pragma unroll
-        for (int i = 0; i < kVec; ++i) win[h + q * kVec + i] = ToF(e[i]);
+      float4* dst = reinterpret_cast<float4*>(win + h);
+      const int64_t nv = n / kVec;
+      for (int64_t q0 = threadIdx.x; q0 < nv; q0 += 2 * kThreads) {
+        const int64_t q1 = q0 + kThreads;
+        const uint4 u0 = src[q0];
+        const uint4 u1 = q1 < nv ? src[q1] : make_uint4(0, 0, 0, 0);
+        StoreWide<T>(dst + q0 * (kVec / 4), u0);
+        if (q1 < nv) StoreWide<T>(dst + q1 * (kVec / 4), u1);
       }
     } else {
       for (int64_t q = threadIdx.x; q < n; q += kThreads) win[h + q] = ToF(chunk[start + q]);
@@ -183,7 +207,7 @@ int Launch(kf_ctx* ctx, const State* st) {
   // Buffers are 256-byte aligned: every chunk and tile starts on 16 bytes when
   // C holds whole 16-byte vectors.
   a.vec = (a.c * static_cast<int64_t>(sizeof(T))) % 16 == 0;
-  const size_t smem = (kTile + 2 * a.k) * sizeof(float);
+  const size_t smem = (kTile + 2 * a.k + 4) * sizeof(float);  // see main_at
   if (smem > 48 * 1024 &&
       cudaFuncSetAttribute(FusedConv<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            static_cast<int>(smem)) != cudaSuccess)
