@@ -3,9 +3,10 @@
 // (~B * e^-10 ~ 0.012 at a loss of ~10) is below half an ulp, so a kernel that
 // never exchanges anything passes. Here, at every world size, at every check
 // size but the single pair and at PKB's own point, a kernel that leaves out
-// any one remote shard fails the harness's comparison; at the check sizes, so
-// does one that scores its own text in place of the remote shards; and the
-// bf16 accumulation PKB's reference does is shown to drop every remote shard.
+// any one remote shard fails the harness's comparison; at the small-D and
+// zero-bias check sizes, so does one that scores its own text in place of the
+// remote shards; and the bf16 accumulation PKB's reference does is shown to
+// drop every remote shard.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
