@@ -1,18 +1,23 @@
 // SigLIP loss with the text shards pulled, not passed around a ring: a side stream pulls every
 // peer's text features straight from its input (peer-to-peer cudaMemcpyAsync on the copy
-// engines), one shard after the other, while the main stream scores the shards already here.
+// engines), one shard after the other, while the main stream multiplies the shards already here,
+// and a third stream reduces each shard's logits while the next shard's GEMM runs.
 //
-//   side stream:  start barrier | pull text of r+1 | pull text of r+2 | ... | pull text of r-1
-//   main stream:  own shard (labels)  | wait, shard r+1 | wait, shard r+2 | ... | loss = sum / B
+//   side stream:    start barrier | pull text of r+1 | pull text of r+2 | ... | pull text of r-1
+//   main stream:    GEMM own shard | wait, GEMM shard r+1 | wait, GEMM shard r+2 | ... | loss
+//   reduce stream:                 | softplus sum, own   | softplus sum, r+1      | ...
 //
-// Against the baseline's ring (exchange, then score, (W-1)/2 + 1 times, on one stream): every
-// transfer but the first runs under the scoring of an earlier shard, and no shard waits for a
-// neighbour to forward it. Each shard is one cuBLAS GEMM (fp32 dots) and one fp64-accumulated
-// reduction of its softplus terms, as in the baseline, so both sum the same terms.
+// Against the baseline's ring (exchange, then GEMM, then reduce, (W-1)/2 + 1 times, on one
+// stream): every transfer but the first runs under the GEMM of an earlier shard, no shard waits
+// for a neighbour to forward it, and the memory-bound reductions overlap the compute-bound GEMMs
+// (each shard has its own logits buffer). Each shard is one cuBLAS GEMM (fp32 dots) and one
+// fp64-accumulated reduction of its softplus terms, as in the baseline, so both sum the same
+// terms.
 //
 // Ordering: the start barrier orders the pulls after every peer entered this call (its inputs
 // hold this call's values); no end barrier is needed: only peers' inputs are read, main waits for
-// every pull before it ends, and the harness replaces inputs only after every rank's call.
+// every pull and reduction before it ends, and the harness replaces inputs only after every
+// rank's call.
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <stdint.h>
@@ -34,9 +39,10 @@ struct Pads {
 struct State {
   cublasHandle_t handle = nullptr;
   void* cublas_ws = nullptr;
-  cudaStream_t side = nullptr;
-  cudaEvent_t fork = nullptr;
+  cudaStream_t side = nullptr, reduce = nullptr;
+  cudaEvent_t fork = nullptr, reduced = nullptr;
   cudaEvent_t pulled[kMaxWorld] = {};
+  cudaEvent_t multiplied[kMaxWorld] = {};
   uint32_t epoch = 0;
 };
 
@@ -84,20 +90,16 @@ __global__ void Finish(const double* __restrict__ acc, int64_t b, float* __restr
   loss[0] = static_cast<float>(acc[0] / static_cast<double>(b));
 }
 
-int ShardLoss(kf_ctx* ctx, State* st, const bf16* img, const bf16* txt, float* dots, int64_t b,
-              int64_t d, float scale, float bias, int labels, double* acc) {
+// dots (row-major [image i][text k], i.e. column-major [text, image]) = text . image^T.
+int Dots(State* st, const bf16* img, const bf16* txt, float* dots, int64_t b, int64_t d) {
   const float one = 1.0f, zero = 0.0f;
-  // Column-major dots[text k, image i] = text . image^T, i.e. row-major [image][text].
-  if (cublasGemmEx(st->handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(b), static_cast<int>(b),
-                   static_cast<int>(d), &one, txt, CUDA_R_16BF, static_cast<int>(d), img,
-                   CUDA_R_16BF, static_cast<int>(d), &zero, dots, CUDA_R_32F, static_cast<int>(b),
-                   CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) != CUBLAS_STATUS_SUCCESS)
-    return 1;
-  int64_t blocks = (b * b + kThreads - 1) / kThreads;
-  if (blocks > kMaxBlocks) blocks = kMaxBlocks;
-  AddTerms<<<static_cast<unsigned>(blocks), kThreads, 0, ctx->stream>>>(dots, b, scale, bias,
-                                                                        labels, acc);
-  return cudaGetLastError() == cudaSuccess ? 0 : 1;
+  return cublasGemmEx(st->handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(b),
+                      static_cast<int>(b), static_cast<int>(d), &one, txt, CUDA_R_16BF,
+                      static_cast<int>(d), img, CUDA_R_16BF, static_cast<int>(d), &zero, dots,
+                      CUDA_R_32F, static_cast<int>(b), CUBLAS_COMPUTE_32F,
+                      CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS
+             ? 0
+             : 1;
 }
 
 }  // namespace
@@ -112,8 +114,12 @@ extern "C" int kf_setup(kf_ctx* ctx) {
   if (cublasSetWorkspace(st->handle, st->cublas_ws, kCublasWorkspace) != CUBLAS_STATUS_SUCCESS)
     return 1;
   if (cudaStreamCreateWithFlags(&st->side, cudaStreamNonBlocking) != cudaSuccess) return 1;
+  if (cudaStreamCreateWithFlags(&st->reduce, cudaStreamNonBlocking) != cudaSuccess) return 1;
   if (cudaEventCreateWithFlags(&st->fork, cudaEventDisableTiming) != cudaSuccess) return 1;
+  if (cudaEventCreateWithFlags(&st->reduced, cudaEventDisableTiming) != cudaSuccess) return 1;
   for (cudaEvent_t& e : st->pulled)
+    if (cudaEventCreateWithFlags(&e, cudaEventDisableTiming) != cudaSuccess) return 1;
+  for (cudaEvent_t& e : st->multiplied)
     if (cudaEventCreateWithFlags(&e, cudaEventDisableTiming) != cudaSuccess) return 1;
   return 0;
 }
@@ -131,14 +137,16 @@ extern "C" int kf_run(kf_ctx* ctx) {
   const float bias = -static_cast<float>(kf_param(ctx, "neg_bias", 10.0));
   const int world = ctx->world_size, rank = ctx->rank;
 
-  // Workspace: the fp64 accumulator, one shard's fp32 dots, the W - 1 pulled text shards.
+  // Workspace: the fp64 accumulator, the fp32 dots of every shard, the W - 1 pulled text shards.
   const size_t shard = Align256(txt_t->nbytes);
   const size_t dots_bytes = Align256(static_cast<size_t>(b * b) * sizeof(float));
   char* ws = static_cast<char*>(ctx->workspace.data);
-  if (ctx->workspace.nbytes < 256 + dots_bytes + (world - 1) * shard) return 1;
+  if (ctx->workspace.nbytes < 256 + world * dots_bytes + (world - 1) * shard) return 1;
   double* acc = reinterpret_cast<double*>(ws);
-  float* dots = reinterpret_cast<float*>(ws + 256);
-  auto slot = [&](int s) { return reinterpret_cast<bf16*>(ws + 256 + dots_bytes + (s - 1) * shard); };
+  auto dots = [&](int s) { return reinterpret_cast<float*>(ws + 256 + s * dots_bytes); };
+  auto slot = [&](int s) {
+    return reinterpret_cast<bf16*>(ws + 256 + world * dots_bytes + (s - 1) * shard);
+  };
 
   // Side stream: barrier, then shard (rank + s) % W into slot s, s = 1 .. W-1.
   Pads pads = {};
@@ -157,17 +165,25 @@ extern "C" int kf_run(kf_ctx* ctx) {
   }
   if (cudaEventRecord(st->pulled[0], st->side) != cudaSuccess) return 1;  // the side's end
 
-  // Main stream: the own shard, then each pulled shard as it lands.
+  // Main stream: the GEMM of the own shard, then of each pulled shard as it lands; the reduce
+  // stream sums each shard's terms once its GEMM is done (the first waits for the memset too).
   if (cublasSetStream(st->handle, ctx->stream) != CUBLAS_STATUS_SUCCESS) return 1;
   if (cudaMemsetAsync(acc, 0, sizeof(double), ctx->stream) != cudaSuccess) return 1;
   const bf16* img = static_cast<const bf16*>(img_t->data);
-  if (ShardLoss(ctx, st, img, static_cast<const bf16*>(txt_t->data), dots, b, d, scale, bias, 1,
-                acc) != 0)
-    return 1;
-  for (int s = 1; s < world; ++s) {
-    if (cudaStreamWaitEvent(ctx->stream, st->pulled[s], 0) != cudaSuccess) return 1;
-    if (ShardLoss(ctx, st, img, slot(s), dots, b, d, scale, bias, 0, acc) != 0) return 1;
+  int64_t blocks = (b * b + kThreads - 1) / kThreads;
+  if (blocks > kMaxBlocks) blocks = kMaxBlocks;
+  for (int s = 0; s < world; ++s) {
+    if (s > 0 && cudaStreamWaitEvent(ctx->stream, st->pulled[s], 0) != cudaSuccess) return 1;
+    const bf16* txt = s == 0 ? static_cast<const bf16*>(txt_t->data) : slot(s);
+    if (Dots(st, img, txt, dots(s), b, d) != 0) return 1;
+    if (cudaEventRecord(st->multiplied[s], ctx->stream) != cudaSuccess) return 1;
+    if (cudaStreamWaitEvent(st->reduce, st->multiplied[s], 0) != cudaSuccess) return 1;
+    AddTerms<<<static_cast<unsigned>(blocks), kThreads, 0, st->reduce>>>(dots(s), b, scale, bias,
+                                                                         s == 0 ? 1 : 0, acc);
+    if (cudaGetLastError() != cudaSuccess) return 1;
   }
+  if (cudaEventRecord(st->reduced, st->reduce) != cudaSuccess) return 1;
+  if (cudaStreamWaitEvent(ctx->stream, st->reduced, 0) != cudaSuccess) return 1;
   if (cudaStreamWaitEvent(ctx->stream, st->pulled[0], 0) != cudaSuccess) return 1;
   Finish<<<1, 1, 0, ctx->stream>>>(acc, b, static_cast<float*>(loss->data));
   return cudaGetLastError() == cudaSuccess ? 0 : 1;
@@ -178,11 +194,16 @@ extern "C" int kf_teardown(kf_ctx* ctx) {
   if (st == nullptr) return 0;
   int rc = cudaStreamSynchronize(ctx->stream) == cudaSuccess ? 0 : 1;
   if (st->side != nullptr && cudaStreamSynchronize(st->side) != cudaSuccess) rc = 1;
+  if (st->reduce != nullptr && cudaStreamSynchronize(st->reduce) != cudaSuccess) rc = 1;
   if (st->handle != nullptr && cublasDestroy(st->handle) != CUBLAS_STATUS_SUCCESS) rc = 1;
   if (st->cublas_ws != nullptr && cudaFree(st->cublas_ws) != cudaSuccess) rc = 1;
   if (st->side != nullptr) cudaStreamDestroy(st->side);
+  if (st->reduce != nullptr) cudaStreamDestroy(st->reduce);
   if (st->fork != nullptr) cudaEventDestroy(st->fork);
+  if (st->reduced != nullptr) cudaEventDestroy(st->reduced);
   for (cudaEvent_t e : st->pulled)
+    if (e != nullptr) cudaEventDestroy(e);
+  for (cudaEvent_t e : st->multiplied)
     if (e != nullptr) cudaEventDestroy(e);
   delete st;
   ctx->user = nullptr;
