@@ -412,5 +412,117 @@ TEST(TopKTopPFilter, KeepsTiesAtTheKthValueAndWholeGroupsUnderTopP) {
   EXPECT_NEAR(r.log_z, std::log(2.25), 1e-15);
 }
 
+// ---------------------------------------------------------------------------
+// Attention and MergeAttention
+
+// One query q = 1 against keys k = (0, ln 3), values v = (2, 6), head_dim 1:
+// scores (0, ln 3), weights (1, 3) / 4, out = (2 + 18) / 4 = 5, lse = ln 4.
+TEST(OracleMathAttention, OneQueryTwoKeysByHand) {
+  Vec out(1, kNan), lse(1, kNan);
+  AttentionDims d{.batch = 1, .q_len = 1, .kv_len = 2, .head_dim = 1};
+  Attention(Vec{1}, Vec{0, std::log(3.0)}, Vec{2, 6}, out, lse, d, 1.0);
+  EXPECT_NEAR(out[0], 5, 1e-14);
+  EXPECT_NEAR(lse[0], std::log(4.0), 1e-14);
+  // The scale multiplies the scores: q = 2 at scale 1/2 is the same.
+  Attention(Vec{2}, Vec{0, std::log(3.0)}, Vec{2, 6}, out, lse, d, 0.5);
+  EXPECT_NEAR(out[0], 5, 1e-14);
+  EXPECT_NEAR(lse[0], std::log(4.0), 1e-14);
+}
+
+// Causal, two queries q = (1, 1) on the keys above: query 0 sees key 0 only
+// (out 2, lse 0), query 1 both (out 5, lse ln 4). With the keys one position
+// later (kv_pos0 = 1), query 0 sees none (out 0, lse -inf) and query 1 sees
+// key 0 only.
+TEST(OracleMathAttention, CausalMaskUsesGlobalPositions) {
+  Vec out(2, kNan), lse(2, kNan);
+  AttentionDims d{.batch = 1, .q_len = 2, .kv_len = 2, .head_dim = 1, .causal = true};
+  const Vec q = {1, 1}, k = {0, std::log(3.0)}, v = {2, 6};
+  Attention(q, k, v, out, lse, d, 1.0);
+  ExpectNear(out, {2, 5}, 1e-14);
+  ExpectNear(lse, {0, std::log(4.0)}, 1e-14);
+  d.kv_pos0 = 1;
+  Attention(q, k, v, out, lse, d, 1.0);
+  EXPECT_EQ(out, (Vec{0, 2}));
+  EXPECT_EQ(lse[0], -kInf);
+  EXPECT_NEAR(lse[1], 0, 1e-14);
+  // Keys before every query (a previous rank's shard): nothing is masked.
+  d.q_pos0 = 10;
+  Attention(q, k, v, out, lse, d, 1.0);
+  ExpectNear(out, {5, 5}, 1e-14);
+}
+
+// GQA: two query heads share one kv head. Head 0 has q = 1 (above: out 5,
+// lse ln 4); head 1 has q = 2: scores (0, 2 ln 3), weights (1, 9) / 10,
+// out = (2 + 54) / 10 = 5.6, lse = ln 10. lse is [B, H, S].
+TEST(OracleMathAttention, QueryHeadsShareKvHeads) {
+  Vec out(2, kNan), lse(2, kNan);
+  AttentionDims d{.batch = 1, .q_len = 1, .kv_len = 2, .q_heads = 2, .kv_heads = 1, .head_dim = 1};
+  Attention(Vec{1, 2}, Vec{0, std::log(3.0)}, Vec{2, 6}, out, lse, d, 1.0);
+  ExpectNear(out, {5, 5.6}, 1e-14);
+  ExpectNear(lse, {std::log(4.0), std::log(10.0)}, 1e-14);
+}
+
+// The two halves of the keys above: (out 2, lse 0) and (out 6, lse ln 3)
+// merge to lse = ln(1 + 3) = ln 4, out = (1 * 2 + 3 * 6) / 4 = 5. An empty
+// side (0, -inf) changes nothing; two empty sides stay (0, -inf).
+TEST(OracleMathAttention, MergeByHand) {
+  Vec out = {2}, lse = {0};
+  MergeAttention(out, lse, Vec{6}, Vec{std::log(3.0)}, 1, 1, 1, 1);
+  EXPECT_NEAR(out[0], 5, 1e-14);
+  EXPECT_NEAR(lse[0], std::log(4.0), 1e-14);
+  Vec empty_out = {0}, empty_lse = {-kInf};
+  MergeAttention(empty_out, empty_lse, Vec{6}, Vec{std::log(3.0)}, 1, 1, 1, 1);
+  EXPECT_NEAR(empty_out[0], 6, 1e-14);
+  EXPECT_NEAR(empty_lse[0], std::log(3.0), 1e-14);
+  MergeAttention(out, lse, Vec{0}, Vec{-kInf}, 1, 1, 1, 1);
+  EXPECT_NEAR(out[0], 5, 1e-14);
+  Vec none_out = {0}, none_lse = {-kInf};
+  MergeAttention(none_out, none_lse, Vec{0}, Vec{-kInf}, 1, 1, 1, 1);
+  EXPECT_EQ(none_out[0], 0);
+  EXPECT_EQ(none_lse[0], -kInf);
+}
+
+// What ring attention relies on: causal attention of a query shard over the
+// whole sequence equals the merge of its parts over two key shards, the
+// later one partly masked, whatever the order of the merge.
+TEST(OracleMathAttention, MergingKeyShardsEqualsAttentionOverAllKeys) {
+  const int64_t b = 2, sq = 5, sk = 6, hq = 4, hkv = 2, hd = 3;
+  const Vec q = Random(b * sq * hq * hd, 1), k = Random(b * 2 * sk * hkv * hd, 2),
+            v = Random(b * 2 * sk * hkv * hd, 3);
+  // The query shard sits at positions 7..11, the keys at 0..11.
+  AttentionDims whole{.batch = b,
+                      .q_len = sq,
+                      .kv_len = 2 * sk,
+                      .q_heads = hq,
+                      .kv_heads = hkv,
+                      .head_dim = hd,
+                      .causal = true,
+                      .q_pos0 = 7};
+  Vec out(b * sq * hq * hd), lse(b * hq * sq);
+  Attention(q, k, v, out, lse, whole, 0.7);
+  // Shard s of the keys: positions s*sk .. s*sk + sk - 1, [b, sk, hkv, hd].
+  auto shard = [&](const Vec& x, int s) {
+    Vec y;
+    for (int64_t bi = 0; bi < b; ++bi) {
+      const auto* row = x.data() + (bi * 2 * sk + s * sk) * hkv * hd;
+      y.insert(y.end(), row, row + sk * hkv * hd);
+    }
+    return y;
+  };
+  std::vector<Vec> outs(2, Vec(out.size())), lses(2, Vec(lse.size()));
+  for (int s = 0; s < 2; ++s) {
+    AttentionDims part = whole;
+    part.kv_len = sk;
+    part.kv_pos0 = s * sk;
+    Attention(q, shard(k, s), shard(v, s), outs[s], lses[s], part, 0.7);
+  }
+  for (int first = 0; first < 2; ++first) {
+    Vec o = outs[first], l = lses[first];
+    MergeAttention(o, l, outs[1 - first], lses[1 - first], b, sq, hq, hd);
+    ExpectNear(o, out, 1e-12, "out");
+    ExpectNear(l, lse, 1e-12, "lse");
+  }
+}
+
 }  // namespace
 }  // namespace kforge::om

@@ -1,8 +1,8 @@
 // fp64 building blocks for task oracles: GEMM, norms, activations, softmax
-// and cross-entropy, a two-layer MLP, Adam/AdamW, and the fp8/int8/bf16/f16
-// rounding and block quantization that a correct kernel is required to
-// perform. One implementation for every oracle, unit-tested on hand-computed
-// cases (tests/tasks/oracle_math_test.cc).
+// and cross-entropy, attention with log-sum-exp merging, a two-layer MLP,
+// Adam/AdamW, and the fp8/int8/bf16/f16 rounding and block quantization that a
+// correct kernel is required to perform. One implementation for every oracle,
+// unit-tested on hand-computed cases (tests/tasks/oracle_math_test.cc).
 //
 // Conventions for every function here:
 //  - Tensors are row-major spans of doubles; sizes are int64_t element counts.
@@ -134,6 +134,47 @@ Status CrossEntropy(std::span<const double> logits, std::span<const double> targ
 Status CrossEntropyBackward(std::span<const double> logits, std::span<const int64_t> targets,
                             std::span<const double> dloss, std::span<double> dlogits, int64_t rows,
                             int64_t cols, int64_t ignore_index = -100);
+
+// ---------------------------------------------------------------------------
+// Scaled dot-product attention in flash-attention's layout, for the
+// context-parallel tasks (ring attention and its variants)
+
+// q [batch, q_len, q_heads, head_dim]; k, v [batch, kv_len, kv_heads, head_dim];
+// q_heads is a multiple of kv_heads (GQA/MQA): query head h reads kv head
+// h / (q_heads / kv_heads). Each query's keys carry global sequence positions:
+// query i sits at q_pos0 + i, key j at kv_pos0 + j, so a sequence shard is
+// attended to by passing its offset.
+struct AttentionDims {
+  int64_t batch = 1;
+  int64_t q_len = 0;
+  int64_t kv_len = 0;
+  int64_t q_heads = 1;
+  int64_t kv_heads = 1;
+  int64_t head_dim = 0;
+  bool causal = false;  // key j is visible to query i iff kv_pos0 + j <= q_pos0 + i
+  int64_t q_pos0 = 0;
+  int64_t kv_pos0 = 0;
+};
+
+// With s_ij = scale * q_i . k_j over the keys j visible to query i:
+//   out_i = sum_j softmax_j(s_i) v_j     out [batch, q_len, q_heads, head_dim]
+//   lse_i = log(sum_j exp(s_ij))         lse [batch, q_heads, q_len] (may be empty)
+// (lse in flash-attention's [B, H, S] layout, natural log of the scaled
+// scores). A query that sees no key gets out 0 and lse -inf, the identity of
+// MergeAttention. Rows are spread over threads; results do not depend on it.
+void Attention(std::span<const double> q, std::span<const double> k, std::span<const double> v,
+               std::span<double> out, std::span<double> lse, const AttentionDims& dims,
+               double scale);
+
+// Combines two partial results of the same queries over disjoint sets of keys
+// (ring-flash-attention's merge), in place on (out, lse):
+//   lse' = log(exp(lse) + exp(lse_b))
+//   out' = exp(lse - lse') * out + exp(lse_b - lse') * out_b
+// out, out_b [batch, len, heads, head_dim]; lse, lse_b [batch, heads, len].
+// A side with lse -inf contributes nothing; both -inf leaves (0, -inf).
+void MergeAttention(std::span<double> out, std::span<double> lse, std::span<const double> out_b,
+                    std::span<const double> lse_b, int64_t batch, int64_t len, int64_t heads,
+                    int64_t head_dim);
 
 // ---------------------------------------------------------------------------
 // Two-layer MLP without biases: y = act(x * w1) * w2.
