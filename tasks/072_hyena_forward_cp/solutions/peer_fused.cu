@@ -1,0 +1,277 @@
+// No all-to-alls: after a start barrier every rank reads its channels' rows
+// of x1, x2 and v straight from the ranks that hold each chunk (peer
+// pointers), in global order, and writes u = x2 * v zero-padded to 2L next to
+// its zero-padded filter rows, so one batched cuFFT R2C plan transforms
+// signals and filters together. The spectra are multiplied in place, one C2R
+// gives the convolution, and the gating (x1 * (conv + u * bias)) writes the
+// rank's channels, in global sequence order, to its symmetric workspace.
+// After a second barrier every rank pulls its two chunks of every peer's
+// channels and transposes them into y[B, 2C, D] on the way. The baseline's
+// pack/unpack passes, four NCCL round trips and separate transpose are gone;
+// u and the bracket stay in fp32 (rounded once, at y).
+//
+// Barriers: one block whose thread p signals rank p's slot [rank] of the
+// signal pad with an epoch that grows by one per barrier and waits for its
+// own slot [p]. A peer reads this rank's workspace only between the second
+// barrier of a call and its own next start barrier, which this rank passes
+// only after that peer's pull has finished, so no end barrier is needed.
+#include <cuda_bf16.h>
+#include <cufft.h>
+#include <stdint.h>
+
+#include "kforge/kernel.h"
+
+namespace {
+
+struct Dims {
+  int64_t batch, d, c, dl, groups, gl, gd, lh, len, n, f;  // len = L, n = 2L, f = L + 1
+  int world, rank;
+};
+
+__device__ __forceinline__ float ToF(float v) { return v; }
+__device__ __forceinline__ float ToF(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <typename T>
+__device__ __forceinline__ T FromF(float v);
+template <>
+__device__ __forceinline__ float FromF<float>(float v) {
+  return v;
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 FromF<__nv_bfloat16>(float v) {
+  return __float2bfloat16(v);
+}
+
+__device__ inline int64_t Tid() { return blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; }
+__device__ inline int64_t Threads() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
+
+struct Peers {
+  const void* x1[KF_MAX_RANKS];
+  const void* x2[KF_MAX_RANKS];
+  const void* v[KF_MAX_RANKS];
+  const void* gated[KF_MAX_RANKS];  // each rank's gated rows in its workspace
+  uint32_t* pad[KF_MAX_RANKS];
+  uint32_t* own_pad;
+};
+
+__global__ void Barrier(Peers p, uint32_t* epoch, int rank, int world) {
+  const uint32_t e = *epoch + 1;
+  if (threadIdx.x < world) {
+    kf_signal(p.pad[threadIdx.x] + rank, e);
+    kf_wait(p.own_pad + threadIdx.x, e);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) *epoch = e;
+}
+
+// Rows [0, B*Dl): u = x2 * v of local channel row (b, c) at global positions
+// t < L, read from the rank holding t's chunk; zero up to 2L; (x1, u) kept
+// for the gating. Rows [B*Dl, B*Dl + Gl): this rank's filters, truncated to L
+// taps (later ones reach no kept output) and zero-padded.
+template <typename T>
+__global__ void Prepare(Peers p, const T* __restrict__ h, float* __restrict__ pad,
+                        float2* __restrict__ xu, Dims d) {
+  const int64_t signal_rows = d.batch * d.dl, total = (signal_rows + d.gl) * d.n;
+  const int64_t taps = d.lh < d.len ? d.lh : d.len;
+  for (int64_t e = Tid(); e < total; e += Threads()) {
+    const int64_t t = e % d.n, row = e / d.n;
+    float out = 0.f;
+    if (row >= signal_rows) {
+      if (t < taps) out = ToF(h[(d.rank * d.gl + row - signal_rows) * d.lh + t]);
+    } else if (t < d.len) {
+      const int64_t b = row / d.dl, c = row % d.dl;
+      const int64_t k = t / d.c, i = t - k * d.c;
+      const bool second = k >= d.world;
+      const int src = static_cast<int>(second ? 2 * d.world - 1 - k : k);
+      const int64_t at = (b * d.d + d.rank * d.dl + c) * 2 * d.c + (second ? d.c : 0) + i;
+      const float x1 = ToF(static_cast<const T*>(p.x1[src])[at]);
+      out = ToF(static_cast<const T*>(p.x2[src])[at]) * ToF(static_cast<const T*>(p.v[src])[at]);
+      xu[row * d.len + t] = make_float2(x1, out);
+    }
+    pad[e] = out;
+  }
+}
+
+// spec[b*Dl + c][k] *= spec[B*Dl + c / GD][k] / 2L (the irfft's norm).
+__global__ void Multiply(float2* __restrict__ spec, Dims d, float scale) {
+  const int64_t signal_rows = d.batch * d.dl, total = signal_rows * d.f;
+  const float2* filters = spec + signal_rows * d.f;
+  for (int64_t e = Tid(); e < total; e += Threads()) {
+    const int64_t k = e % d.f, c = (e / d.f) % d.dl;
+    const float2 a = spec[e], w = filters[(c / d.gd) * d.f + k];
+    spec[e] = make_float2((a.x * w.x - a.y * w.y) * scale, (a.x * w.y + a.y * w.x) * scale);
+  }
+}
+
+// gated[b*Dl + c][t] = x1 * (conv + u * bias), global order.
+template <typename T>
+__global__ void Gate(const float* __restrict__ conv, const float2* __restrict__ xu,
+                     const T* __restrict__ bias, T* __restrict__ gated, Dims d) {
+  const int64_t total = d.batch * d.dl * d.len;
+  for (int64_t e = Tid(); e < total; e += Threads()) {
+    const int64_t t = e % d.len, row = e / d.len, c = row % d.dl;
+    const float2 a = xu[e];
+    gated[e] = FromF<T>(a.x * (conv[row * d.n + t] + a.y * ToF(bias[d.rank * d.dl + c])));
+  }
+}
+
+// y[b][j][q*Dl + c] = rank q's gated[b*Dl + c][t(j)], t(j) this rank's two
+// chunks; 32 x 32 tiles read along j (contiguous within a chunk), written
+// along the channels.
+template <typename T>
+__global__ void Pull(Peers p, T* __restrict__ y, Dims d) {
+  __shared__ T tile[32][33];
+  const int64_t rows = 2 * d.c, b = blockIdx.z;
+  const int64_t j0 = static_cast<int64_t>(blockIdx.x) * 32, ch0 = static_cast<int64_t>(blockIdx.y) * 32;
+  for (int r = threadIdx.y; r < 32; r += blockDim.y) {
+    const int64_t ch = ch0 + r, j = j0 + threadIdx.x;
+    if (ch < d.d && j < rows) {
+      const int64_t q = ch / d.dl, c = ch % d.dl;
+      const int64_t t = j < d.c ? d.rank * d.c + j : (2 * d.world - 1 - d.rank) * d.c + (j - d.c);
+      tile[r][threadIdx.x] = static_cast<const T*>(p.gated[q])[(b * d.dl + c) * d.len + t];
+    }
+  }
+  __syncthreads();
+  for (int r = threadIdx.y; r < 32; r += blockDim.y) {
+    const int64_t j = j0 + r, ch = ch0 + threadIdx.x;
+    if (ch < d.d && j < rows) y[(b * rows + j) * d.d + ch] = tile[threadIdx.x][r];
+  }
+}
+
+struct State {
+  cufftHandle fwd = 0, inv = 0;
+  bool has_fwd = false, has_inv = false;
+  uint32_t* epoch = nullptr;
+};
+
+int64_t Align256(int64_t bytes) { return (bytes + 255) / 256 * 256; }
+
+int Blocks(int64_t total) {
+  const int64_t want = (total + 255) / 256;
+  return static_cast<int>(want < 1 ? 1 : (want > 16384 ? 16384 : want));
+}
+
+bool ReadDims(kf_ctx* ctx, Dims* d) {
+  const kf_tensor* x1 = kf_input(ctx, "x1");
+  const kf_tensor* h = kf_input(ctx, "h");
+  const kf_tensor* y = kf_output(ctx, "y");
+  if (x1 == nullptr || h == nullptr || y == nullptr || x1->ndim != 3 || h->ndim != 2) return false;
+  d->world = ctx->world_size;
+  d->rank = ctx->rank;
+  d->batch = x1->shape[0];
+  d->d = x1->shape[1];
+  d->c = x1->shape[2] / 2;
+  d->groups = h->shape[0];
+  d->lh = h->shape[1];
+  if (d->groups < 1 || d->d % d->groups != 0 || d->groups % d->world != 0) return false;
+  d->dl = d->d / d->world;
+  d->gl = d->groups / d->world;
+  d->gd = d->d / d->groups;
+  d->len = 2 * d->world * d->c;
+  d->n = 2 * d->len;
+  d->f = d->len + 1;
+  return d->c >= 1 && y->shape[0] == d->batch && y->shape[1] == 2 * d->c && y->shape[2] == d->d;
+}
+
+bool MakePlan(cufftHandle* plan, int64_t n, int64_t batch, cufftType type) {
+  int dims[1] = {static_cast<int>(n)};
+  return cufftPlanMany(plan, 1, dims, nullptr, 1, 0, nullptr, 1, 0, type, static_cast<int>(batch)) ==
+         CUFFT_SUCCESS;
+}
+
+// Workspace: pad [(B*Dl + Gl) x 2L] f32 | spec [(B*Dl + Gl) x (L+1)] c64 |
+// xu [B*Dl x L] 2 x f32 | gated [B*Dl x L] T, at the same offsets on every rank.
+struct Layout {
+  int64_t spec, xu, gated, end;
+};
+
+Layout Plan(const Dims& d, int64_t es) {
+  const int64_t rows = d.batch * d.dl + d.gl;
+  Layout l;
+  l.spec = Align256(4 * rows * d.n);
+  l.xu = l.spec + Align256(8 * rows * d.f);
+  l.gated = l.xu + Align256(8 * d.batch * d.dl * d.len);
+  l.end = l.gated + Align256(es * d.batch * d.dl * d.len);
+  return l;
+}
+
+template <typename T>
+int Run(kf_ctx* ctx, State* st, const Dims& d) {
+  const Layout l = Plan(d, sizeof(T));
+  if (static_cast<int64_t>(ctx->workspace.nbytes) < l.end) return 1;
+  char* ws = static_cast<char*>(ctx->workspace.data);
+  float* pad = reinterpret_cast<float*>(ws);
+  float2* spec = reinterpret_cast<float2*>(ws + l.spec);
+  float2* xu = reinterpret_cast<float2*>(ws + l.xu);
+  T* gated = reinterpret_cast<T*>(ws + l.gated);
+  Peers p;
+  const kf_tensor *x1 = kf_input(ctx, "x1"), *x2 = kf_input(ctx, "x2"), *v = kf_input(ctx, "v");
+  for (int r = 0; r < d.world; ++r) {
+    p.x1[r] = x1->peers[r];
+    p.x2[r] = x2->peers[r];
+    p.v[r] = v->peers[r];
+    p.gated[r] = static_cast<const char*>(ctx->workspace.peers[r]) + l.gated;
+    p.pad[r] = static_cast<uint32_t*>(ctx->signal_pad.peers[r]);
+  }
+  p.own_pad = static_cast<uint32_t*>(ctx->signal_pad.data);
+  cudaStream_t s = ctx->stream;
+
+  Barrier<<<1, 32, 0, s>>>(p, st->epoch, d.rank, d.world);  // peers' inputs are in place
+  Prepare<T><<<Blocks((d.batch * d.dl + d.gl) * d.n), 256, 0, s>>>(
+      p, static_cast<const T*>(kf_input(ctx, "h")->data), pad, xu, d);
+  if (cudaGetLastError() != cudaSuccess) return 1;
+  if (cufftSetStream(st->fwd, s) != CUFFT_SUCCESS || cufftSetStream(st->inv, s) != CUFFT_SUCCESS) return 1;
+  if (cufftExecR2C(st->fwd, pad, reinterpret_cast<cufftComplex*>(spec)) != CUFFT_SUCCESS) return 1;
+  Multiply<<<Blocks(d.batch * d.dl * d.f), 256, 0, s>>>(spec, d, static_cast<float>(1.0 / d.n));
+  if (cudaGetLastError() != cudaSuccess) return 1;
+  // The signal rows' C2R lands on their own padded rows, free after the R2C.
+  if (cufftExecC2R(st->inv, reinterpret_cast<cufftComplex*>(spec), pad) != CUFFT_SUCCESS) return 1;
+  Gate<T><<<Blocks(d.batch * d.dl * d.len), 256, 0, s>>>(
+      pad, xu, static_cast<const T*>(kf_input(ctx, "bias")->data), gated, d);
+  Barrier<<<1, 32, 0, s>>>(p, st->epoch, d.rank, d.world);  // every rank's gated rows are ready
+  dim3 grid(static_cast<unsigned>((2 * d.c + 31) / 32), static_cast<unsigned>((d.d + 31) / 32),
+            static_cast<unsigned>(d.batch));
+  Pull<T><<<grid, dim3(32, 8), 0, s>>>(p, static_cast<T*>(kf_output(ctx, "y")->data), d);
+  return cudaGetLastError() == cudaSuccess ? 0 : 1;
+}
+
+}  // namespace
+
+extern "C" int kf_setup(kf_ctx* ctx) {
+  Dims d;
+  if (!ReadDims(ctx, &d) || d.world > 32) return 1;
+  State* st = new State;
+  ctx->user = st;
+  if (cudaMalloc(&st->epoch, sizeof(uint32_t)) != cudaSuccess) return 1;
+  if (cudaMemset(st->epoch, 0, sizeof(uint32_t)) != cudaSuccess) return 1;
+  if (!MakePlan(&st->fwd, d.n, d.batch * d.dl + d.gl, CUFFT_R2C)) return 1;
+  st->has_fwd = true;
+  if (!MakePlan(&st->inv, d.n, d.batch * d.dl, CUFFT_C2R)) return 1;
+  st->has_inv = true;
+  return 0;
+}
+
+extern "C" int kf_run(kf_ctx* ctx) {
+  State* st = static_cast<State*>(ctx->user);
+  Dims d;
+  if (st == nullptr || !ReadDims(ctx, &d)) return 1;
+  switch (kf_input(ctx, "x1")->dtype) {
+    case KF_BF16:
+      return Run<__nv_bfloat16>(ctx, st, d);
+    case KF_F32:
+      return Run<float>(ctx, st, d);
+    default:
+      return 2;
+  }
+}
+
+extern "C" int kf_teardown(kf_ctx* ctx) {
+  State* st = static_cast<State*>(ctx->user);
+  if (st == nullptr) return 0;
+  int rc = cudaStreamSynchronize(ctx->stream) == cudaSuccess ? 0 : 1;
+  if (st->has_fwd && cufftDestroy(st->fwd) != CUFFT_SUCCESS) rc = 1;
+  if (st->has_inv && cufftDestroy(st->inv) != CUFFT_SUCCESS) rc = 1;
+  if (st->epoch != nullptr && cudaFree(st->epoch) != cudaSuccess) rc = 1;
+  delete st;
+  ctx->user = nullptr;
+  return rc;
+}
