@@ -1,20 +1,25 @@
-// No all-to-alls: after a start barrier every rank reads its channels' rows
-// of x1, x2 and v straight from the ranks that hold each chunk (peer
-// pointers), in global order, and writes u = x2 * v zero-padded to 2L next to
-// its zero-padded filter rows, so one batched cuFFT R2C plan transforms
-// signals and filters together. The spectra are multiplied in place, one C2R
-// gives the convolution, and the gating (x1 * (conv + u * bias)) writes the
-// rank's channels, in global sequence order, to its symmetric workspace.
-// After a second barrier every rank pulls its two chunks of every peer's
-// channels and transposes them into y[B, 2C, D] on the way. The baseline's
-// pack/unpack passes, four NCCL round trips and separate transpose are gone;
-// u and the bracket stay in fp32 (rounded once, at y).
+// No all-to-alls, and half of the baseline's NVLink traffic. Every rank
+// first forms u = x2 * v of its own sequence shard (all channels) in its
+// symmetric workspace. After a barrier each rank reads its channels' rows of
+// u straight from the ranks that hold each chunk (peer pointers), in global
+// order, zero-padded to 2L, next to its zero-padded filter rows, so one
+// batched cuFFT R2C plan transforms signals and filters together. The
+// spectra are multiplied in place and one C2R gives the filter sums, which
+// stay in the workspace (narrowed to the input dtype, the way PyTorch rounds
+// the fftconv result). After a second barrier every rank pulls the filter
+// sums of its two chunks from every channel owner and applies the gating
+// where x1, x2 and v already are, y = x1 * (conv + bias * u), transposing
+// into y[B, 2C, D] on the way. Only u goes out and the filter sums come back
+// (the baseline moves x1, x2, v and y), and the pack, unpack, gating and
+// transpose passes collapse into three kernels around the transforms.
 //
 // Barriers: one block whose thread p signals rank p's slot [rank] of the
 // signal pad with an epoch that grows by one per barrier and waits for its
-// own slot [p]. A peer reads this rank's workspace only between the second
-// barrier of a call and its own next start barrier, which this rank passes
-// only after that peer's pull has finished, so no end barrier is needed.
+// own slot [p]. A peer reads this rank's u between the first and second
+// barrier of a call and its filter sums between the second barrier and its
+// own next first barrier; this rank rewrites u only after passing the second
+// barrier and the sums only after the next first barrier, so no end barrier
+// is needed.
 #include <cuda_bf16.h>
 #include <cufft.h>
 #include <stdint.h>
@@ -45,10 +50,8 @@ __device__ inline int64_t Tid() { return blockIdx.x * static_cast<int64_t>(block
 __device__ inline int64_t Threads() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
 
 struct Peers {
-  const void* x1[KF_MAX_RANKS];
-  const void* x2[KF_MAX_RANKS];
-  const void* v[KF_MAX_RANKS];
-  const void* gated[KF_MAX_RANKS];  // each rank's gated rows in its workspace
+  const void* u[KF_MAX_RANKS];     // each rank's u = x2 * v of its shard, [B, D, 2C]
+  const void* conv[KF_MAX_RANKS];  // each rank's filter sums, [B*Dl] rows of `conv_stride`
   uint32_t* pad[KF_MAX_RANKS];
   uint32_t* own_pad;
 };
@@ -63,31 +66,56 @@ __global__ void Barrier(Peers p, uint32_t* epoch, int rank, int world) {
   if (threadIdx.x == 0) *epoch = e;
 }
 
-// Rows [0, B*Dl): u = x2 * v of local channel row (b, c) at global positions
-// t < L, read from the rank holding t's chunk; zero up to 2L; (x1, u) kept
-// for the gating. Rows [B*Dl, B*Dl + Gl): this rank's filters, truncated to L
-// taps (later ones reach no kept output) and zero-padded.
+// u = T(x2 * v) over this rank's whole shard.
 template <typename T>
-__global__ void Prepare(Peers p, const T* __restrict__ h, float* __restrict__ pad,
-                        float2* __restrict__ xu, Dims d) {
-  const int64_t signal_rows = d.batch * d.dl, total = (signal_rows + d.gl) * d.n;
+__global__ void Product(const T* __restrict__ x2, const T* __restrict__ v, T* __restrict__ u,
+                        int64_t total) {
+  for (int64_t e = Tid(); e < total; e += Threads()) u[e] = FromF<T>(ToF(x2[e]) * ToF(v[e]));
+}
+
+// Rows [0, B*Dl): u of local channel row (b, c) at global positions t < L,
+// read from the rank holding t's chunk; zero up to 2L. Rows [B*Dl, B*Dl + Gl):
+// this rank's filters, truncated to L taps (later ones reach no kept output)
+// and zero-padded. Each thread handles V consecutive positions, which never
+// straddle a chunk (C % V == 0): one 16-byte load of u when V = 16 / sizeof(T).
+template <typename T, int V>
+__global__ void Prepare(Peers p, const T* __restrict__ h, float* __restrict__ pad, Dims d) {
+  const int64_t signal_rows = d.batch * d.dl, total = (signal_rows + d.gl) * d.n / V;
   const int64_t taps = d.lh < d.len ? d.lh : d.len;
   for (int64_t e = Tid(); e < total; e += Threads()) {
-    const int64_t t = e % d.n, row = e / d.n;
-    float out = 0.f;
+    const int64_t t0 = (e * V) % d.n, row = (e * V) / d.n;
+    float out[V];
+#pragma unroll
+    for (int i = 0; i < V; ++i) out[i] = 0.f;
     if (row >= signal_rows) {
-      if (t < taps) out = ToF(h[(d.rank * d.gl + row - signal_rows) * d.lh + t]);
-    } else if (t < d.len) {
+      const T* src = h + (d.rank * d.gl + row - signal_rows) * d.lh;
+#pragma unroll
+      for (int i = 0; i < V; ++i)
+        if (t0 + i < taps) out[i] = ToF(src[t0 + i]);
+    } else if (t0 < d.len) {
       const int64_t b = row / d.dl, c = row % d.dl;
-      const int64_t k = t / d.c, i = t - k * d.c;
+      const int64_t k = t0 / d.c, i0 = t0 - k * d.c;
       const bool second = k >= d.world;
-      const int src = static_cast<int>(second ? 2 * d.world - 1 - k : k);
-      const int64_t at = (b * d.d + d.rank * d.dl + c) * 2 * d.c + (second ? d.c : 0) + i;
-      const float x1 = ToF(static_cast<const T*>(p.x1[src])[at]);
-      out = ToF(static_cast<const T*>(p.x2[src])[at]) * ToF(static_cast<const T*>(p.v[src])[at]);
-      xu[row * d.len + t] = make_float2(x1, out);
+      const int holder = static_cast<int>(second ? 2 * d.world - 1 - k : k);
+      const int64_t at = (b * d.d + d.rank * d.dl + c) * 2 * d.c + (second ? d.c : 0) + i0;
+      const T* src = static_cast<const T*>(p.u[holder]) + at;
+      if constexpr (V * sizeof(T) == 16) {
+        const uint4 raw = *reinterpret_cast<const uint4*>(src);
+        const T* vals = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+        for (int i = 0; i < V; ++i) out[i] = ToF(vals[i]);
+      } else {
+#pragma unroll
+        for (int i = 0; i < V; ++i) out[i] = ToF(src[i]);
+      }
     }
-    pad[e] = out;
+    if constexpr (V == 1) {
+      pad[e] = out[0];
+    } else {
+#pragma unroll
+      for (int i = 0; i < V; i += 4)
+        *reinterpret_cast<float4*>(pad + e * V + i) = make_float4(out[i], out[i + 1], out[i + 2], out[i + 3]);
+    }
   }
 }
 
@@ -102,23 +130,22 @@ __global__ void Multiply(float2* __restrict__ spec, Dims d, float scale) {
   }
 }
 
-// gated[b*Dl + c][t] = x1 * (conv + u * bias), global order.
+// sums[b*Dl + c][t] = T(conv[b*Dl + c][t]) for t < L: half the bytes for the
+// peers to pull when T is 16-bit.
 template <typename T>
-__global__ void Gate(const float* __restrict__ conv, const float2* __restrict__ xu,
-                     const T* __restrict__ bias, T* __restrict__ gated, Dims d) {
+__global__ void Narrow(const float* __restrict__ conv, T* __restrict__ sums, Dims d) {
   const int64_t total = d.batch * d.dl * d.len;
-  for (int64_t e = Tid(); e < total; e += Threads()) {
-    const int64_t t = e % d.len, row = e / d.len, c = row % d.dl;
-    const float2 a = xu[e];
-    gated[e] = FromF<T>(a.x * (conv[row * d.n + t] + a.y * ToF(bias[d.rank * d.dl + c])));
-  }
+  for (int64_t e = Tid(); e < total; e += Threads())
+    sums[e] = FromF<T>(conv[(e / d.len) * d.n + e % d.len]);
 }
 
-// y[b][j][q*Dl + c] = rank q's gated[b*Dl + c][t(j)], t(j) this rank's two
-// chunks; 32 x 32 tiles read along j (contiguous within a chunk), written
-// along the channels.
-template <typename T>
-__global__ void Pull(Peers p, T* __restrict__ y, Dims d) {
+// y[b][j][q*Dl + c] = x1 * (S + bias * u) at this rank's position j, S rank
+// q's filter sum of its channel c at the global position t(j). 32 x 32 tiles
+// read along j (contiguous within a chunk, here and at the owner), written
+// along the channels. S is T-rounded (S_T) or the owner's f32 C2R output.
+template <typename T, typename S>
+__global__ void Pull(Peers p, const T* __restrict__ x1, const T* __restrict__ u,
+                     const T* __restrict__ bias, T* __restrict__ y, Dims d, int64_t conv_stride) {
   __shared__ T tile[32][33];
   const int64_t rows = 2 * d.c, b = blockIdx.z;
   const int64_t j0 = static_cast<int64_t>(blockIdx.x) * 32, ch0 = static_cast<int64_t>(blockIdx.y) * 32;
@@ -127,7 +154,9 @@ __global__ void Pull(Peers p, T* __restrict__ y, Dims d) {
     if (ch < d.d && j < rows) {
       const int64_t q = ch / d.dl, c = ch % d.dl;
       const int64_t t = j < d.c ? d.rank * d.c + j : (2 * d.world - 1 - d.rank) * d.c + (j - d.c);
-      tile[r][threadIdx.x] = static_cast<const T*>(p.gated[q])[(b * d.dl + c) * d.len + t];
+      const float s = ToF(static_cast<const S*>(p.conv[q])[(b * d.dl + c) * conv_stride + t]);
+      const int64_t at = (b * d.d + ch) * rows + j;
+      tile[r][threadIdx.x] = FromF<T>(ToF(x1[at]) * (s + ToF(bias[ch]) * ToF(u[at])));
     }
   }
   __syncthreads();
@@ -179,18 +208,18 @@ bool MakePlan(cufftHandle* plan, int64_t n, int64_t batch, cufftType type) {
 }
 
 // Workspace: pad [(B*Dl + Gl) x 2L] f32 | spec [(B*Dl + Gl) x (L+1)] c64 |
-// xu [B*Dl x L] 2 x f32 | gated [B*Dl x L] T, at the same offsets on every rank.
+// u [B x D x 2C] T | sums [B*Dl x L] T, at the same offsets on every rank.
 struct Layout {
-  int64_t spec, xu, gated, end;
+  int64_t spec, u, sums, end;
 };
 
 Layout Plan(const Dims& d, int64_t es) {
   const int64_t rows = d.batch * d.dl + d.gl;
   Layout l;
   l.spec = Align256(4 * rows * d.n);
-  l.xu = l.spec + Align256(8 * rows * d.f);
-  l.gated = l.xu + Align256(8 * d.batch * d.dl * d.len);
-  l.end = l.gated + Align256(es * d.batch * d.dl * d.len);
+  l.u = l.spec + Align256(8 * rows * d.f);
+  l.sums = l.u + Align256(es * d.batch * d.d * 2 * d.c);
+  l.end = l.sums + Align256(es * d.batch * d.dl * d.len);
   return l;
 }
 
@@ -201,23 +230,35 @@ int Run(kf_ctx* ctx, State* st, const Dims& d) {
   char* ws = static_cast<char*>(ctx->workspace.data);
   float* pad = reinterpret_cast<float*>(ws);
   float2* spec = reinterpret_cast<float2*>(ws + l.spec);
-  float2* xu = reinterpret_cast<float2*>(ws + l.xu);
-  T* gated = reinterpret_cast<T*>(ws + l.gated);
+  T* u = reinterpret_cast<T*>(ws + l.u);
+  T* sums = reinterpret_cast<T*>(ws + l.sums);
+  // f32: the C2R output itself is what peers pull (no narrowing needed).
+  constexpr bool kNarrow = sizeof(T) < 4;
   Peers p;
-  const kf_tensor *x1 = kf_input(ctx, "x1"), *x2 = kf_input(ctx, "x2"), *v = kf_input(ctx, "v");
   for (int r = 0; r < d.world; ++r) {
-    p.x1[r] = x1->peers[r];
-    p.x2[r] = x2->peers[r];
-    p.v[r] = v->peers[r];
-    p.gated[r] = static_cast<const char*>(ctx->workspace.peers[r]) + l.gated;
+    const char* base = static_cast<const char*>(ctx->workspace.peers[r]);
+    p.u[r] = base + l.u;
+    p.conv[r] = base + (kNarrow ? l.sums : 0);
     p.pad[r] = static_cast<uint32_t*>(ctx->signal_pad.peers[r]);
   }
   p.own_pad = static_cast<uint32_t*>(ctx->signal_pad.data);
+  const T* x1 = static_cast<const T*>(kf_input(ctx, "x1")->data);
+  const T* x2 = static_cast<const T*>(kf_input(ctx, "x2")->data);
+  const T* v = static_cast<const T*>(kf_input(ctx, "v")->data);
+  const T* h = static_cast<const T*>(kf_input(ctx, "h")->data);
+  const T* bias = static_cast<const T*>(kf_input(ctx, "bias")->data);
   cudaStream_t s = ctx->stream;
 
-  Barrier<<<1, 32, 0, s>>>(p, st->epoch, d.rank, d.world);  // peers' inputs are in place
-  Prepare<T><<<Blocks((d.batch * d.dl + d.gl) * d.n), 256, 0, s>>>(
-      p, static_cast<const T*>(kf_input(ctx, "h")->data), pad, xu, d);
+  const int64_t shard = d.batch * d.d * 2 * d.c;
+  Product<T><<<Blocks(shard), 256, 0, s>>>(x2, v, u, shard);
+  Barrier<<<1, 32, 0, s>>>(p, st->epoch, d.rank, d.world);  // every rank's u is ready
+  constexpr int kVec = 16 / sizeof(T);
+  const int64_t rows = d.batch * d.dl + d.gl;
+  if (d.c % kVec == 0) {
+    Prepare<T, kVec><<<Blocks(rows * d.n / kVec), 256, 0, s>>>(p, h, pad, d);
+  } else {
+    Prepare<T, 1><<<Blocks(rows * d.n), 256, 0, s>>>(p, h, pad, d);
+  }
   if (cudaGetLastError() != cudaSuccess) return 1;
   if (cufftSetStream(st->fwd, s) != CUFFT_SUCCESS || cufftSetStream(st->inv, s) != CUFFT_SUCCESS) return 1;
   if (cufftExecR2C(st->fwd, pad, reinterpret_cast<cufftComplex*>(spec)) != CUFFT_SUCCESS) return 1;
@@ -225,12 +266,16 @@ int Run(kf_ctx* ctx, State* st, const Dims& d) {
   if (cudaGetLastError() != cudaSuccess) return 1;
   // The signal rows' C2R lands on their own padded rows, free after the R2C.
   if (cufftExecC2R(st->inv, reinterpret_cast<cufftComplex*>(spec), pad) != CUFFT_SUCCESS) return 1;
-  Gate<T><<<Blocks(d.batch * d.dl * d.len), 256, 0, s>>>(
-      pad, xu, static_cast<const T*>(kf_input(ctx, "bias")->data), gated, d);
-  Barrier<<<1, 32, 0, s>>>(p, st->epoch, d.rank, d.world);  // every rank's gated rows are ready
+  if (kNarrow) Narrow<T><<<Blocks(d.batch * d.dl * d.len), 256, 0, s>>>(pad, sums, d);
+  Barrier<<<1, 32, 0, s>>>(p, st->epoch, d.rank, d.world);  // every rank's filter sums are ready
   dim3 grid(static_cast<unsigned>((2 * d.c + 31) / 32), static_cast<unsigned>((d.d + 31) / 32),
             static_cast<unsigned>(d.batch));
-  Pull<T><<<grid, dim3(32, 8), 0, s>>>(p, static_cast<T*>(kf_output(ctx, "y")->data), d);
+  T* y = static_cast<T*>(kf_output(ctx, "y")->data);
+  if (kNarrow) {
+    Pull<T, T><<<grid, dim3(32, 8), 0, s>>>(p, x1, u, bias, y, d, d.len);
+  } else {
+    Pull<T, float><<<grid, dim3(32, 8), 0, s>>>(p, x1, u, bias, y, d, d.n);
+  }
   return cudaGetLastError() == cudaSuccess ? 0 : 1;
 }
 
