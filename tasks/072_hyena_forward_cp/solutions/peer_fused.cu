@@ -46,7 +46,9 @@ __device__ __forceinline__ __nv_bfloat16 FromF<__nv_bfloat16>(float v) {
   return __float2bfloat16(v);
 }
 
-__device__ inline int64_t Tid() { return blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; }
+__device__ inline int64_t Tid() {
+  return blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+}
 __device__ inline int64_t Threads() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
 
 struct Peers {
@@ -114,7 +116,8 @@ __global__ void Prepare(Peers p, const T* __restrict__ h, float* __restrict__ pa
     } else {
 #pragma unroll
       for (int i = 0; i < V; i += 4)
-        *reinterpret_cast<float4*>(pad + e * V + i) = make_float4(out[i], out[i + 1], out[i + 2], out[i + 3]);
+        *reinterpret_cast<float4*>(pad + e * V + i) =
+            make_float4(out[i], out[i + 1], out[i + 2], out[i + 3]);
     }
   }
 }
@@ -148,7 +151,8 @@ __global__ void Pull(Peers p, const T* __restrict__ x1, const T* __restrict__ u,
                      const T* __restrict__ bias, T* __restrict__ y, Dims d, int64_t conv_stride) {
   __shared__ T tile[32][33];
   const int64_t rows = 2 * d.c, b = blockIdx.z;
-  const int64_t j0 = static_cast<int64_t>(blockIdx.x) * 32, ch0 = static_cast<int64_t>(blockIdx.y) * 32;
+  const int64_t j0 = static_cast<int64_t>(blockIdx.x) * 32;
+  const int64_t ch0 = static_cast<int64_t>(blockIdx.y) * 32;
   for (int r = threadIdx.y; r < 32; r += blockDim.y) {
     const int64_t ch = ch0 + r, j = j0 + threadIdx.x;
     if (ch < d.d && j < rows) {
@@ -203,8 +207,8 @@ bool ReadDims(kf_ctx* ctx, Dims* d) {
 
 bool MakePlan(cufftHandle* plan, int64_t n, int64_t batch, cufftType type) {
   int dims[1] = {static_cast<int>(n)};
-  return cufftPlanMany(plan, 1, dims, nullptr, 1, 0, nullptr, 1, 0, type, static_cast<int>(batch)) ==
-         CUFFT_SUCCESS;
+  return cufftPlanMany(plan, 1, dims, nullptr, 1, 0, nullptr, 1, 0, type,
+                       static_cast<int>(batch)) == CUFFT_SUCCESS;
 }
 
 // Workspace: pad [(B*Dl + Gl) x 2L] f32 | spec [(B*Dl + Gl) x (L+1)] c64 |
@@ -260,7 +264,9 @@ int Run(kf_ctx* ctx, State* st, const Dims& d) {
     Prepare<T, 1><<<Blocks(rows * d.n), 256, 0, s>>>(p, h, pad, d);
   }
   if (cudaGetLastError() != cudaSuccess) return 1;
-  if (cufftSetStream(st->fwd, s) != CUFFT_SUCCESS || cufftSetStream(st->inv, s) != CUFFT_SUCCESS) return 1;
+  if (cufftSetStream(st->fwd, s) != CUFFT_SUCCESS || cufftSetStream(st->inv, s) != CUFFT_SUCCESS) {
+    return 1;
+  }
   if (cufftExecR2C(st->fwd, pad, reinterpret_cast<cufftComplex*>(spec)) != CUFFT_SUCCESS) return 1;
   Multiply<<<Blocks(d.batch * d.dl * d.f), 256, 0, s>>>(spec, d, static_cast<float>(1.0 / d.n));
   if (cudaGetLastError() != cudaSuccess) return 1;
