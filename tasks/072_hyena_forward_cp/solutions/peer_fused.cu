@@ -170,10 +170,16 @@ __global__ void Pull(Peers p, const T* __restrict__ x1, const T* __restrict__ u,
   }
 }
 
+// The plans run one after another on one stream, so they share one work area
+// (the largest any of them needs) instead of one each: at the 128k-token bench
+// size a work area is gigabytes.
+enum PlanId { kFwd = 0, kInv, kPlans };
+
 struct State {
-  cufftHandle fwd = 0, inv = 0;
-  bool has_fwd = false, has_inv = false;
-  uint32_t* epoch = nullptr;
+  cufftHandle plans[kPlans] = {};
+  bool made[kPlans] = {};
+  void* work = nullptr;
+  uint32_t* epoch = nullptr;  // barriers passed by this rank
 };
 
 int64_t Align256(int64_t bytes) { return (bytes + 255) / 256 * 256; }
@@ -205,10 +211,13 @@ bool ReadDims(kf_ctx* ctx, Dims* d) {
   return d->c >= 1 && y->shape[0] == d->batch && y->shape[1] == 2 * d->c && y->shape[2] == d->d;
 }
 
-bool MakePlan(cufftHandle* plan, int64_t n, int64_t batch, cufftType type) {
+bool MakePlan(State* st, PlanId which, int64_t n, int64_t batch, cufftType type, size_t* work) {
+  if (cufftCreate(&st->plans[which]) != CUFFT_SUCCESS) return false;
+  st->made[which] = true;
+  if (cufftSetAutoAllocation(st->plans[which], 0) != CUFFT_SUCCESS) return false;
   int dims[1] = {static_cast<int>(n)};
-  return cufftPlanMany(plan, 1, dims, nullptr, 1, 0, nullptr, 1, 0, type,
-                       static_cast<int>(batch)) == CUFFT_SUCCESS;
+  return cufftMakePlanMany(st->plans[which], 1, dims, nullptr, 1, 0, nullptr, 1, 0, type,
+                           static_cast<int>(batch), work) == CUFFT_SUCCESS;
 }
 
 // Workspace: pad [(B*Dl + Gl) x 2L] f32 | spec [(B*Dl + Gl) x (L+1)] c64 |
@@ -264,14 +273,13 @@ int Run(kf_ctx* ctx, State* st, const Dims& d) {
     Prepare<T, 1><<<Blocks(rows * d.n), 256, 0, s>>>(p, h, pad, d);
   }
   if (cudaGetLastError() != cudaSuccess) return 1;
-  if (cufftSetStream(st->fwd, s) != CUFFT_SUCCESS || cufftSetStream(st->inv, s) != CUFFT_SUCCESS) {
-    return 1;
-  }
-  if (cufftExecR2C(st->fwd, pad, reinterpret_cast<cufftComplex*>(spec)) != CUFFT_SUCCESS) return 1;
+  const cufftHandle fwd = st->plans[kFwd], inv = st->plans[kInv];
+  if (cufftSetStream(fwd, s) != CUFFT_SUCCESS || cufftSetStream(inv, s) != CUFFT_SUCCESS) return 1;
+  if (cufftExecR2C(fwd, pad, reinterpret_cast<cufftComplex*>(spec)) != CUFFT_SUCCESS) return 1;
   Multiply<<<Blocks(d.batch * d.dl * d.f), 256, 0, s>>>(spec, d, static_cast<float>(1.0 / d.n));
   if (cudaGetLastError() != cudaSuccess) return 1;
   // The signal rows' C2R lands on their own padded rows, free after the R2C.
-  if (cufftExecC2R(st->inv, reinterpret_cast<cufftComplex*>(spec), pad) != CUFFT_SUCCESS) return 1;
+  if (cufftExecC2R(inv, reinterpret_cast<cufftComplex*>(spec), pad) != CUFFT_SUCCESS) return 1;
   if (kNarrow) Narrow<T><<<Blocks(d.batch * d.dl * d.len), 256, 0, s>>>(pad, sums, d);
   Barrier<<<1, 32, 0, s>>>(p, st->epoch, d.rank, d.world);  // every rank's filter sums are ready
   dim3 grid(static_cast<unsigned>((2 * d.c + 31) / 32), static_cast<unsigned>((d.d + 31) / 32),
@@ -294,10 +302,15 @@ extern "C" int kf_setup(kf_ctx* ctx) {
   ctx->user = st;
   if (cudaMalloc(&st->epoch, sizeof(uint32_t)) != cudaSuccess) return 1;
   if (cudaMemset(st->epoch, 0, sizeof(uint32_t)) != cudaSuccess) return 1;
-  if (!MakePlan(&st->fwd, d.n, d.batch * d.dl + d.gl, CUFFT_R2C)) return 1;
-  st->has_fwd = true;
-  if (!MakePlan(&st->inv, d.n, d.batch * d.dl, CUFFT_C2R)) return 1;
-  st->has_inv = true;
+  size_t sizes[kPlans] = {};
+  if (!MakePlan(st, kFwd, d.n, d.batch * d.dl + d.gl, CUFFT_R2C, &sizes[kFwd])) return 1;
+  if (!MakePlan(st, kInv, d.n, d.batch * d.dl, CUFFT_C2R, &sizes[kInv])) return 1;
+  size_t most = 0;
+  for (size_t bytes : sizes) most = bytes > most ? bytes : most;
+  if (most > 0 && cudaMalloc(&st->work, most) != cudaSuccess) return 1;
+  for (int i = 0; i < kPlans; ++i) {
+    if (cufftSetWorkArea(st->plans[i], st->work) != CUFFT_SUCCESS) return 1;
+  }
   return 0;
 }
 
@@ -319,8 +332,10 @@ extern "C" int kf_teardown(kf_ctx* ctx) {
   State* st = static_cast<State*>(ctx->user);
   if (st == nullptr) return 0;
   int rc = cudaStreamSynchronize(ctx->stream) == cudaSuccess ? 0 : 1;
-  if (st->has_fwd && cufftDestroy(st->fwd) != CUFFT_SUCCESS) rc = 1;
-  if (st->has_inv && cufftDestroy(st->inv) != CUFFT_SUCCESS) rc = 1;
+  for (int i = 0; i < kPlans; ++i) {
+    if (st->made[i] && cufftDestroy(st->plans[i]) != CUFFT_SUCCESS) rc = 1;
+  }
+  if (st->work != nullptr && cudaFree(st->work) != cudaSuccess) rc = 1;
   if (st->epoch != nullptr && cudaFree(st->epoch) != cudaSuccess) rc = 1;
   delete st;
   ctx->user = nullptr;
