@@ -38,16 +38,21 @@ __device__ __forceinline__ float Round(float v) {
   return ToF(FromF<T>(v));
 }
 
-__device__ inline int64_t Tid() {
-  return blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-}
-__device__ inline int64_t Threads() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
+// The elementwise kernels walk [rows x cols] arrays: blocks stride the rows
+// along y and the columns along x, so that the per-element index arithmetic
+// has no 64-bit division (PyTorch's TensorIterator avoids it likewise).
+#define FOR_ROWS(row, rows) for (int64_t row = blockIdx.y; row < (rows); row += gridDim.y)
+#define FOR_COLS(col, cols)                                                                     \
+  for (int64_t col = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; col < (cols); \
+       col += static_cast<int64_t>(gridDim.x) * blockDim.x)
 
-// Where global position t of local channel row (b, c) sits in the received
-// all-to-all blocks recv[p][b][c][j]: rank p = the holder of t's chunk, j its
-// local position there (chunk p first, chunk 2W-1-p second).
+// Where global position t (< L, so it fits an int) of local channel row
+// (b, c) sits in the received all-to-all blocks recv[p][b][c][j]: rank p = the
+// holder of t's chunk, j its local position there (chunk p first, chunk
+// 2W-1-p second).
 __device__ __forceinline__ int64_t ZigzagIndex(const Dims& d, int64_t b, int64_t c, int64_t t) {
-  const int64_t k = t / d.c, i = t - k * d.c;
+  const int k = static_cast<int>(t) / static_cast<int>(d.c);
+  const int64_t i = t - k * d.c;
   const bool second = k >= d.world;
   const int64_t p = second ? 2 * d.world - 1 - k : k;
   return ((p * d.batch + b) * d.dl + c) * 2 * d.c + (second ? d.c : 0) + i;
@@ -56,11 +61,11 @@ __device__ __forceinline__ int64_t ZigzagIndex(const Dims& d, int64_t b, int64_t
 // send[p][b][c][j] = x[b][p*Dl + c][j]: the permute(1, 0, 2, 3).contiguous().
 template <typename T>
 __global__ void Pack(const T* __restrict__ x, T* __restrict__ send, Dims d) {
-  const int64_t row_len = 2 * d.c, total = d.batch * d.d * row_len;
-  for (int64_t e = Tid(); e < total; e += Threads()) {
-    const int64_t j = e % row_len, ch = (e / row_len) % d.d, b = e / (row_len * d.d);
-    const int64_t p = ch / d.dl, c = ch % d.dl;
-    send[((p * d.batch + b) * d.dl + c) * row_len + j] = x[e];
+  const int64_t row_len = 2 * d.c;
+  FOR_ROWS(row, d.batch * d.d) {
+    const int64_t ch = row % d.d, b = row / d.d, p = ch / d.dl, c = ch % d.dl;
+    T* dst = send + ((p * d.batch + b) * d.dl + c) * row_len;
+    FOR_COLS(j, row_len) dst[j] = x[row * row_len + j];
   }
 }
 
@@ -68,15 +73,16 @@ __global__ void Pack(const T* __restrict__ x, T* __restrict__ send, Dims d) {
 template <typename T>
 __global__ void PadSignal(const T* __restrict__ x2, const T* __restrict__ v,
                           float* __restrict__ pad, Dims d) {
-  const int64_t total = d.batch * d.dl * d.n;
-  for (int64_t e = Tid(); e < total; e += Threads()) {
-    const int64_t t = e % d.n, row = e / d.n;
-    float u = 0.f;
-    if (t < d.len) {
-      const int64_t at = ZigzagIndex(d, row / d.dl, row % d.dl, t);
-      u = Round<T>(ToF(x2[at]) * ToF(v[at]));
+  FOR_ROWS(row, d.batch * d.dl) {
+    const int64_t b = row / d.dl, c = row % d.dl;
+    FOR_COLS(t, d.n) {
+      float u = 0.f;
+      if (t < d.len) {
+        const int64_t at = ZigzagIndex(d, b, c, t);
+        u = Round<T>(ToF(x2[at]) * ToF(v[at]));
+      }
+      pad[row * d.n + t] = u;
     }
-    pad[e] = u;
   }
 }
 
@@ -84,21 +90,23 @@ __global__ void PadSignal(const T* __restrict__ x2, const T* __restrict__ v,
 // truncates a longer filter; taps past L only reach outputs the irfft drops).
 template <typename T>
 __global__ void PadFilter(const T* __restrict__ h, float* __restrict__ pad, Dims d) {
-  const int64_t total = d.gl * d.n, taps = d.lh < d.len ? d.lh : d.len;
-  for (int64_t e = Tid(); e < total; e += Threads()) {
-    const int64_t t = e % d.n, g = e / d.n;
-    pad[e] = t < taps ? ToF(h[(d.rank * d.gl + g) * d.lh + t]) : 0.f;
+  const int64_t taps = d.lh < d.len ? d.lh : d.len;
+  FOR_ROWS(g, d.gl) {
+    const T* src = h + (d.rank * d.gl + g) * d.lh;
+    FOR_COLS(t, d.n) pad[g * d.n + t] = t < taps ? ToF(src[t]) : 0.f;
   }
 }
 
 // spec_u[b*Dl + c][k] *= spec_h[c / GD][k] / 2L (the irfft's norm).
 __global__ void Multiply(float2* __restrict__ su, const float2* __restrict__ sh, Dims d,
                          float scale) {
-  const int64_t total = d.batch * d.dl * d.f;
-  for (int64_t e = Tid(); e < total; e += Threads()) {
-    const int64_t k = e % d.f, c = (e / d.f) % d.dl;
-    const float2 a = su[e], w = sh[(c / d.gd) * d.f + k];
-    su[e] = make_float2((a.x * w.x - a.y * w.y) * scale, (a.x * w.y + a.y * w.x) * scale);
+  FOR_ROWS(row, d.batch * d.dl) {
+    float2* a = su + row * d.f;
+    const float2* w = sh + ((row % d.dl) / d.gd) * d.f;
+    FOR_COLS(k, d.f) {
+      const float2 x = a[k], y = w[k];
+      a[k] = make_float2((x.x * y.x - x.y * y.y) * scale, (x.x * y.y + x.y * y.x) * scale);
+    }
   }
 }
 
@@ -108,13 +116,15 @@ template <typename T>
 __global__ void Gate(const float* __restrict__ conv, const T* __restrict__ x1,
                      const T* __restrict__ x2, const T* __restrict__ v, const T* __restrict__ bias,
                      T* __restrict__ send, Dims d) {
-  const int64_t total = d.batch * d.dl * d.len;
-  for (int64_t e = Tid(); e < total; e += Threads()) {
-    const int64_t t = e % d.len, row = e / d.len, c = row % d.dl;
-    const int64_t at = ZigzagIndex(d, row / d.dl, c, t);
-    const float u = Round<T>(ToF(x2[at]) * ToF(v[at]));
-    const float z = Round<T>(conv[row * d.n + t] + u * ToF(bias[d.rank * d.dl + c]));
-    send[at] = FromF<T>(ToF(x1[at]) * z);
+  FOR_ROWS(row, d.batch * d.dl) {
+    const int64_t b = row / d.dl, c = row % d.dl;
+    const float bc = ToF(bias[d.rank * d.dl + c]);
+    FOR_COLS(t, d.len) {
+      const int64_t at = ZigzagIndex(d, b, c, t);
+      const float u = Round<T>(ToF(x2[at]) * ToF(v[at]));
+      const float z = Round<T>(conv[row * d.n + t] + u * bc);
+      send[at] = FromF<T>(ToF(x1[at]) * z);
+    }
   }
 }
 
@@ -152,9 +162,11 @@ struct State {
 
 int64_t Align256(int64_t bytes) { return (bytes + 255) / 256 * 256; }
 
-int Blocks(int64_t total) {
-  const int64_t want = (total + 255) / 256;
-  return static_cast<int>(want < 1 ? 1 : (want > 16384 ? 16384 : want));
+// At most 64 x 1024 blocks of 256 threads over a [rows x cols] array.
+dim3 Grid(int64_t rows, int64_t cols) {
+  const int64_t x = (cols + 255) / 256;
+  return dim3(static_cast<unsigned>(x < 1 ? 1 : (x > 64 ? 64 : x)),
+              static_cast<unsigned>(rows < 1 ? 1 : (rows > 1024 ? 1024 : rows)));
 }
 
 bool ReadDims(kf_ctx* ctx, Dims* d) {
@@ -219,16 +231,16 @@ int Run(kf_ctx* ctx, State* st, const Dims& d) {
     const T* x = static_cast<const T*>(kf_input(ctx, names[i])->data);
     const T* src = x;
     if (d.batch > 1) {
-      Pack<T><<<Blocks(block * d.world), 256, 0, s>>>(x, send, d);
+      Pack<T><<<Grid(d.batch * d.d, 2 * d.c), 256, 0, s>>>(x, send, d);
       if (cudaGetLastError() != cudaSuccess) return 1;
       src = send;
     }
     if (kf_all_to_all(ctx, src, recv[i], static_cast<size_t>(block), dt) != 0) return 1;
   }
 
-  PadSignal<T><<<Blocks(d.batch * d.dl * d.n), 256, 0, s>>>(recv[1], recv[2], pad_u, d);
-  PadFilter<T><<<Blocks(d.gl * d.n), 256, 0, s>>>(static_cast<const T*>(kf_input(ctx, "h")->data),
-                                                  pad_h, d);
+  PadSignal<T><<<Grid(d.batch * d.dl, d.n), 256, 0, s>>>(recv[1], recv[2], pad_u, d);
+  PadFilter<T>
+      <<<Grid(d.gl, d.n), 256, 0, s>>>(static_cast<const T*>(kf_input(ctx, "h")->data), pad_h, d);
   if (cudaGetLastError() != cudaSuccess) return 1;
   if (cufftSetStream(st->plans[kFwdU], s) != CUFFT_SUCCESS ||
       cufftSetStream(st->plans[kFwdH], s) != CUFFT_SUCCESS ||
@@ -241,14 +253,14 @@ int Run(kf_ctx* ctx, State* st, const Dims& d) {
           CUFFT_SUCCESS) {
     return 1;
   }
-  Multiply<<<Blocks(d.batch * d.dl * d.f), 256, 0, s>>>(spec_u, spec_h, d,
-                                                        static_cast<float>(1.0 / d.n));
+  Multiply<<<Grid(d.batch * d.dl, d.f), 256, 0, s>>>(spec_u, spec_h, d,
+                                                     static_cast<float>(1.0 / d.n));
   if (cudaGetLastError() != cudaSuccess) return 1;
   // C2R overwrites its input (spec_u, no longer needed); pad_u is free again too.
   if (cufftExecC2R(st->plans[kInvU], reinterpret_cast<cufftComplex*>(spec_u), pad_u) !=
       CUFFT_SUCCESS)
     return 1;
-  Gate<T><<<Blocks(d.batch * d.dl * d.len), 256, 0, s>>>(
+  Gate<T><<<Grid(d.batch * d.dl, d.len), 256, 0, s>>>(
       pad_u, recv[0], recv[1], recv[2], static_cast<const T*>(kf_input(ctx, "bias")->data), send,
       d);
   if (cudaGetLastError() != cudaSuccess) return 1;

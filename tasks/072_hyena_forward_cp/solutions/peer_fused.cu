@@ -46,6 +46,13 @@ __device__ __forceinline__ __nv_bfloat16 FromF<__nv_bfloat16>(float v) {
   return __float2bfloat16(v);
 }
 
+// The kernels over [rows x cols] arrays stride the rows along y and the
+// columns along x, so that no element pays a 64-bit division.
+#define FOR_ROWS(row, rows) for (int64_t row = blockIdx.y; row < (rows); row += gridDim.y)
+#define FOR_COLS(col, cols)                                                   \
+  for (int64_t col = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; \
+       col < (cols); col += static_cast<int64_t>(gridDim.x) * blockDim.x)
+
 __device__ inline int64_t Tid() {
   return blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
 }
@@ -82,54 +89,60 @@ __global__ void Product(const T* __restrict__ x2, const T* __restrict__ v, T* __
 // straddle a chunk (C % V == 0): one 16-byte load of u when V = 16 / sizeof(T).
 template <typename T, int V>
 __global__ void Prepare(Peers p, const T* __restrict__ h, float* __restrict__ pad, Dims d) {
-  const int64_t signal_rows = d.batch * d.dl, total = (signal_rows + d.gl) * d.n / V;
-  const int64_t taps = d.lh < d.len ? d.lh : d.len;
-  for (int64_t e = Tid(); e < total; e += Threads()) {
-    const int64_t t0 = (e * V) % d.n, row = (e * V) / d.n;
-    float out[V];
+  const int64_t signal_rows = d.batch * d.dl, taps = d.lh < d.len ? d.lh : d.len;
+  FOR_ROWS(row, signal_rows + d.gl) {
+    const bool filter = row >= signal_rows;
+    const T* filt = filter ? h + (d.rank * d.gl + row - signal_rows) * d.lh : h;
+    const int64_t b = row / d.dl, c = row % d.dl;
+    float* dst = pad + row * d.n;
+    FOR_COLS(q, d.n / V) {
+      const int64_t t0 = q * V;
+      float out[V];
 #pragma unroll
-    for (int i = 0; i < V; ++i) out[i] = 0.f;
-    if (row >= signal_rows) {
-      const T* src = h + (d.rank * d.gl + row - signal_rows) * d.lh;
+      for (int i = 0; i < V; ++i) out[i] = 0.f;
+      if (filter) {
 #pragma unroll
-      for (int i = 0; i < V; ++i)
-        if (t0 + i < taps) out[i] = ToF(src[t0 + i]);
-    } else if (t0 < d.len) {
-      const int64_t b = row / d.dl, c = row % d.dl;
-      const int64_t k = t0 / d.c, i0 = t0 - k * d.c;
-      const bool second = k >= d.world;
-      const int holder = static_cast<int>(second ? 2 * d.world - 1 - k : k);
-      const int64_t at = (b * d.d + d.rank * d.dl + c) * 2 * d.c + (second ? d.c : 0) + i0;
-      const T* src = static_cast<const T*>(p.u[holder]) + at;
-      if constexpr (V * sizeof(T) == 16) {
-        const uint4 raw = *reinterpret_cast<const uint4*>(src);
-        const T* vals = reinterpret_cast<const T*>(&raw);
+        for (int i = 0; i < V; ++i)
+          if (t0 + i < taps) out[i] = ToF(filt[t0 + i]);
+      } else if (t0 < d.len) {
+        const int k = static_cast<int>(t0) / static_cast<int>(d.c);  // t0 < L fits an int
+        const int64_t i0 = t0 - k * d.c;
+        const bool second = k >= d.world;
+        const int holder = second ? 2 * d.world - 1 - k : k;
+        const int64_t at = (b * d.d + d.rank * d.dl + c) * 2 * d.c + (second ? d.c : 0) + i0;
+        const T* src = static_cast<const T*>(p.u[holder]) + at;
+        if constexpr (V * sizeof(T) == 16) {
+          const uint4 raw = *reinterpret_cast<const uint4*>(src);
+          const T* vals = reinterpret_cast<const T*>(&raw);
 #pragma unroll
-        for (int i = 0; i < V; ++i) out[i] = ToF(vals[i]);
+          for (int i = 0; i < V; ++i) out[i] = ToF(vals[i]);
+        } else {
+#pragma unroll
+          for (int i = 0; i < V; ++i) out[i] = ToF(src[i]);
+        }
+      }
+      if constexpr (V == 1) {
+        dst[t0] = out[0];
       } else {
 #pragma unroll
-        for (int i = 0; i < V; ++i) out[i] = ToF(src[i]);
+        for (int i = 0; i < V; i += 4)
+          *reinterpret_cast<float4*>(dst + t0 + i) =
+              make_float4(out[i], out[i + 1], out[i + 2], out[i + 3]);
       }
-    }
-    if constexpr (V == 1) {
-      pad[e] = out[0];
-    } else {
-#pragma unroll
-      for (int i = 0; i < V; i += 4)
-        *reinterpret_cast<float4*>(pad + e * V + i) =
-            make_float4(out[i], out[i + 1], out[i + 2], out[i + 3]);
     }
   }
 }
 
 // spec[b*Dl + c][k] *= spec[B*Dl + c / GD][k] / 2L (the irfft's norm).
 __global__ void Multiply(float2* __restrict__ spec, Dims d, float scale) {
-  const int64_t signal_rows = d.batch * d.dl, total = signal_rows * d.f;
-  const float2* filters = spec + signal_rows * d.f;
-  for (int64_t e = Tid(); e < total; e += Threads()) {
-    const int64_t k = e % d.f, c = (e / d.f) % d.dl;
-    const float2 a = spec[e], w = filters[(c / d.gd) * d.f + k];
-    spec[e] = make_float2((a.x * w.x - a.y * w.y) * scale, (a.x * w.y + a.y * w.x) * scale);
+  const int64_t signal_rows = d.batch * d.dl;
+  FOR_ROWS(row, signal_rows) {
+    float2* a = spec + row * d.f;
+    const float2* w = spec + (signal_rows + (row % d.dl) / d.gd) * d.f;
+    FOR_COLS(k, d.f) {
+      const float2 x = a[k], y = w[k];
+      a[k] = make_float2((x.x * y.x - x.y * y.y) * scale, (x.x * y.y + x.y * y.x) * scale);
+    }
   }
 }
 
@@ -137,9 +150,9 @@ __global__ void Multiply(float2* __restrict__ spec, Dims d, float scale) {
 // peers to pull when T is 16-bit.
 template <typename T>
 __global__ void Narrow(const float* __restrict__ conv, T* __restrict__ sums, Dims d) {
-  const int64_t total = d.batch * d.dl * d.len;
-  for (int64_t e = Tid(); e < total; e += Threads())
-    sums[e] = FromF<T>(conv[(e / d.len) * d.n + e % d.len]);
+  FOR_ROWS(row, d.batch * d.dl) {
+    FOR_COLS(t, d.len) sums[row * d.len + t] = FromF<T>(conv[row * d.n + t]);
+  }
 }
 
 // y[b][j][q*Dl + c] = x1 * (S + bias * u) at this rank's position j, S rank
@@ -187,6 +200,13 @@ int64_t Align256(int64_t bytes) { return (bytes + 255) / 256 * 256; }
 int Blocks(int64_t total) {
   const int64_t want = (total + 255) / 256;
   return static_cast<int>(want < 1 ? 1 : (want > 16384 ? 16384 : want));
+}
+
+// At most 64 x 1024 blocks of 256 threads over a [rows x cols] array.
+dim3 Grid(int64_t rows, int64_t cols) {
+  const int64_t x = (cols + 255) / 256;
+  return dim3(static_cast<unsigned>(x < 1 ? 1 : (x > 64 ? 64 : x)),
+              static_cast<unsigned>(rows < 1 ? 1 : (rows > 1024 ? 1024 : rows)));
 }
 
 bool ReadDims(kf_ctx* ctx, Dims* d) {
@@ -268,19 +288,19 @@ int Run(kf_ctx* ctx, State* st, const Dims& d) {
   constexpr int kVec = 16 / sizeof(T);
   const int64_t rows = d.batch * d.dl + d.gl;
   if (d.c % kVec == 0) {
-    Prepare<T, kVec><<<Blocks(rows * d.n / kVec), 256, 0, s>>>(p, h, pad, d);
+    Prepare<T, kVec><<<Grid(rows, d.n / kVec), 256, 0, s>>>(p, h, pad, d);
   } else {
-    Prepare<T, 1><<<Blocks(rows * d.n), 256, 0, s>>>(p, h, pad, d);
+    Prepare<T, 1><<<Grid(rows, d.n), 256, 0, s>>>(p, h, pad, d);
   }
   if (cudaGetLastError() != cudaSuccess) return 1;
   const cufftHandle fwd = st->plans[kFwd], inv = st->plans[kInv];
   if (cufftSetStream(fwd, s) != CUFFT_SUCCESS || cufftSetStream(inv, s) != CUFFT_SUCCESS) return 1;
   if (cufftExecR2C(fwd, pad, reinterpret_cast<cufftComplex*>(spec)) != CUFFT_SUCCESS) return 1;
-  Multiply<<<Blocks(d.batch * d.dl * d.f), 256, 0, s>>>(spec, d, static_cast<float>(1.0 / d.n));
+  Multiply<<<Grid(d.batch * d.dl, d.f), 256, 0, s>>>(spec, d, static_cast<float>(1.0 / d.n));
   if (cudaGetLastError() != cudaSuccess) return 1;
   // The signal rows' C2R lands on their own padded rows, free after the R2C.
   if (cufftExecC2R(inv, reinterpret_cast<cufftComplex*>(spec), pad) != CUFFT_SUCCESS) return 1;
-  if (kNarrow) Narrow<T><<<Blocks(d.batch * d.dl * d.len), 256, 0, s>>>(pad, sums, d);
+  if (kNarrow) Narrow<T><<<Grid(d.batch * d.dl, d.len), 256, 0, s>>>(pad, sums, d);
   Barrier<<<1, 32, 0, s>>>(p, st->epoch, d.rank, d.world);  // every rank's filter sums are ready
   dim3 grid(static_cast<unsigned>((2 * d.c + 31) / 32), static_cast<unsigned>((d.d + 31) / 32),
             static_cast<unsigned>(d.batch));
