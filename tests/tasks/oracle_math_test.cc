@@ -524,5 +524,58 @@ TEST(OracleMathAttention, MergingKeyShardsEqualsAttentionOverAllKeys) {
   }
 }
 
+// The single query above with dout = 1 (loss = out = 5): p = (1, 3) / 4, delta = dout . out = 5,
+// dp = dout * v = (2, 6), ds = p (dp - delta) = (-3/4, 3/4). dq = ds . k = (3/4) ln 3 (the
+// covariance of v and k under p: 3/4 * 6 ln 3 - 5 * 3/4 ln 3), dk = ds q = (-3/4, 3/4) and
+// dv = p dout = (1/4, 3/4).
+TEST(OracleMathAttention, BackwardOneQueryTwoKeysByHand) {
+  Vec dq(1, kNan), dk(2, kNan), dv(2, kNan);
+  AttentionDims d{.batch = 1, .q_len = 1, .kv_len = 2, .head_dim = 1};
+  AttentionBackward(Vec{1}, Vec{0, std::log(3.0)}, Vec{2, 6}, Vec{1}, Vec{5}, Vec{std::log(4.0)},
+                    dq, dk, dv, d, 1.0);
+  EXPECT_NEAR(dq[0], 0.75 * std::log(3.0), 1e-14);
+  ExpectNear(dk, {-0.75, 0.75}, 1e-14);
+  ExpectNear(dv, {0.25, 0.75}, 1e-14);
+}
+
+// Against central differences of sum(dout .* Attention(q, k, v)): GQA (two query heads per kv
+// head), two batches, causal with the queries partly ahead of the keys (one query sees no key:
+// its dq is 0) and full attention.
+TEST(OracleMathAttention, BackwardMatchesFiniteDifferencesOfAttention) {
+  const int64_t b = 2, sq = 4, sk = 5, hq = 4, hkv = 2, hd = 3;
+  for (bool causal : {true, false}) {
+    SCOPED_TRACE(causal ? "causal" : "full");
+    Vec q = Random(b * sq * hq * hd, 11), k = Random(b * sk * hkv * hd, 12),
+        v = Random(b * sk * hkv * hd, 13);
+    const Vec dout = Random(b * sq * hq * hd, 14);
+    // Query i at position i, key j at j + 1: under the mask query 0 sees nothing.
+    AttentionDims d{.batch = b,
+                    .q_len = sq,
+                    .kv_len = sk,
+                    .q_heads = hq,
+                    .kv_heads = hkv,
+                    .head_dim = hd,
+                    .causal = causal,
+                    .q_pos0 = 0,
+                    .kv_pos0 = 1};
+    const double scale = 0.7;
+    Vec out(q.size()), lse(static_cast<size_t>(b * hq * sq));
+    Attention(q, k, v, out, lse, d, scale);
+    Vec dq(q.size(), kNan), dk(k.size(), kNan), dv(v.size(), kNan);
+    AttentionBackward(q, k, v, dout, out, lse, dq, dk, dv, d, scale);
+    auto loss = [&] {
+      Vec o(q.size());
+      Attention(q, k, v, o, {}, d, scale);
+      return Dot(dout, o);
+    };
+    ExpectNear(dq, NumericGrad(q, loss), 1e-8);
+    ExpectNear(dk, NumericGrad(k, loss), 1e-8);
+    ExpectNear(dv, NumericGrad(v, loss), 1e-8);
+    if (causal) {
+      for (int64_t c = 0; c < hd; ++c) EXPECT_EQ(dq[c], 0);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kforge::om

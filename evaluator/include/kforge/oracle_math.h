@@ -176,6 +176,19 @@ void MergeAttention(std::span<double> out, std::span<double> lse, std::span<cons
                     std::span<const double> lse_b, int64_t batch, int64_t len, int64_t heads,
                     int64_t head_dim);
 
+// The gradients of sum(dout .* out) for out = Attention(q, k, v) (flash-attention's backward),
+// given the forward's out and lse: with p_ij = exp(s_ij - lse_i) over the keys j visible to
+// query i, delta_i = dout_i . out_i, dp_ij = dout_i . v_j and ds_ij = p_ij (dp_ij - delta_i),
+//   dq_i = scale sum_j ds_ij k_j,   dk_j = scale sum_i ds_ij q_i,   dv_j = sum_i p_ij dout_i
+// where dk and dv sum over every query head that reads the kv head. dout, out and dq are shaped
+// like q, dk and dv like k, lse [batch, q_heads, q_len]. They are the gradient only where out
+// and lse are Attention's of the same q, k, v; the formula is applied as given either way.
+void AttentionBackward(std::span<const double> q, std::span<const double> k,
+                       std::span<const double> v, std::span<const double> dout,
+                       std::span<const double> out, std::span<const double> lse,
+                       std::span<double> dq, std::span<double> dk, std::span<double> dv,
+                       const AttentionDims& dims, double scale);
+
 // ---------------------------------------------------------------------------
 // Two-layer MLP without biases: y = act(x * w1) * w2.
 // x [tokens, d_model], w1 [d_model, d_ff], w2 [d_ff, d_model], y [tokens, d_model].
