@@ -4,7 +4,11 @@
 
 #include <cctype>
 #include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include "kforge/evaluator/task.h"
 #include "kforge/evaluator/task_check.h"
@@ -81,6 +85,67 @@ TEST(RealTasks, PkbProvenanceNamesTheTasksOwnProblem) {
     ++ported;
   }
   EXPECT_EQ(ported, static_cast<int>(tasks->size()));
+}
+
+// docs/pkb.md has one table row per PKB problem, "| id | `name` | [`key`](../tasks/key/) | why |".
+// Every id 1..87 appears once, and the row's task exists, has that id and cites "PKB #id", so the
+// table cannot drift from the tasks.
+TEST(RealTasks, PkbTableNamesEveryProblemOnceWithItsTask) {
+  const std::filesystem::path source = std::filesystem::path(KFORGE_SOURCE_ROOT);
+  if (!std::filesystem::exists(source / "tasks" / "001_allreduce" / "task.toml"))
+    GTEST_SKIP() << "no task folders under " << source / "tasks";
+  auto tasks = LoadTasks(source / "tasks");
+  ASSERT_TRUE(tasks.ok()) << tasks.status().ToString();
+  std::map<std::string, const Task*> by_key;
+  for (const Task& t : *tasks) by_key[t.key] = &t;
+
+  std::ifstream in(source / "docs" / "pkb.md");
+  ASSERT_TRUE(in) << "cannot read docs/pkb.md";
+  std::map<int, int> seen;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("| ", 0) != 0) continue;
+    std::vector<std::string> cells;
+    std::stringstream ss(line.substr(1));
+    for (std::string c; std::getline(ss, c, '|');) {
+      const size_t b = c.find_first_not_of(' ');
+      const size_t e = c.find_last_not_of(' ');
+      cells.push_back(b == std::string::npos ? "" : c.substr(b, e - b + 1));
+    }
+    if (cells.empty() || cells[0].empty()) continue;
+    bool numeric = true;
+    for (char ch : cells[0]) numeric = numeric && std::isdigit(static_cast<unsigned char>(ch));
+    if (!numeric) continue;  // the header row
+    SCOPED_TRACE(line.substr(0, 80));
+    const int id = std::stoi(cells[0]);
+    ++seen[id];
+    ASSERT_GE(cells.size(), 4u);
+    const std::string& cell = cells[2];
+    const std::string link = "](../tasks/";
+    const size_t at = cell.find(link);
+    ASSERT_NE(at, std::string::npos) << "no task link";
+    const size_t start = at + link.size();
+    const size_t end = cell.find_first_of("/)", start);
+    ASSERT_NE(end, std::string::npos);
+    const std::string key = cell.substr(start, end - start);
+    EXPECT_EQ(cell.substr(0, at), "[`" + key + "`") << "link text and target name different tasks";
+    EXPECT_TRUE(std::filesystem::exists(source / "tasks" / key / "task.toml")) << key;
+    auto it = by_key.find(key);
+    ASSERT_NE(it, by_key.end()) << key << " is not a loaded task";
+    EXPECT_EQ(it->second->id, id) << key;  // 049 cites PKB #31 too: the id must match as well
+    const std::string cite = "PKB #" + std::to_string(id);
+    const std::string& prov = it->second->provenance;
+    bool cited = false;
+    for (size_t p = prov.find(cite); p != std::string::npos; p = prov.find(cite, p + 1)) {
+      const size_t after = p + cite.size();
+      if (after == prov.size() || !std::isdigit(static_cast<unsigned char>(prov[after])))
+        cited = true;
+    }
+    EXPECT_TRUE(cited) << key << "'s provenance does not cite " << cite;
+    EXPECT_FALSE(cells[3].empty()) << "no difference stated";
+  }
+  for (int id = 1; id <= 87; ++id) EXPECT_EQ(seen[id], 1) << "PKB #" << id << " rows";
+  EXPECT_EQ(seen.size(), 87u) << "ids outside 1..87";
 }
 
 }  // namespace
