@@ -1,3 +1,5 @@
+// A RunConfig as the JSON stored with its run, and back, and what two of
+// them ask differently: a field at a time by its row (run_fields.h).
 #include "kforge/agent/run_config.h"
 
 #include <fmt/format.h>
@@ -41,7 +43,7 @@ bool Unset(const T& v) {
 template <class T>
 json ToJson(const T& v) {
   if constexpr (requires { v.has_value(); }) {
-    return json(*v);
+    return v ? json(*v) : json(nullptr);
   } else {
     return json(v);
   }
