@@ -7,6 +7,7 @@
 #include <set>
 
 #include "kforge/agent/adapters.h"
+#include "kforge/agent/run_fields.h"
 #include "kforge/evaluator/suite_hash.h"
 #include "kforge/evaluator/task_select.h"
 #include "kforge/results/samples.h"
@@ -145,21 +146,20 @@ Result<std::string> NewName(const RunConfig& here, const std::string& source) {
                            kMaxNameChoices, source));
 }
 
-// The original's config with this invocation's evaluation options.
+// The original's config with this invocation's say on where and how it
+// evaluates (the fields of those roles, run_fields.h), but for what only a
+// model call uses and the tasks folder (found above); GPUs when asked.
 RunConfig EvaluatingConfig(RunConfig c, const RunConfig& here) {
-  if (!here.gpus.empty()) c.gpus = here.gpus;
-  c.compile_jobs = here.compile_jobs;
-  c.compile_only = here.compile_only;
-  c.baseline_reuse_s = here.baseline_reuse_s;
-  c.evaluators = here.evaluators;
-  c.evaluators_dir = here.evaluators_dir;
-  c.eval_token_file = here.eval_token_file;
-  c.evaluator_liveness_s = here.evaluator_liveness_s;
-  c.slurm_nodes = here.slurm_nodes;
-  c.slurm_gpus_per_node = here.slurm_gpus_per_node;
-  c.slurm_partition = here.slurm_partition;
-  c.slurm_time = here.slurm_time;
-  c.out = here.out;
+  auto is = [](const RunField& f, auto member) { return f.member == FieldMember(member); };
+  for (const RunField& f : RunFields()) {
+    if (f.role != FieldRole::kEvaluates && f.role != FieldRole::kServers &&
+        f.role != FieldRole::kOut)
+      continue;
+    if (is(f, &RunConfig::llm_concurrency) || is(f, &RunConfig::registries) ||
+        is(f, &RunConfig::tasks_dir) || (is(f, &RunConfig::gpus) && here.gpus.empty()))
+      continue;
+    CopyField(f, here, &c);
+  }
   return c;
 }
 

@@ -27,11 +27,13 @@ struct BudgetLimits {
   std::optional<int64_t> tokens;  // input + output
   std::optional<double> wall_s;   // from the scope's first model call
   bool empty() const { return !usd && !tokens && !wall_s; }
+  bool operator==(const BudgetLimits&) const = default;
 };
 
 struct Budgets {
   BudgetLimits run, per_model;
   BudgetLimits per_task;  // per (model, task) pair: every model gets the same on every task
+  bool operator==(const Budgets&) const = default;
 };
 
 // Dollars and tokens of one call: what it cost, or the most it may cost.

@@ -1,5 +1,7 @@
 // What `kforge run` was asked to do: from flags or a run file (TOML), stored
-// with the run as JSON so that `--resume NAME` continues the same run.
+// with the run as JSON so that `--resume NAME` continues the same run. Each
+// field has a row in kforge/agent/run_fields.h, which drives the run file,
+// the JSON, the differences and the flags.
 #pragma once
 
 #include <filesystem>
@@ -59,6 +61,8 @@ struct RunConfig {
   // recorded turns this run judges again, and the store it was read from.
   // Empty for a run that asks models.
   std::string rejudge_of, rejudge_of_store;
+
+  bool operator==(const RunConfig&) const = default;
 };
 
 // Reads a run file. Errors name the file, the line and the field.
