@@ -155,37 +155,40 @@ class SlowEnough final : public EvalService {
 
 class NullStore final : public kforge::agent::StorePort {
  public:
-  using R = kforge::agent::RunRow;
-  kforge::Result<R> CreateOrGetRun(const std::string&, const nlohmann::json& c,
-                                   const nlohmann::json&) override {
-    return R{1, 0, c};
+  kforge::Result<kforge::agent::RunInfo> CreateOrGetRun(const std::string&, const nlohmann::json& c,
+                                                        const std::string&,
+                                                        const nlohmann::json&) override {
+    kforge::agent::RunInfo run;
+    run.id = 1;
+    run.config = c;
+    return run;
   }
   kforge::Status FinishRun(int64_t, const std::string&) override { return kforge::Status::Ok(); }
   kforge::Status SetRunConfig(int64_t, const nlohmann::json&) override {
     return kforge::Status::Ok();
   }
-  kforge::Result<int64_t> UpsertSession(int64_t, const kforge::agent::SessionKeyRow&) override {
+  kforge::Result<int64_t> UpsertSession(int64_t, const kforge::agent::SessionKey&) override {
     return ++id_;
   }
-  kforge::Result<std::vector<kforge::agent::SessionRow>> ListSessions(int64_t) override {
-    return std::vector<kforge::agent::SessionRow>{};
+  kforge::Result<std::vector<kforge::agent::SessionRecord>> ListSessions(int64_t) override {
+    return std::vector<kforge::agent::SessionRecord>{};
   }
   kforge::Status SetSessionState(int64_t, const std::string&, const std::string&) override {
     return kforge::Status::Ok();
   }
-  kforge::Result<int64_t> AppendTurn(const kforge::agent::TurnRow&) override { return ++id_; }
+  kforge::Result<int64_t> AppendTurn(const kforge::agent::TurnRecord&) override { return ++id_; }
   kforge::Status SetTurnFeedback(int64_t, const std::string&) override {
     return kforge::Status::Ok();
   }
-  kforge::Result<std::vector<kforge::agent::TurnRow>> ListTurns(int64_t) override {
-    return std::vector<kforge::agent::TurnRow>{};
+  kforge::Result<std::vector<kforge::agent::TurnRecord>> ListTurns(int64_t) override {
+    return std::vector<kforge::agent::TurnRecord>{};
   }
   kforge::Result<int64_t> RecordEvaluation(int64_t, int64_t, const nlohmann::json&) override {
     ++evaluations;
     return ++id_;
   }
-  kforge::Result<std::vector<kforge::agent::EvaluationRow>> ListEvaluations(int64_t) override {
-    return std::vector<kforge::agent::EvaluationRow>{};
+  kforge::Result<std::vector<kforge::agent::EvaluationRecord>> ListEvaluations(int64_t) override {
+    return std::vector<kforge::agent::EvaluationRecord>{};
   }
   kforge::Status SetBestEvaluation(int64_t, int64_t) override { return kforge::Status::Ok(); }
   kforge::Status AppendEvent(int64_t, const std::string&, const nlohmann::json&) override {

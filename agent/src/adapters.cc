@@ -17,7 +17,6 @@
 #include "kforge/evaluator/task_select.h"
 #include "kforge/providers/client.h"
 #include "kforge/results/store.h"
-#include "turn_rows.h"
 
 namespace kforge::agent {
 namespace {
@@ -33,13 +32,8 @@ class ProviderLlm final : public LlmPort {
     a.text = std::move(r.text);
     a.finish_reason = std::string(providers::FinishReasonName(r.finish));
     // A turn's usage is what the provider billed for it: attempts it billed
-    // and the client retried included (cost_usd includes them already).
-    a.input_tokens = r.usage.input_tokens + r.retried_usage.input_tokens;
-    a.cached_input_tokens = r.usage.cached_input_tokens + r.retried_usage.cached_input_tokens;
-    a.output_tokens = r.usage.output_tokens + r.retried_usage.output_tokens;
-    a.reasoning_tokens = r.usage.reasoning_tokens + r.retried_usage.reasoning_tokens;
-    a.cost_usd = r.cost_usd;
-    a.priced = r.cost_known || r.from_cache;
+    // and the client retried included.
+    a.usage = r.Billed();
     a.latency_s = r.latency_s;
     a.request_id = r.request_id;
     return a;
@@ -98,12 +92,10 @@ class RunStoreAdapter final : public StorePort {
  public:
   explicit RunStoreAdapter(std::unique_ptr<results::RunStore> store) : store_(std::move(store)) {}
 
-  Result<RunRow> CreateOrGetRun(const std::string& name, const nlohmann::json& config,
-                                const nlohmann::json& hardware) override {
-    KF_ASSIGN_OR_RETURN(
-        results::RunInfo info,
-        store_->CreateOrGetRun(name, config, VersionString(), TaskSuiteHash(config), hardware));
-    return RunRow{info.id, info.started_at, info.config};
+  Result<RunInfo> CreateOrGetRun(const std::string& name, const nlohmann::json& config,
+                                 const std::string& task_suite_hash,
+                                 const nlohmann::json& hardware) override {
+    return store_->CreateOrGetRun(name, config, VersionString(), task_suite_hash, hardware);
   }
   Status FinishRun(int64_t run_id, const std::string& state) override {
     return store_->FinishRun(run_id, state);
@@ -111,76 +103,32 @@ class RunStoreAdapter final : public StorePort {
   Status SetRunConfig(int64_t run_id, const nlohmann::json& config) override {
     return store_->SetRunConfig(run_id, config);
   }
-  Result<int64_t> UpsertSession(int64_t run_id, const SessionKeyRow& k) override {
-    results::SessionKey key;
-    key.model = k.model;
-    key.task = k.task;
-    key.strategy = k.strategy;
-    key.sample = k.sample;
-    key.world = k.world;
-    key.dtype = k.dtype;
-    key.category = k.category;
+  Result<int64_t> UpsertSession(int64_t run_id, const SessionKey& key) override {
     return store_->UpsertSession(run_id, key);
   }
-  Result<std::vector<SessionRow>> ListSessions(int64_t run_id) override {
-    KF_ASSIGN_OR_RETURN(auto rows, store_->ListSessions(run_id));
-    std::vector<SessionRow> out;
-    for (const auto& r : rows) {
-      out.push_back({r.id,
-                     {r.key.model, r.key.task, r.key.strategy, r.key.sample, r.key.world,
-                      r.key.dtype, r.key.category},
-                     r.state,
-                     r.stop_reason});
-    }
-    return out;
+  Result<std::vector<SessionRecord>> ListSessions(int64_t run_id) override {
+    return store_->ListSessions(run_id);
   }
   Status SetSessionState(int64_t id, const std::string& state, const std::string& reason) override {
     return store_->SetSessionState(id, state, reason);
   }
-  Result<int64_t> AppendTurn(const TurnRow& t) override {
-    results::TurnRecord r;
-    r.session_id = t.session_id;
-    r.index = t.index;
-    r.prompt = t.prompt;
-    r.reply = t.reply;
-    r.feedback = t.feedback;
-    if (!t.kernel.empty()) {
-      KF_ASSIGN_OR_RETURN(r.kernel_sha, store_->PutBlob(t.kernel));
-    }
-    r.input_tokens = t.input_tokens;
-    r.cached_input_tokens = t.cached_input_tokens;
-    r.output_tokens = t.output_tokens;
-    r.reasoning_tokens = t.reasoning_tokens;
-    r.cost_usd = t.cost_usd;
-    r.latency_s = t.latency_s;
-    r.request_id = t.request_id;
-    r.finish_reason = t.finish_reason;
-    return store_->AppendTurn(r);
-  }
+  Result<int64_t> AppendTurn(const TurnRecord& turn) override { return store_->AppendTurn(turn); }
   Status SetTurnFeedback(int64_t turn_id, const std::string& feedback) override {
     return store_->SetTurnFeedback(turn_id, feedback);
   }
-  Result<std::vector<TurnRow>> ListTurns(int64_t session_id) override {
-    KF_ASSIGN_OR_RETURN(auto rows, store_->ListTurns(session_id));
-    std::vector<TurnRow> out;
-    for (const auto& r : rows) {
-      KF_ASSIGN_OR_RETURN(TurnRow t, ReadTurnRow(*store_, r));
-      out.push_back(std::move(t));
-    }
-    return out;
+  Result<std::vector<TurnRecord>> ListTurns(int64_t session_id) override {
+    return store_->ListTurns(session_id);
   }
   Result<int64_t> RecordEvaluation(int64_t session_id, int64_t turn_id,
                                    const nlohmann::json& doc) override {
     return store_->RecordEvaluation(session_id, turn_id, doc);
   }
-  Result<std::vector<EvaluationRow>> ListEvaluations(int64_t session_id) override {
-    KF_ASSIGN_OR_RETURN(auto rows, store_->ListEvaluations(session_id));
-    std::vector<EvaluationRow> out;
-    for (const auto& r : rows) {
-      KF_ASSIGN_OR_RETURN(nlohmann::json doc, store_->GetEvaluationDoc(r));
-      out.push_back({r.id, r.turn_id, std::move(doc)});
+  Result<std::vector<EvaluationRecord>> ListEvaluations(int64_t session_id) override {
+    KF_ASSIGN_OR_RETURN(std::vector<EvaluationRecord> rows, store_->ListEvaluations(session_id));
+    for (auto& r : rows) {
+      KF_ASSIGN_OR_RETURN(r.doc, store_->GetEvaluationDoc(r));
     }
-    return out;
+    return rows;
   }
   Status SetBestEvaluation(int64_t session_id, int64_t eval_id) override {
     return store_->SetBestEvaluation(session_id, eval_id);
@@ -191,11 +139,6 @@ class RunStoreAdapter final : public StorePort {
   }
 
  private:
-  static std::string TaskSuiteHash(const nlohmann::json& config) {
-    auto it = config.find("task_suite_hash");
-    return (it != config.end() && it->is_string()) ? it->get<std::string>() : std::string();
-  }
-
   std::unique_ptr<results::RunStore> store_;
 };
 

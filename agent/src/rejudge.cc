@@ -27,14 +27,14 @@ constexpr const char* kNeedsGpu = "evaluation needs a GPU";
 
 struct Item {
   size_t session = 0;  // index into Rejudge::sessions_
-  TurnRow turn;        // the new run's copy
+  TurnRecord turn;     // the new run's copy
   int attempts = 0;    // evaluations lost with their slot
 };
 
 struct DestSession {
   const StoredSession* source = nullptr;
   int64_t id = 0;
-  std::vector<TurnRow> turns;
+  std::vector<TurnRecord> turns;
   std::set<int> compiled;       // turns that compiled and were not run (compile-only)
   std::string harness_problem;  // the last evaluation kforge could not make
   std::string state, reason;    // as stored at the end
@@ -59,28 +59,29 @@ class Rejudge {
   // The new run's sessions and turns, copied where missing, and the turns
   // whose kernel has no evaluation yet.
   Status Prepare() {
-    KF_ASSIGN_OR_RETURN(RunRow run,
-                        deps_.store->CreateOrGetRun(spec_.name, spec_.config, spec_.hardware));
+    KF_ASSIGN_OR_RETURN(RunInfo run,
+                        deps_.store->CreateOrGetRun(spec_.name, spec_.config, spec_.task_suite_hash,
+                                                    spec_.hardware));
     run_id_ = run.id;
     for (const StoredSession& src : spec_.sessions) {
       DestSession d;
       d.source = &src;
       KF_ASSIGN_OR_RETURN(d.id, deps_.store->UpsertSession(run_id_, src.row.key));
-      KF_ASSIGN_OR_RETURN(std::vector<TurnRow> have, deps_.store->ListTurns(d.id));
+      KF_ASSIGN_OR_RETURN(std::vector<TurnRecord> have, deps_.store->ListTurns(d.id));
       std::set<int> indices;
       for (const auto& t : have) indices.insert(t.index);
-      for (const TurnRow& t : src.turns) {
+      for (const TurnRecord& t : src.turns) {
         if (indices.count(t.index)) continue;
-        TurnRow copy = t;
+        TurnRecord copy = t;
         copy.id = 0;
         copy.session_id = d.id;
         KF_RETURN_IF_ERROR(deps_.store->AppendTurn(copy).status());
       }
       KF_ASSIGN_OR_RETURN(d.turns, deps_.store->ListTurns(d.id));
-      KF_ASSIGN_OR_RETURN(std::vector<EvaluationRow> evals, deps_.store->ListEvaluations(d.id));
+      KF_ASSIGN_OR_RETURN(std::vector<EvaluationRecord> evals, deps_.store->ListEvaluations(d.id));
       std::set<int64_t> judged;
       for (const auto& e : evals) judged.insert(e.turn_id);
-      for (const TurnRow& t : d.turns) {
+      for (const TurnRecord& t : d.turns) {
         if (!t.kernel.empty() && !judged.count(t.id)) items_.push_back({sessions_.size(), t, 0});
       }
       sessions_.push_back(std::move(d));
@@ -122,7 +123,7 @@ class Rejudge {
     Job& job = jobs_.at(d.id);
     job.slot = d.slot;
     const Item& item = items_[job.item];
-    const SessionKeyRow& key = sessions_[item.session].source->row.key;
+    const SessionKey& key = sessions_[item.session].source->row.key;
     EvalJob ej{key.task,  item.turn.kernel, fmt::format("{}_turn{}.cu", key.task, item.turn.index),
                key.world, key.dtype,        d.pool == Pool::kCompile};
     EvalPort* port = d.pool == Pool::kCompile
@@ -186,7 +187,7 @@ class Rejudge {
 
   void Note(const DestSession& d, const Item& item, const std::string& what) {
     if (!deps_.progress) return;
-    const SessionKeyRow& key = d.source->row.key;
+    const SessionKey& key = d.source->row.key;
     deps_.progress->Event(
         fmt::format("{} {} turn {}: {}", key.model, key.task, item.turn.index + 1, what));
   }
@@ -195,8 +196,8 @@ class Rejudge {
   // except where this rejudge changed what "stopped for want of a GPU" means.
   Status Finish() {
     for (DestSession& d : sessions_) {
-      KF_ASSIGN_OR_RETURN(std::vector<EvaluationRow> evals, deps_.store->ListEvaluations(d.id));
-      const EvaluationRow* best = nullptr;
+      KF_ASSIGN_OR_RETURN(std::vector<EvaluationRecord> evals, deps_.store->ListEvaluations(d.id));
+      const EvaluationRecord* best = nullptr;
       double best_speedup = 0;
       bool gpu_verdict = false;
       for (const auto& e : evals) {
@@ -237,8 +238,8 @@ class Rejudge {
     sum.compile_only = spec_.compile_only;
     sum.stats.compile_only = spec_.compile_only;
     for (const DestSession& d : sessions_) {
-      const SessionKeyRow& key = d.source->row.key;
-      KF_ASSIGN_OR_RETURN(std::vector<EvaluationRow> evals, deps_.store->ListEvaluations(d.id));
+      const SessionKey& key = d.source->row.key;
+      KF_ASSIGN_OR_RETURN(std::vector<EvaluationRecord> evals, deps_.store->ListEvaluations(d.id));
       SessionSummary row{key.model, key.task, key.sample, d.state, d.reason};
       row.turns = static_cast<int>(d.turns.size());
       ModelStats& m = sum.stats.models[key.model];
@@ -259,9 +260,9 @@ class Rejudge {
         verdicts.push_back(summary.ok() ? summary->verdict : Verdict::kHarnessError);
         consider(ClassifyEvaluation(e.doc, false), EvalSpeedup(e.doc));
       }
-      for (const TurnRow& t : d.turns) {
-        m.usd += t.cost_usd;
-        m.tokens += t.input_tokens + t.output_tokens;
+      for (const TurnRecord& t : d.turns) {
+        m.usd += t.usage.cost_usd;
+        m.tokens += t.usage.tokens();
         if (t.kernel.empty()) {
           ++no_kernel;
           consider(Outcome::kNoKernel, 0);

@@ -12,7 +12,6 @@
 #include "kforge/evaluator/task_select.h"
 #include "kforge/results/samples.h"
 #include "kforge/results/store.h"
-#include "turn_rows.h"
 
 namespace kforge::agent {
 namespace {
@@ -75,18 +74,14 @@ Result<std::vector<StoredSession>> ReadSessions(const Source& src,
     if (!tasks.empty() && !tasks.count(r.key.task)) continue;
     if (!models.empty() && !models.count(r.key.model)) continue;
     StoredSession s;
-    s.row = {r.id,
-             {r.key.model, r.key.task, r.key.strategy, r.key.sample, r.key.world, r.key.dtype,
-              r.key.category},
-             r.state,
-             r.stop_reason};
-    KF_ASSIGN_OR_RETURN(std::vector<results::TurnRecord> turns, store->ListTurns(r.id));
-    for (const auto& t : turns) {
-      KF_ASSIGN_OR_RETURN(TurnRow row, ReadTurnRow(*store, t));
-      // The ids are the source store's; the rejudge's own store numbers its rows.
-      row.id = 0;
-      row.session_id = 0;
-      s.turns.push_back(std::move(row));
+    s.row = r;
+    KF_ASSIGN_OR_RETURN(s.turns, store->ListTurns(r.id));
+    for (TurnRecord& t : s.turns) {
+      // The ids are the source store's; the rejudge's own store numbers its
+      // rows and dates its copies.
+      t.id = 0;
+      t.session_id = 0;
+      t.created_at = 0;
     }
     out.push_back(std::move(s));
   }
@@ -260,6 +255,7 @@ Result<std::unique_ptr<RejudgePlan>> PlanRejudge(const std::string& source, cons
   const json asked = RunConfigToJson(plan->config);
   for (const auto& [key, value] : asked.items()) spec.config[key] = value;
   spec.config["task_suite_hash"] = suite_hash;
+  spec.task_suite_hash = suite_hash;
   json resolved = spec.config.value("resolved", json::object());
   resolved["compile_only"] = spec.compile_only;
   resolved["tasks_dir"] = plan->tasks_dir.string();

@@ -12,12 +12,12 @@ namespace kforge::agent::internal {
 
 Status RunEngine::Restore(SessionSlot& slot) {
   Session& s = *slot.session;
-  KF_ASSIGN_OR_RETURN(std::vector<TurnRow> turns, deps_.store->ListTurns(slot.id));
+  KF_ASSIGN_OR_RETURN(std::vector<TurnRecord> turns, deps_.store->ListTurns(slot.id));
   if (turns.empty() && slot.stored_state.empty()) return Status::Ok();
-  KF_ASSIGN_OR_RETURN(std::vector<EvaluationRow> evals, deps_.store->ListEvaluations(slot.id));
-  std::map<int, const TurnRow*> by_index;
+  KF_ASSIGN_OR_RETURN(std::vector<EvaluationRecord> evals, deps_.store->ListEvaluations(slot.id));
+  std::map<int, const TurnRecord*> by_index;
   for (const auto& t : turns) by_index[t.index] = &t;
-  std::map<int64_t, const EvaluationRow*> by_turn;
+  std::map<int64_t, const EvaluationRecord*> by_turn;
   for (const auto& e : evals) by_turn[e.turn_id] = &e;  // the latest evaluation of a turn wins
 
   bool progressed = true;
@@ -26,8 +26,8 @@ Status RunEngine::Restore(SessionSlot& slot) {
     for (int c : s.InPhase(Phase::kWantReply)) {
       auto it = by_index.find(c);
       if (it == by_index.end()) continue;
-      const TurnRow& t = *it->second;
-      budget_.Charge(s.spec().model, s.spec().task, t.cost_usd, t.input_tokens + t.output_tokens);
+      const TurnRecord& t = *it->second;
+      budget_.Charge(s.spec().model, s.spec().task, t.usage.cost_usd, t.usage.tokens());
       std::string problem;
       if (t.kernel.empty()) {
         Extraction x = ExtractKernel(t.reply);

@@ -47,7 +47,7 @@ class RunEngine {
  private:
   // runner.cc
   Status Prepare();
-  Status StoreExtendedLimits(const RunRow& run);
+  Status StoreExtendedLimits(const RunInfo& run);
   Status EnqueueWanted();
   Status StartDispatched();
   Status HandleDone(uint64_t id);

@@ -130,7 +130,9 @@ void FillSpec(RunPlan& plan, const std::optional<eval::HardwareCard>& card,
   spec.budgets = cfg.budgets;
   spec.deadline_unix = cfg.deadline_unix;
   spec.config = RunConfigToJson(cfg);
+  // The store takes the typed field; the config keeps its copy, as stored runs have it.
   spec.config["task_suite_hash"] = suite_hash;
+  spec.task_suite_hash = suite_hash;
   spec.hardware = card ? eval::ToJson(*card) : nlohmann::json::object();
   spec.link_peak_gbps = card ? card->LinkPeakGbps() : 0;
   spec.pools.gpu_sets = static_cast<int>(plan.pools->gpu.size());

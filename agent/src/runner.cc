@@ -36,7 +36,7 @@ RunEngine::RunEngine(const RunSpec& spec, const RunDeps& deps)
 // A resume may move the deadline and the budgets (the only parts of a stored
 // config it may change): they are stored, so that the next resume keeps them,
 // and the change is an event of the run.
-Status RunEngine::StoreExtendedLimits(const RunRow& run) {
+Status RunEngine::StoreExtendedLimits(const RunInfo& run) {
   nlohmann::json stored = run.config.is_object() ? run.config : nlohmann::json::object();
   nlohmann::json changed = nlohmann::json::object();
   for (const char* key : {"deadline_unix", "budget"}) {
@@ -55,19 +55,19 @@ Status RunEngine::StoreExtendedLimits(const RunRow& run) {
 }
 
 Status RunEngine::Prepare() {
-  KF_ASSIGN_OR_RETURN(RunRow run,
-                      deps_.store->CreateOrGetRun(spec_.name, spec_.config, spec_.hardware));
+  KF_ASSIGN_OR_RETURN(
+      RunInfo run,
+      deps_.store->CreateOrGetRun(spec_.name, spec_.config, spec_.task_suite_hash, spec_.hardware));
   run_id_ = run.id;
   KF_RETURN_IF_ERROR(StoreExtendedLimits(run));
   started_unix_ = run.started_at > 0 ? run.started_at : NowUnix();
   started_ = deps_.clock->Now();
-  KF_ASSIGN_OR_RETURN(std::vector<SessionRow> stored, deps_.store->ListSessions(run_id_));
+  KF_ASSIGN_OR_RETURN(std::vector<SessionRecord> stored, deps_.store->ListSessions(run_id_));
   for (const auto& model : spec_.models) {
     for (const auto& task : spec_.tasks) {
       const std::string& dtype = task.dtype.empty() ? spec_.dtype : task.dtype;
       for (int r = 0; r < spec_.repeats; ++r) {
-        SessionKeyRow key{model,       task.key, spec_.strategy->name, r,
-                          spec_.world, dtype,    task.category};
+        SessionKey key{model, task.key, spec_.strategy->name, r, spec_.world, dtype, task.category};
         // Stores written before dtypes were resolved keep "" for the
         // default: resume those sessions rather than starting new ones.
         for (const auto& row : stored) {
@@ -272,9 +272,9 @@ Status RunEngine::OnAnswer(SessionSlot& slot, int cand, Result<LlmAnswer>& answe
       // A turn was spent: record it, with what it cost, and the reason as its feedback.
       LlmAnswer empty;
       empty.finish_reason = st.kind() == ErrorKind::kTruncated ? "length" : "content_filter";
-      empty.input_tokens = billed.input_tokens;
-      empty.output_tokens = billed.output_tokens;
-      empty.cost_usd = billed.usd;
+      empty.usage.input_tokens = billed.input_tokens;
+      empty.usage.output_tokens = billed.output_tokens;
+      empty.usage.cost_usd = billed.usd;
       s.Start(cand);
       Result<LlmAnswer> as_answer(empty);
       return OnAnswer(slot, cand, as_answer);
@@ -320,23 +320,19 @@ Status RunEngine::OnAnswer(SessionSlot& slot, int cand, Result<LlmAnswer>& answe
     x.problem =
         "Your reply hit the output-token limit before a complete kernel arrived. " + x.problem;
   }
-  TurnRow turn;
+  TurnRecord turn;
   turn.session_id = slot.id;
   turn.index = cand;
   turn.prompt = s.candidate(cand).prompt;
   turn.reply = a.text;
   turn.kernel = x.ok ? x.source : "";
-  turn.input_tokens = a.input_tokens;
-  turn.cached_input_tokens = a.cached_input_tokens;
-  turn.output_tokens = a.output_tokens;
-  turn.reasoning_tokens = a.reasoning_tokens;
-  turn.cost_usd = a.cost_usd;
+  turn.usage = a.usage;
   turn.latency_s = a.latency_s;
   turn.request_id = a.request_id;
   turn.finish_reason = a.finish_reason;
   KF_ASSIGN_OR_RETURN(int64_t turn_id, deps_.store->AppendTurn(turn));
-  budget_.Charge(model, s.spec().task, a.cost_usd, a.input_tokens + a.output_tokens);
-  if (!a.priced) unpriced_models_.insert(model);
+  budget_.Charge(model, s.spec().task, a.usage.cost_usd, a.usage.tokens());
+  if (!a.usage.priced) unpriced_models_.insert(model);
   slot.attempts.erase(cand);
   slot.retry_at.erase(cand);
   s.OnReply(cand, a.text, turn.kernel, x.problem, turn_id);

@@ -43,6 +43,17 @@ std::string Join(const std::vector<std::string>& v, std::string_view sep) {
 
 }  // namespace
 
+TokenUsage ChatResponse::Billed() const {
+  TokenUsage u;
+  u.input_tokens = usage.input_tokens + retried_usage.input_tokens;
+  u.cached_input_tokens = usage.cached_input_tokens + retried_usage.cached_input_tokens;
+  u.output_tokens = usage.output_tokens + retried_usage.output_tokens;
+  u.reasoning_tokens = usage.reasoning_tokens + retried_usage.reasoning_tokens;
+  u.cost_usd = cost_usd;  // retried attempts included already
+  u.priced = cost_known || from_cache;
+  return u;
+}
+
 std::string_view FinishReasonName(FinishReason reason) {
   switch (reason) {
     case FinishReason::kStop:

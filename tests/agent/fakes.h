@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kforge/agent/ports.h"
+#include "kforge/core/hash.h"
 
 namespace kforge::agent::testing {
 
@@ -40,17 +41,18 @@ class FakeLlm final : public LlmPort {
     if (script_) {
       auto r = script_(call);
       if (!r.ok()) return r;
-      priced = r->priced;  // the script decides failures and pricing; the text comes from tags
+      priced =
+          r->usage.priced;  // the script decides failures and pricing; the text comes from tags
     }
     std::string tag = "FAST1.5";
     auto it = tags_.find({call.task, call.turn_index});
     if (it != tags_.end()) tag = it->second;
     LlmAnswer a;
     a.text = tag == "NOKERNEL" ? "I would rather explain than write code." : ReplyFor(tag);
-    a.input_tokens = 1000;
-    a.output_tokens = 500;
-    a.cost_usd = priced ? cost_usd_ : 0.0;
-    a.priced = priced;
+    a.usage.input_tokens = 1000;
+    a.usage.output_tokens = 500;
+    a.usage.cost_usd = priced ? cost_usd_ : 0.0;
+    a.usage.priced = priced;
     a.latency_s = latency_s_;
     a.request_id = "req-" + call.task + "-" + std::to_string(call.turn_index);
     return a;
@@ -164,9 +166,9 @@ class FakeEval final : public EvalPort {
 class FakeStore final : public StorePort {
  public:
   struct Session {
-    SessionRow row;
-    std::vector<TurnRow> turns;
-    std::vector<EvaluationRow> evals;
+    SessionRecord row;
+    std::vector<TurnRecord> turns;
+    std::vector<EvaluationRecord> evals;
     int64_t best = 0;
   };
 
@@ -191,10 +193,18 @@ class FakeStore final : public StorePort {
     crash_after = -1;
   }
 
-  Result<RunRow> CreateOrGetRun(const std::string& name, const nlohmann::json& config,
-                                const nlohmann::json&) override {
+  Result<RunInfo> CreateOrGetRun(const std::string& name, const nlohmann::json& config,
+                                 const std::string& task_suite_hash,
+                                 const nlohmann::json&) override {
     KF_RETURN_IF_ERROR(Mutate());
-    if (!run_) run_ = RunRow{1, 1.7e9, config};
+    if (!run_) {
+      run_ = RunInfo{};
+      run_->id = 1;
+      run_->name = name;
+      run_->config = config;
+      run_->task_suite_hash = task_suite_hash;
+      run_->started_at = 1.7e9;
+    }
     run_name_ = name;
     run_state = "running";
     return *run_;
@@ -209,7 +219,7 @@ class FakeStore final : public StorePort {
     run_->config = config;
     return Status::Ok();
   }
-  Result<int64_t> UpsertSession(int64_t, const SessionKeyRow& key) override {
+  Result<int64_t> UpsertSession(int64_t, const SessionKey& key) override {
     KF_RETURN_IF_ERROR(Mutate());
     for (auto& [id, s] : sessions) {
       const auto& k = s.row.key;
@@ -218,12 +228,15 @@ class FakeStore final : public StorePort {
         return id;
     }
     int64_t id = static_cast<int64_t>(sessions.size()) + 1;
-    sessions[id].row = {id, key, "pending", ""};
+    SessionRecord& row = sessions[id].row;
+    row.id = id;
+    row.key = key;
+    row.state = "pending";
     return id;
   }
-  Result<std::vector<SessionRow>> ListSessions(int64_t) override {
+  Result<std::vector<SessionRecord>> ListSessions(int64_t) override {
     if (crashed_) return Error(ErrorKind::kIo, "simulated crash");
-    std::vector<SessionRow> out;
+    std::vector<SessionRecord> out;
     for (auto& [id, s] : sessions) out.push_back(s.row);
     return out;
   }
@@ -233,17 +246,18 @@ class FakeStore final : public StorePort {
     sessions.at(id).row.stop_reason = reason;
     return Status::Ok();
   }
-  Result<int64_t> AppendTurn(const TurnRow& turn) override {
+  Result<int64_t> AppendTurn(const TurnRecord& turn) override {
     KF_RETURN_IF_ERROR(Mutate());
     auto& s = sessions.at(turn.session_id);
     for (const auto& t : s.turns) {
       if (t.index == turn.index) return Error(ErrorKind::kInvalidInput, "duplicate turn index");
     }
-    TurnRow t = turn;
+    TurnRecord t = turn;
     t.id = ++next_turn_;
+    t.kernel_sha = t.kernel.empty() ? "" : Sha256Hex(t.kernel);
     s.turns.push_back(t);
     std::sort(s.turns.begin(), s.turns.end(),
-              [](const TurnRow& a, const TurnRow& b) { return a.index < b.index; });
+              [](const TurnRecord& a, const TurnRecord& b) { return a.index < b.index; });
     return t.id;
   }
   Status SetTurnFeedback(int64_t turn_id, const std::string& feedback) override {
@@ -258,18 +272,22 @@ class FakeStore final : public StorePort {
     }
     return Error(ErrorKind::kNotFound, "no such turn");
   }
-  Result<std::vector<TurnRow>> ListTurns(int64_t session_id) override {
+  Result<std::vector<TurnRecord>> ListTurns(int64_t session_id) override {
     if (crashed_) return Error(ErrorKind::kIo, "simulated crash");
     return sessions.at(session_id).turns;
   }
   Result<int64_t> RecordEvaluation(int64_t session_id, int64_t turn_id,
                                    const nlohmann::json& doc) override {
     KF_RETURN_IF_ERROR(Mutate());
-    EvaluationRow e{++next_eval_, turn_id, doc};
+    EvaluationRecord e;
+    e.id = ++next_eval_;
+    e.session_id = session_id;
+    e.turn_id = turn_id;
+    e.doc = doc;
     sessions.at(session_id).evals.push_back(e);
     return e.id;
   }
-  Result<std::vector<EvaluationRow>> ListEvaluations(int64_t session_id) override {
+  Result<std::vector<EvaluationRecord>> ListEvaluations(int64_t session_id) override {
     if (crashed_) return Error(ErrorKind::kIo, "simulated crash");
     return sessions.at(session_id).evals;
   }
@@ -283,6 +301,9 @@ class FakeStore final : public StorePort {
     events.push_back({kind, detail});
     return Status::Ok();
   }
+
+  // The run as CreateOrGetRun stored it (nullopt before).
+  const std::optional<RunInfo>& run() const { return run_; }
 
   // A canonical dump of what matters for comparing two runs' records.
   nlohmann::json Dump() const {
@@ -322,7 +343,7 @@ class FakeStore final : public StorePort {
 
  private:
   bool crashed_ = false;
-  std::optional<RunRow> run_;
+  std::optional<RunInfo> run_;
   std::string run_name_;
   int64_t next_turn_ = 0, next_eval_ = 0;
 };

@@ -116,9 +116,9 @@ TEST(Rejudge, EvaluatesEveryRecordedKernelOnAGpuWithoutCallingTheModel) {
       EXPECT_EQ(b.turns[i].reply, a.turns[i].reply);
       EXPECT_EQ(b.turns[i].kernel, a.turns[i].kernel);
       EXPECT_EQ(b.turns[i].feedback, a.turns[i].feedback) << "what the model read";
-      EXPECT_EQ(b.turns[i].input_tokens, a.turns[i].input_tokens);
-      EXPECT_EQ(b.turns[i].output_tokens, a.turns[i].output_tokens);
-      EXPECT_DOUBLE_EQ(b.turns[i].cost_usd, a.turns[i].cost_usd);
+      EXPECT_EQ(b.turns[i].usage.input_tokens, a.turns[i].usage.input_tokens);
+      EXPECT_EQ(b.turns[i].usage.output_tokens, a.turns[i].usage.output_tokens);
+      EXPECT_DOUBLE_EQ(b.turns[i].usage.cost_usd, a.turns[i].usage.cost_usd);
     }
   }
   // The verdicts are new: a GPU judged what the original only compiled.

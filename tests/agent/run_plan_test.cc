@@ -50,7 +50,8 @@ TEST_F(RunPlanTest, APlanHoldsTheTasksPoolsPromptsAndStore) {
   ASSERT_EQ(p.notices.size(), 1u);
   EXPECT_NE(p.notices[0].find("no GPU evaluation (--compile-only)"), std::string::npos);
   EXPECT_EQ(p.spec.strategy, &p.strategy);
-  EXPECT_EQ(p.spec.config["task_suite_hash"], *eval::TaskSuiteHash(kRoot / "tasks"));
+  EXPECT_EQ(p.spec.task_suite_hash, *eval::TaskSuiteHash(kRoot / "tasks"));
+  EXPECT_EQ(p.spec.config["task_suite_hash"], p.spec.task_suite_hash);
   EXPECT_EQ(p.spec.config["resolved"]["tasks"], nlohmann::json::array({"001_allreduce"}));
   ASSERT_NE(p.store, nullptr);
   EXPECT_TRUE(fs::exists(results::StorePath(p.run_dir)));
@@ -64,7 +65,9 @@ TEST_F(RunPlanTest, AStoredNameIsRefusedRenamedWhenMadeUpAndKeptOnResume) {
     auto first = PlanRun(Config("night"), {});
     ASSERT_TRUE(first.ok()) << first.status().ToString();
     RunPlan& p = **first;
-    ASSERT_TRUE(p.store->CreateOrGetRun("night", p.spec.config, p.spec.hardware).ok());
+    ASSERT_TRUE(
+        p.store->CreateOrGetRun("night", p.spec.config, p.spec.task_suite_hash, p.spec.hardware)
+            .ok());
   }
   RunConfig again = Config("night");
   again.world = 4;

@@ -62,6 +62,17 @@ const FakeStore::Session& SessionFor(const FakeStore& store, const std::string& 
   throw std::runtime_error("no session");
 }
 
+// The suite hash reaches the store as its own argument: nothing reads it
+// back out of the stored config.
+TEST(Runner, StoresTheTaskSuiteHashGivenAsAnArgument) {
+  Rig rig("turns = 1\n");
+  rig.spec.task_suite_hash = "suite-1";
+  rig.spec.config = {{"task_suite_hash", "not-read"}};
+  ASSERT_TRUE(rig.Run().ok());
+  ASSERT_TRUE(rig.store.run().has_value());
+  EXPECT_EQ(rig.store.run()->task_suite_hash, "suite-1");
+}
+
 TEST(Runner, RefinesThroughEveryOutcomeAndRecordsEachTurn) {
   Rig rig("turns = 6\n");
   rig.spec.models = {"fake:a"};
@@ -128,7 +139,7 @@ TEST(Runner, UnpricedModelSpendReadsUnpricedNotZeroDollars) {
   Rig rig("turns = 1\n");
   rig.llm.SetScript([](const LlmCall& c) -> Result<LlmAnswer> {
     LlmAnswer a;
-    a.priced = c.model != "fake:b";
+    a.usage.priced = c.model != "fake:b";
     return a;
   });
   auto r = rig.Run();
@@ -178,7 +189,7 @@ double Spent(const FakeStore& store, const std::string& model = "") {
   double usd = 0;
   for (const auto& [id, s] : store.sessions) {
     if (!model.empty() && s.row.key.model != model) continue;
-    for (const auto& t : s.turns) usd += t.cost_usd;
+    for (const auto& t : s.turns) usd += t.usage.cost_usd;
   }
   return usd;
 }
@@ -221,8 +232,8 @@ TEST(Runner, BilledFailuresAreChargedToTheBudgets) {
       // The spent turn is stored with what it cost, so a resume recharges it.
       ASSERT_EQ(s.turns.size(), 2u);
       EXPECT_EQ(s.turns[0].finish_reason, "length");
-      EXPECT_DOUBLE_EQ(s.turns[0].cost_usd, 0.02);
-      EXPECT_EQ(s.turns[0].input_tokens + s.turns[0].output_tokens, 6000);
+      EXPECT_DOUBLE_EQ(s.turns[0].usage.cost_usd, 0.02);
+      EXPECT_EQ(s.turns[0].usage.tokens(), 6000);
     } else {
       ASSERT_EQ(s.turns.size(), 1u);
       bool billed_event = false;
@@ -277,7 +288,7 @@ TEST(Runner, ConcurrentCallsNeverPassABudgetByMoreThanOneCall) {
     int64_t used = 0;
     size_t turns = 0;
     for (const auto& [id, s] : rig.store.sessions) {
-      for (const auto& t : s.turns) used += t.input_tokens + t.output_tokens;
+      for (const auto& t : s.turns) used += t.usage.tokens();
       turns += s.turns.size();
       EXPECT_EQ(s.row.stop_reason.rfind("budget: run ", 0), 0u) << s.row.stop_reason;
     }

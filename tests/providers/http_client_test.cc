@@ -113,6 +113,8 @@ TEST_F(HttpClientTest, CompatServerWithoutKey) {
   EXPECT_EQ(resp->reasoning, "Need friendly greeting.");
   EXPECT_EQ(resp->usage.cached_input_tokens, 60);
   EXPECT_FALSE(resp->cost_known);
+  EXPECT_FALSE(resp->Billed().priced) << "no price: the cost is unknown, not zero";
+  EXPECT_EQ(resp->Billed().cached_input_tokens, 60);
   auto got = server_.received();
   EXPECT_EQ(got[0].path, "/v1/chat/completions");
   EXPECT_EQ(got[0].headers.count("Authorization"), 0u);
@@ -343,6 +345,12 @@ TEST_F(HttpClientTest, BilledAttemptsThatWereRetriedAreInTheCost) {
   const double first = (1000 * 3.0 + 300 * 15.0) / 1e6, second = (1000 * 3.0 + 20 * 15.0) / 1e6;
   EXPECT_NEAR(resp->cost_usd, first + second, 1e-12);
   EXPECT_NEAR(spent_usd_, first + second, 1e-12);
+  // What the turn records: both attempts' tokens, the whole cost, priced.
+  const TokenUsage billed = resp->Billed();
+  EXPECT_EQ(billed.input_tokens, 2000);
+  EXPECT_EQ(billed.output_tokens, 320);
+  EXPECT_NEAR(billed.cost_usd, first + second, 1e-12);
+  EXPECT_TRUE(billed.priced);
 }
 
 TEST_F(HttpClientTest, ACallThatGaveUpSaysWhatItsAttemptsWereBilled) {

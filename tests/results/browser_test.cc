@@ -190,13 +190,11 @@ TEST_F(BrowserTest, ASessionNothingEvaluatedReadsNotEvaluatedNotZero) {
     auto s = (*store)->UpsertSession(
         run->id, {"replay:only-compiled", "001_allreduce", "refine", 0, 2, "bf16", "collective"});
     ASSERT_OK(s);
-    auto k = (*store)->PutBlob("kernel");
-    ASSERT_OK(k);
     TurnRecord t;
     t.session_id = *s;
     t.prompt = "p";
     t.reply = "r";
-    t.kernel_sha = *k;
+    t.kernel = "kernel";
     ASSERT_OK((*store)->AppendTurn(t));
     ASSERT_STATUS_OK((*store)->AppendEvent(run->id, "compiled", {{"session", *s}, {"turn", 0}}));
     ASSERT_STATUS_OK((*store)->SetSessionState(*s, "stopped", "compiled; evaluation needs a GPU"));

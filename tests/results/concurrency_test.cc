@@ -24,7 +24,7 @@ TurnRecord MakeTurn(int64_t session_id, int index) {
   t.index = index;
   t.prompt = "prompt " + std::to_string(index);
   t.reply = std::string(2000, 'r') + std::to_string(index);
-  t.output_tokens = index;
+  t.usage.output_tokens = index;
   return t;
 }
 

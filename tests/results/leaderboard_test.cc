@@ -119,13 +119,13 @@ TEST(LeaderboardFormatTest, RejectsUnknownFormat) {
 namespace kforge::results {
 namespace {
 
-TurnRecord Turn(int64_t session, int index, const std::string& kernel_sha) {
+TurnRecord Turn(int64_t session, int index, const std::string& kernel) {
   TurnRecord t;
   t.session_id = session;
   t.index = index;
   t.prompt = "p";
   t.reply = "r";
-  t.kernel_sha = kernel_sha;
+  t.kernel = kernel;
   return t;
 }
 
@@ -147,13 +147,12 @@ TEST(NotEvaluatedTest, UnreachedAndCompileOnlySessionsAreNamedNotScored) {
   auto s2 = (*store)->UpsertSession(
       run->id, {"replay:demo", "001_allreduce", "refine", 0, 2, "bf16", "collective"});
   ASSERT_OK(s2);
-  auto k = (*store)->PutBlob("kernel");
-  ASSERT_OK(k);
-  TurnRecord t0 = Turn(*s2, 0, *k);
+  const std::string k = "kernel";
+  TurnRecord t0 = Turn(*s2, 0, k);
   auto t0id = (*store)->AppendTurn(t0);
   ASSERT_OK(t0id);
   ASSERT_OK((*store)->RecordEvaluation(*s2, *t0id, {{"status", "compile_error"}}));
-  TurnRecord t1 = Turn(*s2, 1, *k);
+  TurnRecord t1 = Turn(*s2, 1, k);
   ASSERT_OK((*store)->AppendTurn(t1));
   ASSERT_STATUS_OK((*store)->AppendEvent(run->id, "compiled", {{"session", *s2}, {"turn", 1}}));
   ASSERT_STATUS_OK((*store)->SetSessionState(*s2, "stopped", "compiled; evaluation needs a GPU"));
@@ -161,7 +160,7 @@ TEST(NotEvaluatedTest, UnreachedAndCompileOnlySessionsAreNamedNotScored) {
   auto s3 = (*store)->UpsertSession(
       run->id, {"replay:demo", "002_allgather", "refine", 0, 2, "bf16", "collective"});
   ASSERT_OK(s3);
-  TurnRecord t2 = Turn(*s3, 0, *k);
+  TurnRecord t2 = Turn(*s3, 0, k);
   auto t2id = (*store)->AppendTurn(t2);
   ASSERT_OK(t2id);
   ASSERT_OK((*store)->RecordEvaluation(*s3, *t2id, {{"status", "compile_error"}}));

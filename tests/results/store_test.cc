@@ -49,17 +49,14 @@ TEST(RunStoreTest, RoundTripsRunsSessionsTurnsAndEvaluations) {
   ASSERT_OK(again);
   EXPECT_EQ(*sid, *again) << "UpsertSession must be idempotent";
 
-  auto ksha = s.PutBlob("__global__ void k() {}\n");
-  ASSERT_OK(ksha);
-  EXPECT_EQ(*ksha, Sha256Hex("__global__ void k() {}\n"));
   TurnRecord t;
   t.session_id = *sid;
   t.prompt = "write a kernel";
   t.reply = "```cuda\n...```";
-  t.kernel_sha = *ksha;
-  t.input_tokens = 100;
-  t.output_tokens = 50;
-  t.cost_usd = 0.25;
+  t.kernel = "__global__ void k() {}\n";
+  t.usage.input_tokens = 100;
+  t.usage.output_tokens = 50;
+  t.usage.cost_usd = 0.25;
   auto tid = s.AppendTurn(t);
   ASSERT_OK(tid);
   auto dup = s.AppendTurn(t);
@@ -89,7 +86,12 @@ TEST(RunStoreTest, RoundTripsRunsSessionsTurnsAndEvaluations) {
   ASSERT_EQ(turns->size(), 1u);
   EXPECT_EQ((*turns)[0].prompt, "write a kernel");
   EXPECT_EQ((*turns)[0].feedback, "passed; try vector loads");
-  EXPECT_EQ((*turns)[0].input_tokens, 100);
+  EXPECT_EQ((*turns)[0].usage.input_tokens, 100);
+  EXPECT_EQ((*turns)[0].kernel, "__global__ void k() {}\n");
+  EXPECT_EQ((*turns)[0].kernel_sha, Sha256Hex("__global__ void k() {}\n")) << "stored as a blob";
+  auto kernel = s.GetBlob((*turns)[0].kernel_sha);
+  ASSERT_OK(kernel);
+  EXPECT_EQ(*kernel, t.kernel);
 
   auto evals = s.ListEvaluations(*sid);
   ASSERT_OK(evals);
@@ -107,6 +109,48 @@ TEST(RunStoreTest, RoundTripsRunsSessionsTurnsAndEvaluations) {
   ASSERT_EQ(events->size(), 1u);
   EXPECT_EQ((*events)[0].kind, "session_done");
   ASSERT_STATUS_OK(s.CheckIntegrity());
+}
+
+// A turn with every field set comes back equal: a new TurnRecord field is
+// written where the store binds and reads it, and nowhere in between. The
+// structured binding stops compiling when a field is added, so that the
+// field is set here too.
+TEST(RunStoreTest, ATurnWithEveryFieldSetRoundTrips) {
+  TempDir tmp;
+  auto store = RunStore::Open(tmp.path());
+  ASSERT_OK(store);
+  auto& s = **store;
+  auto run = s.CreateOrGetRun("r", {}, "v", "suite", {});
+  ASSERT_OK(run);
+  auto sid = s.UpsertSession(run->id, {"m", "t", "s", 0, 2, "f32", ""});
+  ASSERT_OK(sid);
+
+  TurnRecord want;
+  want.session_id = *sid;
+  want.index = 3;
+  want.prompt = "write a kernel";
+  want.reply = "```cuda\n__global__ void k() {}\n```";
+  want.feedback = "mismatch at rank 1";
+  want.kernel = "__global__ void k() {}\n";
+  want.kernel_sha = "ignored: the store hashes the kernel";
+  want.usage = {1200, 300, 800, 250, 0.0375, true};
+  want.latency_s = 12.25;
+  want.request_id = "req-42";
+  want.finish_reason = "length";
+  want.created_at = 1.7e9 + 0.5;
+  [[maybe_unused]] const auto& [id, session_id, index, prompt, reply, feedback, kernel, kernel_sha,
+                                usage, latency_s, request_id, finish_reason, created_at] = want;
+  [[maybe_unused]] const auto& [input_tokens, cached_input_tokens, output_tokens, reasoning_tokens,
+                                cost_usd, priced] = want.usage;
+
+  auto tid = s.AppendTurn(want);
+  ASSERT_OK(tid);
+  auto turns = s.ListTurns(*sid);
+  ASSERT_OK(turns);
+  ASSERT_EQ(turns->size(), 1u);
+  want.id = *tid;
+  want.kernel_sha = Sha256Hex(want.kernel);
+  EXPECT_EQ((*turns)[0], want);
 }
 
 TEST(RunStoreTest, RejectsBadInputWithoutLosingData) {
@@ -129,9 +173,9 @@ TEST(RunStoreTest, RejectsBadInputWithoutLosingData) {
   EXPECT_NE(wrong_schema.status().message().find("schema"), std::string::npos);
   EXPECT_FALSE(s.RecordEvaluation(9999, 0, PassedDoc(1.0)).ok()) << "unknown session";
   TurnRecord bad;
-  bad.session_id = *sid;
-  bad.kernel_sha = std::string(64, 'a');
-  EXPECT_FALSE(s.AppendTurn(bad).ok()) << "kernel blob never put";
+  bad.session_id = 9999;
+  bad.kernel = "__global__ void k() {}";
+  EXPECT_FALSE(s.AppendTurn(bad).ok()) << "unknown session";
   EXPECT_FALSE(s.SetBestEvaluation(*sid, 12345).ok());
   // A failed speedup is not trusted even if present.
   auto failed = s.RecordEvaluation(*sid, 0, {{"status", "mismatch"}, {"speedup", 3.0}});
@@ -377,11 +421,9 @@ TEST(StoreViewsTest, EveryVerdictCountsAsTheSampleReaderSays) {
     for (Verdict v : kAllVerdicts) {
       auto sid = s.UpsertSession(run->id, {"m", "001_allreduce", "s", sample++, 2, "f32", "c"});
       ASSERT_OK(sid);
-      auto ksha = s.PutBlob("__global__ void k" + std::to_string(sample) + "() {}\n");
-      ASSERT_OK(ksha);
       TurnRecord t;
       t.session_id = *sid;
-      t.kernel_sha = *ksha;
+      t.kernel = "__global__ void k" + std::to_string(sample) + "() {}\n";
       auto tid = s.AppendTurn(t);
       ASSERT_OK(tid);
       nlohmann::json doc = {{"schema", kEvalSchema}, {"status", VerdictName(v)}};

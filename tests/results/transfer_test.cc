@@ -81,15 +81,13 @@ TEST(TransferTest, CompileOnlySessionsStayNotEvaluatedThroughExportImportAndMerg
     auto sid = (*store)->UpsertSession(
         run_id, {"model-c", "001_allreduce", "refine", 0, 2, "bf16", "collective"});
     ASSERT_OK(sid);
-    auto k = (*store)->PutBlob("__global__ void k() {}");
-    ASSERT_OK(k);
     // Turn 0 failed to compile (a verdict); turn 1 compiled and never ran.
     // Without its "compiled" event the session reads as a wrong answer.
     TurnRecord t;
     t.session_id = *sid;
     t.prompt = "p";
     t.reply = "r";
-    t.kernel_sha = *k;
+    t.kernel = "__global__ void k() {}";
     auto t0 = (*store)->AppendTurn(t);
     ASSERT_OK(t0);
     ASSERT_OK((*store)->RecordEvaluation(*sid, *t0, {{"status", "compile_error"}}));

@@ -62,11 +62,6 @@ Result<nlohmann::json> RenderShowJson(const RunStore& store, const ShowOptions& 
       KF_ASSIGN_OR_RETURN(auto evals, store.ListEvaluations(s.id));
       json jturns = json::array();
       for (const auto& t : turns) {
-        json kernel = nullptr;
-        if (!t.kernel_sha.empty()) {
-          KF_ASSIGN_OR_RETURN(std::string k, store.GetBlob(t.kernel_sha));
-          kernel = k;
-        }
         json jevals = json::array();
         for (const auto& e : evals) {
           if (e.turn_id != t.id) continue;
@@ -82,18 +77,18 @@ Result<nlohmann::json> RenderShowJson(const RunStore& store, const ShowOptions& 
         }
         jturns.push_back(
             {{"turn", t.index + 1},
-             {"input_tokens", t.input_tokens},
-             {"cached_input_tokens", t.cached_input_tokens},
-             {"output_tokens", t.output_tokens},
-             {"reasoning_tokens", t.reasoning_tokens},
-             {"cost_usd", t.cost_usd},
+             {"input_tokens", t.usage.input_tokens},
+             {"cached_input_tokens", t.usage.cached_input_tokens},
+             {"output_tokens", t.usage.output_tokens},
+             {"reasoning_tokens", t.usage.reasoning_tokens},
+             {"cost_usd", t.usage.cost_usd},
              {"latency_s", t.latency_s},
              {"finish_reason", t.finish_reason},
              {"request_id", t.request_id},
              {"prompt", t.prompt},
              {"reply", t.reply},
              {"kernel_sha256", t.kernel_sha.empty() ? json(nullptr) : json(t.kernel_sha)},
-             {"kernel", kernel},
+             {"kernel", t.kernel_sha.empty() ? json(nullptr) : json(t.kernel)},
              {"feedback", t.feedback},
              {"evaluations", jevals}});
       }
@@ -139,12 +134,12 @@ Result<std::string> RenderShowText(const RunStore& store, const ShowOptions& o) 
       for (const auto& t : turns) {
         out += fmt::format("\n--- turn {} · {} in / {} out tokens · ${:.4f} · {:.1f} s{} ---\n",
                            t.index + 1,  // from 1, as the feedback counts
-                           t.input_tokens, t.output_tokens, t.cost_usd, t.latency_s,
-                           t.finish_reason.empty() ? "" : " · " + t.finish_reason);
+                           t.usage.input_tokens, t.usage.output_tokens, t.usage.cost_usd,
+                           t.latency_s, t.finish_reason.empty() ? "" : " · " + t.finish_reason);
         out += "  prompt:\n" + Indented(t.prompt, o.full, o.max_lines);
         out += "  reply:\n" + Indented(t.reply, o.full, o.max_lines);
         if (!t.kernel_sha.empty()) {
-          KF_ASSIGN_OR_RETURN(std::string kernel, store.GetBlob(t.kernel_sha));
+          const std::string& kernel = t.kernel;
           if (!have_previous) {
             out += fmt::format("  kernel {}:\n", t.kernel_sha.substr(0, 12)) +
                    Indented(kernel, o.full, o.max_lines);

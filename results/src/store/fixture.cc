@@ -98,19 +98,17 @@ Status WriteFixtureRun(const std::filesystem::path& run_dir, const FixtureSpec& 
             int64_t best = 0;
             for (int turn = 0; turn < spec.turns; ++turn) {
               const bool last = turn == spec.turns - 1;
-              KF_ASSIGN_OR_RETURN(std::string ksha, store->PutBlob(KernelSource(
-                                                        task, turn, Uniform(spec.seed, label))));
               TurnRecord tr;
               tr.session_id = sid;
               tr.index = turn;
               tr.prompt = fmt::format("Write a multi-GPU kernel for task {} (world {}).\nTurn {}.",
                                       task, world, turn);
               tr.reply = "Here is the kernel:\n```cuda\n" + KernelSource(task, turn, 0.5) + "```\n";
-              tr.kernel_sha = ksha;
-              tr.input_tokens = 1500 + 400 * turn;
-              tr.output_tokens = 800 + 37 * static_cast<int64_t>(mi);
-              tr.cost_usd = 0.002 * static_cast<double>(tr.input_tokens + tr.output_tokens) / 1000 *
-                            (3.0 - static_cast<double>(mi));
+              tr.kernel = KernelSource(task, turn, Uniform(spec.seed, label));
+              tr.usage.input_tokens = 1500 + 400 * turn;
+              tr.usage.output_tokens = 800 + 37 * static_cast<int64_t>(mi);
+              tr.usage.cost_usd = 0.002 * static_cast<double>(tr.usage.tokens()) / 1000 *
+                                  (3.0 - static_cast<double>(mi));
               tr.latency_s = 12.5;
               tr.finish_reason = "stop";
               tr.created_at = 1.7e9 + session_no * 100 + turn;

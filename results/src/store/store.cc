@@ -224,24 +224,15 @@ Result<std::string> RunStore::GetBlob(const std::string& sha) const { return Rea
 
 Result<int64_t> RunStore::AppendTurn(const TurnRecord& t) {
   MutexLock lock(&mu_);
-  if (!t.kernel_sha.empty() && !IsSha(t.kernel_sha)) {
-    return Error(ErrorKind::kInvalidInput,
-                 "turn kernel_sha is not a sha256: \"" + t.kernel_sha + "\"");
-  }
+  // Blobs first: a row is committed only once every blob it names is on disk.
   KF_ASSIGN_OR_RETURN(std::string prompt_sha, PutBlobLocked(t.prompt));
   KF_ASSIGN_OR_RETURN(std::string reply_sha, PutBlobLocked(t.reply));
-  std::string feedback_sha;
+  std::string feedback_sha, kernel_sha;
   if (!t.feedback.empty()) {
     KF_ASSIGN_OR_RETURN(feedback_sha, PutBlobLocked(t.feedback));
   }
-  int64_t kernel_bytes = 0;
-  if (!t.kernel_sha.empty()) {
-    std::error_code ec;
-    const auto size = fs::file_size(BlobPath(dir_, t.kernel_sha), ec);
-    if (ec)
-      return Error(ErrorKind::kInvalidInput,
-                   "turn kernel_sha " + t.kernel_sha + ": no such blob (PutBlob first)");
-    kernel_bytes = static_cast<int64_t>(size);
+  if (!t.kernel.empty()) {
+    KF_ASSIGN_OR_RETURN(kernel_sha, PutBlobLocked(t.kernel));
   }
   Transaction tx(*db_);
   KF_RETURN_IF_ERROR(tx.Begin());
@@ -264,23 +255,24 @@ Result<int64_t> RunStore::AppendTurn(const TurnRecord& t) {
                          .Bind(3, prompt_sha)
                          .Bind(4, reply_sha)
                          .Bind(5, feedback_sha)
-                         .Bind(6, t.kernel_sha)
-                         .Bind(7, t.input_tokens)
-                         .Bind(8, t.cached_input_tokens)
-                         .Bind(9, t.output_tokens)
-                         .Bind(10, t.reasoning_tokens)
-                         .Bind(11, t.cost_usd)
+                         .Bind(6, kernel_sha)
+                         .Bind(7, t.usage.input_tokens)
+                         .Bind(8, t.usage.cached_input_tokens)
+                         .Bind(9, t.usage.output_tokens)
+                         .Bind(10, t.usage.reasoning_tokens)
+                         .Bind(11, t.usage.cost_usd)
                          .Bind(12, t.latency_s)
                          .Bind(13, t.request_id)
                          .Bind(14, t.finish_reason)
                          .Bind(15, t.created_at > 0 ? t.created_at : Now())
                          .Run());
   const int64_t id = db_->LastInsertId();
-  if (!t.kernel_sha.empty()) {
+  if (!kernel_sha.empty()) {
     KF_ASSIGN_OR_RETURN(
         Stmt k,
         db_->Prepare("INSERT OR IGNORE INTO kernels (sha, bytes, created_at) VALUES (?,?,?)"));
-    KF_RETURN_IF_ERROR(k.Bind(1, t.kernel_sha).Bind(2, kernel_bytes).Bind(3, Now()).Run());
+    KF_RETURN_IF_ERROR(
+        k.Bind(1, kernel_sha).Bind(2, static_cast<int64_t>(t.kernel.size())).Bind(3, Now()).Run());
   }
   KF_ASSIGN_OR_RETURN(Stmt s,
                       db_->Prepare("UPDATE sessions SET turns_done=turns_done+1 WHERE id=?"));

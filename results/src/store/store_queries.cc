@@ -50,7 +50,7 @@ Result<SessionRecord> RunStore::GetSession(int64_t session_id) const {
 
 Result<std::vector<TurnRecord>> RunStore::ListTurns(int64_t session_id) const {
   std::vector<TurnRecord> turns;
-  std::vector<std::array<std::string, 3>> shas;
+  std::vector<std::array<std::string, 3>> shas;  // prompt, reply, feedback
   {
     MutexLock lock(&mu_);
     KF_ASSIGN_OR_RETURN(Stmt q,
@@ -69,11 +69,11 @@ Result<std::vector<TurnRecord>> RunStore::ListTurns(int64_t session_id) const {
       t.index = static_cast<int>(q.Int(2));
       shas.push_back({q.Text(3), q.Text(4), q.Text(5)});
       t.kernel_sha = q.Text(6);
-      t.input_tokens = q.Int(7);
-      t.cached_input_tokens = q.Int(8);
-      t.output_tokens = q.Int(9);
-      t.reasoning_tokens = q.Int(10);
-      t.cost_usd = q.Double(11);
+      t.usage.input_tokens = q.Int(7);
+      t.usage.cached_input_tokens = q.Int(8);
+      t.usage.output_tokens = q.Int(9);
+      t.usage.reasoning_tokens = q.Int(10);
+      t.usage.cost_usd = q.Double(11);
       t.latency_s = q.Double(12);
       t.request_id = q.Text(13);
       t.finish_reason = q.Text(14);
@@ -85,6 +85,7 @@ Result<std::vector<TurnRecord>> RunStore::ListTurns(int64_t session_id) const {
     KF_ASSIGN_OR_RETURN(turns[i].prompt, ReadBlob(dir_, shas[i][0]));
     KF_ASSIGN_OR_RETURN(turns[i].reply, ReadBlob(dir_, shas[i][1]));
     KF_ASSIGN_OR_RETURN(turns[i].feedback, ReadBlob(dir_, shas[i][2]));
+    KF_ASSIGN_OR_RETURN(turns[i].kernel, ReadBlob(dir_, turns[i].kernel_sha));
   }
   return turns;
 }

@@ -55,19 +55,18 @@ std::string EventSignature(const std::string& kind, const nlohmann::json& detail
   return kind + "\n" + d.dump();
 }
 
-Result<nlohmann::json> TurnJson(const RunStore& store, const TurnRecord& t) {
-  KF_ASSIGN_OR_RETURN(std::string kernel, store.GetBlob(t.kernel_sha));
+nlohmann::json TurnJson(const TurnRecord& t) {
   return nlohmann::json{
       {"index", t.index},
       {"prompt", t.prompt},
       {"reply", t.reply},
       {"feedback", t.feedback},
-      {"kernel", t.kernel_sha.empty() ? nlohmann::json(nullptr) : nlohmann::json(kernel)},
-      {"input_tokens", t.input_tokens},
-      {"cached_input_tokens", t.cached_input_tokens},
-      {"output_tokens", t.output_tokens},
-      {"reasoning_tokens", t.reasoning_tokens},
-      {"cost_usd", t.cost_usd},
+      {"kernel", t.kernel_sha.empty() ? nlohmann::json(nullptr) : nlohmann::json(t.kernel)},
+      {"input_tokens", t.usage.input_tokens},
+      {"cached_input_tokens", t.usage.cached_input_tokens},
+      {"output_tokens", t.usage.output_tokens},
+      {"reasoning_tokens", t.usage.reasoning_tokens},
+      {"cost_usd", t.usage.cost_usd},
       {"latency_s", t.latency_s},
       {"request_id", t.request_id},
       {"finish_reason", t.finish_reason},
@@ -207,14 +206,12 @@ class Importer {
     tr.prompt = JsonString(t, "prompt");
     tr.reply = JsonString(t, "reply");
     tr.feedback = JsonString(t, "feedback");
-    if (t.contains("kernel") && t["kernel"].is_string()) {
-      KF_ASSIGN_OR_RETURN(tr.kernel_sha, dest_.PutBlob(t["kernel"].get<std::string>()));
-    }
-    tr.input_tokens = static_cast<int64_t>(JsonNumber(t, "input_tokens"));
-    tr.cached_input_tokens = static_cast<int64_t>(JsonNumber(t, "cached_input_tokens"));
-    tr.output_tokens = static_cast<int64_t>(JsonNumber(t, "output_tokens"));
-    tr.reasoning_tokens = static_cast<int64_t>(JsonNumber(t, "reasoning_tokens"));
-    tr.cost_usd = JsonNumber(t, "cost_usd");
+    tr.kernel = JsonString(t, "kernel");
+    tr.usage.input_tokens = static_cast<int64_t>(JsonNumber(t, "input_tokens"));
+    tr.usage.cached_input_tokens = static_cast<int64_t>(JsonNumber(t, "cached_input_tokens"));
+    tr.usage.output_tokens = static_cast<int64_t>(JsonNumber(t, "output_tokens"));
+    tr.usage.reasoning_tokens = static_cast<int64_t>(JsonNumber(t, "reasoning_tokens"));
+    tr.usage.cost_usd = JsonNumber(t, "cost_usd");
     tr.latency_s = JsonNumber(t, "latency_s");
     tr.request_id = JsonString(t, "request_id");
     tr.finish_reason = JsonString(t, "finish_reason");
@@ -257,7 +254,7 @@ Status ForEachExportRecord(const RunStore& store,
       std::map<int64_t, nlohmann::json> turn_json;
       std::set<int64_t> evaluated_turns;
       for (const auto& t : turns) {
-        KF_ASSIGN_OR_RETURN(turn_json[t.id], TurnJson(store, t));
+        turn_json[t.id] = TurnJson(t);
       }
       auto record = [&](const nlohmann::json& turn, const nlohmann::json& eval, bool best) {
         nlohmann::json rec{{"schema", "kforge.export/1"}, {"run", run_json},

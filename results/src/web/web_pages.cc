@@ -226,11 +226,11 @@ Result<std::string> SessionPage(const Site& site, const std::string& run_key, in
     body += fmt::format(
         "<div class=\"turn\" id=\"turn-{0}\"><h2>Turn {5}</h2><p class=\"note\">{1} in · {2} out "
         "tokens · ${3:.4f} · {4:.1f} s</p>",
-        t.index, t.input_tokens, t.output_tokens, t.cost_usd, t.latency_s,
+        t.index, t.usage.input_tokens, t.usage.output_tokens, t.usage.cost_usd, t.latency_s,
         t.index + 1);  // counted from 1, as the feedback counts ("Turn 1 of 4")
     body += Details("prompt", Pre(t.prompt)) + Details("reply", Pre(t.reply));
     if (!t.kernel_sha.empty()) {
-      KF_ASSIGN_OR_RETURN(std::string kernel, store->GetBlob(t.kernel_sha));
+      const std::string& kernel = t.kernel;
       body += Details("kernel " + t.kernel_sha.substr(0, 12),
                       "<pre class=\"code\">" + HighlightCuda(kernel) + "</pre>", true);
       if (have_previous) {

@@ -11,7 +11,9 @@
 #include <vector>
 
 #include "kforge/core/status.h"
+#include "kforge/core/usage.h"
 #include "kforge/evaluator/service.h"
+#include "kforge/results/records.h"
 
 namespace kforge::agent {
 
@@ -38,9 +40,7 @@ struct LlmCall {
 struct LlmAnswer {
   std::string text;
   std::string finish_reason = "stop";  // stop | length | content_filter | error | other
-  int64_t input_tokens = 0, cached_input_tokens = 0, output_tokens = 0, reasoning_tokens = 0;
-  double cost_usd = 0;
-  bool priced = true;  // false: the registry has no price for the model (cost_usd is 0, not free)
+  TokenUsage usage;                    // what the provider billed, retried attempts included
   double latency_s = 0;
   std::string request_id;
 };
@@ -73,63 +73,38 @@ using EvalPort = eval::EvalService;
 
 // ---- the run store ----
 
-struct SessionKeyRow {
-  std::string model, task, strategy;
-  int sample = 0;
-  int world = 0;
-  std::string dtype;
-  std::string category;
-};
-
-struct TurnRow {
-  int64_t id = 0;
-  int64_t session_id = 0;
-  int index = 0;
-  std::string prompt, reply, feedback;
-  std::string kernel;  // the extracted kernel source; empty when none
-  int64_t input_tokens = 0, cached_input_tokens = 0, output_tokens = 0, reasoning_tokens = 0;
-  double cost_usd = 0, latency_s = 0;
-  std::string request_id, finish_reason;
-};
-
-struct EvaluationRow {
-  int64_t id = 0;
-  int64_t turn_id = 0;
-  nlohmann::json doc;
-};
-
-struct SessionRow {
-  int64_t id = 0;
-  SessionKeyRow key;
-  std::string state;  // pending | running | done | stopped
-  std::string stop_reason;
-};
-
-struct RunRow {
-  int64_t id = 0;
-  double started_at = 0;  // unix seconds
-  nlohmann::json config;
-};
+// The store's own records (kforge/results/records.h), passed as they are.
+using results::EvaluationRecord;
+using results::RunInfo;
+using results::SessionKey;
+using results::SessionRecord;
+using results::TurnRecord;
 
 // Every mutating call is durable when it returns OK.
 class StorePort {
  public:
   virtual ~StorePort() = default;
-  virtual Result<RunRow> CreateOrGetRun(const std::string& name, const nlohmann::json& config,
-                                        const nlohmann::json& hardware) = 0;
+  // The run called `name`, created if absent (an existing one keeps its
+  // stored config). `task_suite_hash` is eval::TaskSuiteHash of the tasks the
+  // run uses: stored with a new run so that merges can refuse other suites.
+  virtual Result<RunInfo> CreateOrGetRun(const std::string& name, const nlohmann::json& config,
+                                         const std::string& task_suite_hash,
+                                         const nlohmann::json& hardware) = 0;
   virtual Status FinishRun(int64_t run_id, const std::string& state) = 0;
   virtual Status SetRunConfig(int64_t run_id, const nlohmann::json& config) = 0;
-  virtual Result<int64_t> UpsertSession(int64_t run_id, const SessionKeyRow& key) = 0;
-  virtual Result<std::vector<SessionRow>> ListSessions(int64_t run_id) = 0;
+  virtual Result<int64_t> UpsertSession(int64_t run_id, const SessionKey& key) = 0;
+  virtual Result<std::vector<SessionRecord>> ListSessions(int64_t run_id) = 0;
   virtual Status SetSessionState(int64_t session_id, const std::string& state,
                                  const std::string& stop_reason) = 0;
-  virtual Result<int64_t> AppendTurn(const TurnRow& turn) = 0;
+  // Stores the whole turn, its kernel included, in one call.
+  virtual Result<int64_t> AppendTurn(const TurnRecord& turn) = 0;
   virtual Status SetTurnFeedback(int64_t turn_id, const std::string& feedback) = 0;
   // Turns in index order, kernels and texts included.
-  virtual Result<std::vector<TurnRow>> ListTurns(int64_t session_id) = 0;
+  virtual Result<std::vector<TurnRecord>> ListTurns(int64_t session_id) = 0;
   virtual Result<int64_t> RecordEvaluation(int64_t session_id, int64_t turn_id,
                                            const nlohmann::json& doc) = 0;
-  virtual Result<std::vector<EvaluationRow>> ListEvaluations(int64_t session_id) = 0;
+  // Evaluations in id order, each with its whole document (`doc`).
+  virtual Result<std::vector<EvaluationRecord>> ListEvaluations(int64_t session_id) = 0;
   virtual Status SetBestEvaluation(int64_t session_id, int64_t evaluation_id) = 0;
   virtual Status AppendEvent(int64_t run_id, const std::string& kind,
                              const nlohmann::json& detail) = 0;

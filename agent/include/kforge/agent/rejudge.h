@@ -25,8 +25,8 @@ namespace kforge::agent {
 
 // One session of the original run, as stored.
 struct StoredSession {
-  SessionRow row;
-  std::vector<TurnRow> turns;  // in index order
+  SessionRecord row;              // its id is the original store's
+  std::vector<TurnRecord> turns;  // in index order; ids and times left for the new store
 };
 
 struct RejudgeSpec {
@@ -35,6 +35,7 @@ struct RejudgeSpec {
   bool compile_only = false;                           // no GPU: compile and policy-check only
   PoolLimits pools;                                    // compile_slots and gpu_sets
   nlohmann::json config = nlohmann::json::object();    // stored with the new run
+  std::string task_suite_hash;                         // of the tasks it is judged on
   nlohmann::json hardware = nlohmann::json::object();  // this machine's card
   int max_eval_attempts = 4;  // an evaluation whose slot was lost is requeued this often
   double slot_cooldown_s = 15;

@@ -43,6 +43,7 @@ struct RunSpec {
   std::optional<double> deadline_unix;  // no new model calls after this
   PoolLimits pools;
   nlohmann::json config = nlohmann::json::object();    // stored with the run
+  std::string task_suite_hash;                         // eval::TaskSuiteHash of the tasks
   nlohmann::json hardware = nlohmann::json::object();  // the hardware card
   double link_peak_gbps = 0;
   int max_llm_attempts = 4;     // per call, for failures that may pass

@@ -21,6 +21,7 @@
 
 #include "kforge/core/clock.h"
 #include "kforge/core/status.h"
+#include "kforge/core/usage.h"
 
 namespace kforge::providers {
 
@@ -81,6 +82,11 @@ struct ChatResponse {
   double latency_s = 0;
   int attempts = 1;
   bool from_cache = false;
+
+  // What the call billed, as the agent and the run store keep it: `usage`
+  // and `retried_usage` summed, with cost_usd, priced unless the registry has
+  // no price for the model (a cached answer cost nothing, knowingly).
+  TokenUsage Billed() const;
 };
 
 // Receives visible text as it streams. When an attempt fails after some text

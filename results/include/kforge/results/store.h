@@ -29,6 +29,7 @@
 #include "kforge/core/eval_doc.h"
 #include "kforge/core/mutex.h"
 #include "kforge/core/status.h"
+#include "kforge/results/records.h"
 
 namespace kforge::results {
 
@@ -42,69 +43,6 @@ inline constexpr int kSchemaVersion = 4;
 // or change SQL views (for sqlite3 users), which kforge's own readers do not
 // use.
 inline constexpr int kMinReadableSchemaVersion = 2;
-
-struct RunInfo {
-  int64_t id = 0;
-  std::string name;
-  nlohmann::json config = nlohmann::json::object();
-  std::string kforge_version;
-  std::string task_suite_hash;
-  nlohmann::json hardware = nlohmann::json::object();  // the hardware card
-  std::string origin;                                  // host the run came from ("" = here)
-  double started_at = 0;
-  double finished_at = 0;  // 0 while running
-  std::string state;       // running | done | stopped | failed
-};
-
-// What makes a session unique within a run.
-struct SessionKey {
-  std::string model, task, strategy;
-  int sample = 0;
-  int world = 0;
-  std::string dtype;
-  // The task's category (task.toml). Not part of the identity; stored so
-  // metrics can be grouped per category.
-  std::string category;
-};
-
-struct SessionRecord {
-  int64_t id = 0;
-  int64_t run_id = 0;
-  SessionKey key;
-  std::string state;  // pending | running | done | stopped
-  std::string stop_reason;
-  int turns_done = 0;
-  std::optional<int64_t> best_evaluation_id;
-};
-
-struct TurnRecord {
-  int64_t id = 0;
-  int64_t session_id = 0;
-  int index = 0;  // 0-based within the session; unique per session
-  std::string prompt, reply, feedback;
-  std::string kernel_sha;  // blob holding the extracted kernel; may be empty
-  int64_t input_tokens = 0, cached_input_tokens = 0, output_tokens = 0, reasoning_tokens = 0;
-  double cost_usd = 0, latency_s = 0;
-  std::string request_id, finish_reason;
-  double created_at = 0;  // 0 = now
-};
-
-// One stored evaluation: the columns extracted from its kforge.eval/1 doc.
-struct EvaluationRecord {
-  int64_t id = 0;
-  int64_t session_id = 0;
-  int64_t turn_id = 0;                       // 0 when not tied to a turn
-  Verdict verdict = Verdict::kHarnessError;  // the document's "status"
-  std::optional<double> speedup;
-  std::optional<double> busbw_gbps;  // of the largest bench size
-  bool emulated = false;
-  double seconds = 0;
-  int world = 0;
-  std::string message;
-  std::string doc_sha;  // blob with the whole document (per-rank details, timings)
-  double created_at = 0;
-  std::string kernel_sha;  // the evaluated turn's kernel ("" when none); read-only
-};
 
 // Token, cost and time totals of one session's turns (one aggregate query).
 struct SessionUsage {
@@ -169,9 +107,10 @@ class RunStore {
   Result<std::string> PutBlob(std::string_view text);
   Result<std::string> GetBlob(const std::string& sha) const;
 
-  // Stores prompt/reply/feedback as blobs and the turn row in one transaction;
-  // bumps the session's turns_done. A repeated (session, index) is kInvalidInput.
-  // `kernel_sha` must name a blob already put.
+  // Stores a whole turn: prompt, reply, feedback and kernel as blobs, then
+  // the turn row (and the kernel's row) in one transaction; bumps the
+  // session's turns_done. `turn.id` and `turn.kernel_sha` are ignored (the
+  // store sets them). A repeated (session, index) is kInvalidInput.
   Result<int64_t> AppendTurn(const TurnRecord& turn);
   // Stores a turn's feedback once it is known (after the evaluation).
   Status SetTurnFeedback(int64_t turn_id, std::string_view feedback);
@@ -190,7 +129,7 @@ class RunStore {
   Result<RunInfo> GetRun(int64_t run_id) const;
   Result<std::vector<SessionRecord>> ListSessions(int64_t run_id) const;
   Result<SessionRecord> GetSession(int64_t session_id) const;
-  // Turns in index order, with prompt/reply/feedback read back from blobs.
+  // Turns in index order, whole: prompt, reply, feedback and kernel read back from blobs.
   Result<std::vector<TurnRecord>> ListTurns(int64_t session_id) const;
   Result<std::vector<EvaluationRecord>> ListEvaluations(int64_t session_id) const;
   // Every evaluation of a run (one query; for metrics and export).
