@@ -210,6 +210,10 @@ TEST_F(BrowserTest, ASessionNothingEvaluatedReadsNotEvaluatedNotZero) {
     EXPECT_EQ(cells.find("0.0%"), std::string::npos) << page << ": " << cells;
     EXPECT_EQ(cells.find("1.000x"), std::string::npos) << page << ": " << cells;
     EXPECT_NE(r.out.find("compiled; evaluation needs a GPU"), std::string::npos) << page;
+    // The run page says first that no GPU judged it (the leaderboard page does not).
+    EXPECT_EQ(r.out.find("No GPU judged 1 of the 1 sessions of this run") != std::string::npos,
+              std::string(page) == "/run/nogpu")
+        << page;
   }
 }
 
@@ -218,6 +222,7 @@ TEST_F(BrowserTest, SessionPageRenders) {
   httplib::Client client("127.0.0.1", server_->port());
   auto run = client.Get("/run/fixture");
   ASSERT_TRUE(run);
+  EXPECT_EQ(run->body.find("No GPU judged"), std::string::npos) << "the fixture's runs were judged";
   const auto link = run->body.find("href=\"/session/fixture/");
   ASSERT_NE(link, std::string::npos);
   const std::string path = run->body.substr(link + 6, run->body.find('"', link + 6) - link - 6);

@@ -102,6 +102,7 @@ Result<std::vector<SampleOutcome>> LoadSamples(const RunStore& store) {
       const int no_kernel = u == usage_by_session.end() ? 0 : u->second->no_kernel_turns;
       o.not_evaluated = NotEvaluated(verdicts, no_kernel, compiled.count(s.id) > 0,
                                      s.state == "stopped" && StoppedByLimit(s.stop_reason));
+      o.compiled_only = o.not_evaluated && compiled.count(s.id) > 0;
       if (o.not_evaluated) {
         if (!s.stop_reason.empty()) {
           o.not_evaluated_reason = s.stop_reason;

@@ -17,6 +17,7 @@ tr.not-evaluated td{color:#8a8f99;font-style:italic}
 .tag{display:inline-block;padding:0 6px;border-radius:3px;font-size:.8em;background:#eef}
 .tag.emulated{background:#ffe08a}.tag.passed{background:#c8f0c8}.tag.failed{background:#f6c6c6}
 .note{color:#5a6170;font-size:.9em}
+.banner{background:#fff4d6;border:1px solid #e8c36a;padding:8px 12px;border-radius:4px}
 pre{background:#f7f8fa;border:1px solid #e1e4ea;padding:8px;overflow-x:auto;font-size:.85em;white-space:pre-wrap}
 pre.code{white-space:pre}
 .kw{color:#0033b3;font-weight:600}.ty{color:#00627a}.cu{color:#8a1bb5;font-weight:600}.str{color:#067d17}

@@ -174,9 +174,20 @@ Result<std::string> RunPage(const Site& site, const std::string& run_key) {
   KF_ASSIGN_OR_RETURN(auto samples, LoadSamples(*store));
   std::map<int64_t, const SampleOutcome*> outcome;
   for (const auto& s : samples) outcome[s.session_id] = &s;
+  // A run no GPU judged says so first: its leaderboard has no verdicts or speedups.
+  const auto compiled_only = std::count_if(samples.begin(), samples.end(),
+                                           [](const SampleOutcome& s) { return s.compiled_only; });
+  if (compiled_only > 0) {
+    body += fmt::format(
+        "<p class=\"banner\">No GPU judged {} of the {} sessions of this run: their kernels were "
+        "compiled and policy-checked only, so they have no verdict or speedup. <code>kforge run "
+        "--rejudge {}</code> on a GPU machine judges the recorded turns.</p>",
+        compiled_only, samples.size(), key);
+  }
   body += "<h2>Leaderboard for this run</h2>" + RenderHtmlBody(BuildLeaderboard(samples, options));
   body +=
-      "<h2>Sessions</h2><table class=\"sessions\"><tr><th class=\"l\">model</th><th "
+      "<h2>Sessions</h2><div class=\"table-wrap\"><table class=\"sessions\"><tr><th "
+      "class=\"l\">model</th><th "
       "class=\"l\">task</th>"
       "<th class=\"l\">strategy</th><th>sample</th><th>world</th><th "
       "class=\"l\">state</th><th>turns</th>"
@@ -203,7 +214,7 @@ Result<std::string> RunPage(const Site& site, const std::string& run_key) {
           o && o->speedup ? fmt::format("{:.3f}x", *o->speedup) : "—");
     }
   }
-  body += "</table>";
+  body += "</table></div>";
   return HtmlDocument("kforge run " + run_key, body, kLiveScript);
 }
 

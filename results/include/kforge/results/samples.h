@@ -42,6 +42,7 @@ struct SampleOutcome {
   // named instead (docs/results.md, "Not evaluated").
   bool not_evaluated = false;
   std::string not_evaluated_reason;  // the stop reason, or why nothing was judged
+  bool compiled_only = false;        // not evaluated, but its kernels compiled: no GPU judged them
 };
 
 // The stop reasons of a limit the researcher set, as the agent writes them
