@@ -7,6 +7,7 @@
 # folders) narrow the table. `gpu-check.sh PART` runs one part of the gpu
 # tests and stops, each sized for one device call (a few minutes on an H100):
 #   core     the harness tests (wrong, hung and crashing kernels, exploits, timing)
+#   nccl-w1  every reference once through real NCCL at W = 1 (about 3 minutes on an H100)
 #   tasks-1  every reference and solution of tasks 001-019 at W = 2 and 4
 #   tasks-2  tasks 020-039, tasks-3 040-054, tasks-4 055-069, tasks-5 070-099
 set -uo pipefail
@@ -46,13 +47,14 @@ done | tee "$OUT/libraries.txt"
 PART=${1:-}
 if [[ -n "$PART" ]]; then
   case "$PART" in
-    core) select=(-E "EveryTask") ;;
+    core) select=(-E "EveryTask|ThroughNcclAtW1") ;;
+    nccl-w1) select=(-R "ThroughNcclAtW1") ;;
     tasks-1) select=(-R "EveryTask.*t0[01][0-9]_") ;;
     tasks-2) select=(-R "EveryTask.*t0[23][0-9]_") ;;
     tasks-3) select=(-R "EveryTask.*t0(4[0-9]|5[0-4])_") ;;
     tasks-4) select=(-R "EveryTask.*t0(5[5-9]|6[0-9])_") ;;
     tasks-5) select=(-R "EveryTask.*t0[789][0-9]_") ;;
-    *) echo "gpu-check: unknown part '$PART' (core, tasks-1 .. tasks-5)" >&2; exit 64 ;;
+    *) echo "gpu-check: unknown part '$PART' (core, nccl-w1, tasks-1 .. tasks-5)" >&2; exit 64 ;;
   esac
   echo "== ctest -L gpu, part $PART"
   (cd "$BUILD" && ctest -L gpu "${select[@]}" --output-on-failure --timeout 600) 2>&1 |

@@ -2,6 +2,8 @@
 // the completion handlers) and resume.cc (rebuilding sessions from the store).
 #pragma once
 
+#include <fmt/format.h>
+
 #include <map>
 #include <memory>
 #include <optional>
@@ -94,5 +96,10 @@ class RunEngine {
   std::set<std::string> unpriced_models_;   // models with a call the registry could not price
   std::map<std::string, int> slot_losses_;  // losses in a row, per slot group
 };
+
+// The file name a candidate's kernel is compiled and reported under.
+inline std::string KernelName(const Session& s, int cand) {
+  return fmt::format("{}_turn{}.cu", s.spec().task, cand);
+}
 
 }  // namespace kforge::agent::internal

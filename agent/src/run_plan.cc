@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cstdlib>
+#include <ctime>
 
 #include "breach.h"
 #include "kforge/agent/adapters.h"
@@ -269,6 +270,15 @@ Result<std::unique_ptr<RunPlan>> PlanRun(RunConfig cfg, const PlanEnv& env) {
         "no GPU evaluation ({}). Kernels will be compiled and policy-checked only; evaluation "
         "needs a GPU.",
         plan->pools->no_gpu_reason));
+  }
+  // A deadline already past stops the run before its first call: said, not
+  // silent (a resume with a later --deadline continues it).
+  if (const double now = static_cast<double>(std::time(nullptr));
+      c.deadline_unix && *c.deadline_unix <= now) {
+    plan->notices.push_back(fmt::format(
+        "the deadline is already past ({:.0f} s ago): no model will be called; continue later "
+        "with `kforge run --resume {} --deadline ...`",
+        now - *c.deadline_unix, c.name));
   }
   KF_ASSIGN_OR_RETURN(std::optional<eval::HardwareCard> card, PromptCard(*plan, prompts));
   const std::string hw_md = card ? RenderHardwareCard(*card) : "";

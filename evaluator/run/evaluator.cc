@@ -210,7 +210,7 @@ class RealEvaluator final : public Evaluator {
       a.doc()["policy"] = {{"violations", violations}};
       a.Finish(ErrorKind::kPolicyViolation, "policy violation: " + violations.front());
     } else if (options.compile_only) {
-      a.Finish(ErrorKind::kOk, "compiled; not evaluated (compile-only)");
+      a.Finish(ErrorKind::kOk, "not evaluated (--compile-only: no GPU run)");
     }
     return Objects{compiled[0].shared_object, compiled[1].shared_object};
   }

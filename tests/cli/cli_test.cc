@@ -204,6 +204,9 @@ TEST_F(CliTest, AResumeExtendsTheDeadlineAndRefusesWhatItCannotChange) {
                        "--compile-only", "--deadline", "2020-01-01T00:00"});
   ASSERT_EQ(first.exit_code, 0) << first.err;
   ASSERT_EQ(turns(), 0) << "the deadline had passed";
+  // Said, not silent: a deadline already past stops the run before its first call.
+  EXPECT_NE(first.err.find("the deadline is already past"), std::string::npos) << first.err;
+  EXPECT_NE(first.err.find("kforge run --resume dl --deadline"), std::string::npos) << first.err;
 
   auto refused = Kforge({"run", "--resume", "dl", "--out", out, "--tasks", "2", "--turns", "9"});
   EXPECT_EQ(refused.exit_code, 64) << refused.err;

@@ -12,46 +12,15 @@
 #include <vector>
 
 #include "kforge/oracle.h"
+#include "oracle_io.h"
 
 namespace kforge {
 namespace {
 
-struct Tensor {
-  std::string name;
-  std::vector<int64_t> shape;
-  std::vector<std::vector<double>> per_rank;  // one value list per rank
-};
-
-OracleIo MakeIo(int world, const std::vector<Tensor>& inputs,
-                const std::vector<std::pair<std::string, std::vector<int64_t>>>& outputs,
-                const std::map<std::string, double>& params) {
-  OracleIo io;
-  io.world = world;
-  io.params = params;
-  io.inputs.resize(world);
-  io.outputs.resize(world);
-  for (int r = 0; r < world; ++r) {
-    for (const Tensor& t : inputs) io.inputs[r].push_back({t.name, t.shape, t.per_rank[r]});
-    for (const auto& [name, shape] : outputs) {
-      int64_t n = 1;
-      for (int64_t d : shape) n *= d;
-      io.outputs[r].push_back({name, shape, std::vector<double>(n, -999.0)});
-    }
-  }
-  return io;
-}
-
-void RunOracle(const char* name, OracleIo& io) {
-  const OracleFn* fn = FindOracle(name);
-  ASSERT_NE(fn, nullptr) << name << " is not registered";
-  Status s = (*fn)(io);
-  ASSERT_TRUE(s.ok()) << s.ToString();
-}
-
-std::vector<double> Out(OracleIo& io, int rank, const char* name) {
-  auto y = io.out(rank, name);
-  return {y.begin(), y.end()};
-}
+using oracle_test::MakeIo;
+using oracle_test::Out;
+using oracle_test::RunOracle;
+using oracle_test::Tensor;
 
 void ExpectNear(const std::vector<double>& got, const std::vector<double>& want) {
   ASSERT_EQ(got.size(), want.size());
