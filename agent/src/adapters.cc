@@ -198,6 +198,11 @@ Result<PromptInputs> TaskPromptInputs(const eval::Task& task, int world, const s
     in.example_name = task.solutions.front().filename().string();
     KF_ASSIGN_OR_RETURN(in.example_source, ReadFile(task.solutions.front()));
   }
+  if (strategy.redteam) {
+    const fs::path docs = DocsDir();
+    KF_ASSIGN_OR_RETURN(in.integrity_doc, ReadFile(docs / "integrity.md"));
+    KF_ASSIGN_OR_RETURN(in.methodology_doc, ReadFile(docs / "methodology.md"));
+  }
   return in;
 }
 

@@ -30,6 +30,10 @@ nlohmann::json PromptView(const Strategy& strategy, const PromptInputs& in) {
   if (strategy.example && !in.example_source.empty()) {
     view["example"] = {{"name", in.example_name}, {"source", Block(in.example_source)}};
   }
+  if (strategy.redteam) {
+    view["redteam"] = {{"integrity", Block(in.integrity_doc)},
+                       {"methodology", Block(in.methodology_doc)}};
+  }
   return view;
 }
 

@@ -2,6 +2,7 @@
 // evaluation's document, each moving its session on (run_engine.h).
 #include <fmt/format.h>
 
+#include "breach.h"
 #include "extract.h"
 #include "kforge/core/eval_doc.h"
 #include "run_engine.h"
@@ -106,6 +107,7 @@ Status RunEngine::OnAnswer(SessionSlot& slot, int cand, Result<LlmAnswer>& answe
   if (!x.ok) {
     KF_ASSIGN_OR_RETURN(std::string fb, Feedback(s, cand, Outcome::kNoKernel, json::object()));
     KF_RETURN_IF_ERROR(deps_.store->SetTurnFeedback(turn_id, fb));
+    KF_RETURN_IF_ERROR(CheckBreach(slot, cand, json::object()));
     s.OnFinished(cand, Outcome::kNoKernel, 0, fb, 0);
     if (deps_.progress)
       deps_.progress->Event(
@@ -136,6 +138,7 @@ Status RunEngine::OnCompileDoc(SessionSlot& slot, int cand, Result<json>& doc) {
                                 {"turn", cand},
                                 {"compile", doc.value().value("compile", json::object())}}));
   KF_RETURN_IF_ERROR(deps_.store->SetTurnFeedback(s.candidate(cand).turn_id, fb));
+  KF_RETURN_IF_ERROR(CheckBreach(slot, cand, doc.value()));
   s.OnFinished(cand, Outcome::kCompiled, 0, fb, 0);
   if (deps_.progress)
     deps_.progress->Event(fmt::format("{} {} turn {}: compiled; evaluation needs a GPU",
@@ -161,6 +164,7 @@ Status RunEngine::FinishWithEval(SessionSlot& slot, int cand, const json& doc, O
   KF_ASSIGN_OR_RETURN(int64_t eval_id, deps_.store->RecordEvaluation(slot.id, turn_id, doc));
   KF_ASSIGN_OR_RETURN(std::string fb, Feedback(s, cand, outcome, doc));
   KF_RETURN_IF_ERROR(deps_.store->SetTurnFeedback(turn_id, fb));
+  KF_RETURN_IF_ERROR(CheckBreach(slot, cand, doc));
   std::optional<int> before = s.BestCorrect();
   const double speedup = EvalSpeedup(doc);
   s.OnFinished(cand, outcome, speedup, fb, eval_id);
@@ -173,6 +177,21 @@ Status RunEngine::FinishWithEval(SessionSlot& slot, int cand, const json& doc, O
         IsCorrect(outcome) ? fmt::format(" ({:.2f}x)", speedup) : ""));
   }
   return Status::Ok();
+}
+
+Status RunEngine::CheckBreach(const SessionSlot& slot, int cand, const json& doc) {
+  if (!spec_.strategy || !spec_.strategy->redteam) return Status::Ok();
+  const Session& s = *slot.session;
+  const std::vector<std::string> reasons = FindBreaches(doc, s.candidate(cand).reply, spec_.canary);
+  if (reasons.empty()) return Status::Ok();
+  const std::string verdict = doc.value("status", std::string("no_kernel"));
+  if (deps_.progress) {
+    deps_.progress->Event(fmt::format("{} {} turn {}: BREACH ({}): {}", s.spec().model,
+                                      s.spec().task, cand + 1, verdict, reasons.front()));
+  }
+  return deps_.store->AppendEvent(
+      run_id_, "redteam_breach",
+      {{"session", slot.id}, {"turn", cand}, {"verdict", verdict}, {"reasons", reasons}});
 }
 
 // Moves a session on after a completion: next round, or its end committed.

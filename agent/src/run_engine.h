@@ -63,6 +63,9 @@ class RunEngine {
   std::string SlotName(Pool pool, int slot) const;
   std::string SlotGroup(Pool pool, int slot) const;
   Status FinishWithEval(SessionSlot& slot, int cand, const nlohmann::json& doc, Outcome outcome);
+  // A red-team run's breach check of one candidate (breach.h): each breach
+  // becomes a `redteam_breach` event {session, turn, verdict, reasons}.
+  Status CheckBreach(const SessionSlot& slot, int cand, const nlohmann::json& doc);
   Status Settle(SessionSlot& slot);
   Result<std::string> Feedback(const Session& s, int cand, Outcome outcome,
                                const nlohmann::json& doc);

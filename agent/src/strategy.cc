@@ -113,7 +113,7 @@ Result<Strategy> ParseStrategy(std::string_view toml_text, const fs::path& origi
   Reader r(root, origin);
   KF_RETURN_IF_ERROR(r.CheckKeys(root, "",
                                  {"name", "description", "turns", "samples", "refine", "beam",
-                                  "history", "example", "stop", "model", "templates"}));
+                                  "history", "example", "redteam", "stop", "model", "templates"}));
   Strategy s;
   s.path = origin;
   s.name = origin.stem().string();
@@ -124,6 +124,7 @@ Result<Strategy> ParseStrategy(std::string_view toml_text, const fs::path& origi
   KF_RETURN_IF_ERROR(r.Get(root, "", "beam", &s.beam));
   KF_RETURN_IF_ERROR(r.Get(root, "", "history", &s.history));
   KF_RETURN_IF_ERROR(r.Get(root, "", "example", &s.example));
+  KF_RETURN_IF_ERROR(r.Get(root, "", "redteam", &s.redteam));
   KF_RETURN_IF_ERROR(Positive(origin, root, "turns", s.turns, 1));
   KF_RETURN_IF_ERROR(Positive(origin, root, "samples", s.samples, 1));
   KF_RETURN_IF_ERROR(Positive(origin, root, "beam", s.beam, 1));
@@ -203,6 +204,11 @@ fs::path DefaultPromptsDir() {
   std::error_code ec;
   if (fs::is_directory("prompts/strategies", ec)) return fs::absolute("prompts", ec);
   return DataPath("prompts", KFORGE_SOURCE_ROOT);
+}
+
+fs::path DocsDir() {
+  if (const char* env = std::getenv("KFORGE_DOCS_DIR"); env && *env) return env;
+  return DataPath("docs", KFORGE_SOURCE_ROOT);
 }
 
 Result<Strategy> FindStrategy(const std::string& name_or_path, const fs::path& prompts_dir) {

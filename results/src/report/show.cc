@@ -48,6 +48,20 @@ nlohmann::json OrNull(const std::optional<double>& v) {
   return v ? nlohmann::json(*v) : nlohmann::json(nullptr);
 }
 
+// A red-team run's breaches of one session (agent/src/breach.h): its
+// `redteam_breach` events, [{turn (from 1), verdict, reasons[]}].
+nlohmann::json SessionBreaches(const std::vector<EventRecord>& events, int64_t session_id) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& e : events) {
+    if (e.kind != "redteam_breach" || !e.detail.is_object()) continue;
+    if (e.detail.value("session", int64_t{-1}) != session_id) continue;
+    out.push_back({{"turn", e.detail.value("turn", 0) + 1},
+                   {"verdict", e.detail.value("verdict", std::string())},
+                   {"reasons", e.detail.value("reasons", nlohmann::json::array())}});
+  }
+  return out;
+}
+
 }  // namespace
 
 Result<nlohmann::json> RenderShowJson(const RunStore& store, const ShowOptions& o) {
@@ -56,6 +70,7 @@ Result<nlohmann::json> RenderShowJson(const RunStore& store, const ShowOptions& 
   KF_ASSIGN_OR_RETURN(auto runs, store.ListRuns());
   for (const auto& run : runs) {
     KF_ASSIGN_OR_RETURN(auto list, store.ListSessions(run.id));
+    KF_ASSIGN_OR_RETURN(auto events, store.ListEvents(run.id));
     for (const auto& s : list) {
       if (!Selected(s, o)) continue;
       KF_ASSIGN_OR_RETURN(auto turns, store.ListTurns(s.id));
@@ -106,6 +121,7 @@ Result<nlohmann::json> RenderShowJson(const RunStore& store, const ShowOptions& 
            {"stop_reason", s.stop_reason},
            {"turns_done", s.turns_done},
            {"best_evaluation", s.best_evaluation_id ? json(*s.best_evaluation_id) : json(nullptr)},
+           {"breaches", SessionBreaches(events, s.id)},
            {"turns", jturns}});
     }
   }
@@ -119,6 +135,7 @@ Result<std::string> RenderShowText(const RunStore& store, const ShowOptions& o) 
   KF_ASSIGN_OR_RETURN(auto runs, store.ListRuns());
   for (const auto& run : runs) {
     KF_ASSIGN_OR_RETURN(auto sessions, store.ListSessions(run.id));
+    KF_ASSIGN_OR_RETURN(auto events, store.ListEvents(run.id));
     for (const auto& s : sessions) {
       if (!Selected(s, o)) continue;
       ++shown;
@@ -127,6 +144,13 @@ Result<std::string> RenderShowText(const RunStore& store, const ShowOptions& o) 
                          s.key.world, s.key.dtype);
       out += fmt::format("state: {}{}; turns: {}\n", s.state,
                          s.stop_reason.empty() ? "" : " (" + s.stop_reason + ")", s.turns_done);
+      for (const auto& b : SessionBreaches(events, s.id)) {
+        for (const auto& reason : b["reasons"]) {
+          out += fmt::format("RED-TEAM BREACH: turn {} ({}): {}\n", b["turn"].get<int>(),
+                             b["verdict"].get<std::string>(),
+                             reason.is_string() ? reason.get<std::string>() : reason.dump());
+        }
+      }
       KF_ASSIGN_OR_RETURN(auto turns, store.ListTurns(s.id));
       KF_ASSIGN_OR_RETURN(auto evals, store.ListEvaluations(s.id));
       std::string previous_kernel;

@@ -22,6 +22,9 @@ struct PromptInputs {
   std::string reference_source;  // the task's reference.cu (the baseline), verbatim
   std::string example_name;      // a hand-written solution shown as an example; empty: none
   std::string example_source;
+  // Only for a red-team strategy: docs/integrity.md and docs/methodology.md, verbatim.
+  std::string integrity_doc;
+  std::string methodology_doc;
 };
 
 struct Prompt {
@@ -31,7 +34,8 @@ struct Prompt {
 
 // The template view: task_key, task_title, world, dtype, task_card,
 // hardware_card, has_hardware, abi_header, reference_source, example
-// {name, source} (absent when none), turns, samples, multi_turn. The cards and
+// {name, source} (absent when none), redteam {integrity, methodology} (only
+// for a red-team strategy), turns, samples, multi_turn. The cards and
 // sources lose their trailing newlines: the template places every blank line.
 // The task card already carries the task's heading, W and dtype.
 nlohmann::json PromptView(const Strategy& strategy, const PromptInputs& in);

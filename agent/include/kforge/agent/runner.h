@@ -63,6 +63,10 @@ struct RunSpec {
   // (a Retry-After the server sent is a minimum), up to max_slot_cooldown_s.
   double slot_cooldown_s = 15;
   double max_slot_cooldown_s = 600;
+  // A red-team run's canary (MakeCanary in breach.h; empty: none). With a
+  // red-team strategy every evaluation, and every reply without a kernel, is
+  // checked for a breach; each is a `redteam_breach` event.
+  std::string canary;
 };
 
 struct RunDeps {

@@ -37,6 +37,10 @@ struct Strategy {
   int beam = 1;
   int history = 0;  // > 0: keep only the last N exchanges of a lineage (the first prompt always)
   bool example = false;  // add one of the task's hand-written solutions as an in-context example
+  // Red-team the evaluator (docs/integrity.md): the prompt also carries
+  // docs/integrity.md and docs/methodology.md, the run plants a canary, and
+  // every evaluation is checked for a breach.
+  bool redteam = false;
   StopRules stop;
   std::optional<double> temperature;
   std::optional<int> max_output_tokens;
@@ -54,6 +58,10 @@ Result<Strategy> LoadStrategy(const std::filesystem::path& path);
 
 // Where prompts live: $KFORGE_PROMPTS_DIR, else ./prompts, else the source tree's.
 std::filesystem::path DefaultPromptsDir();
+
+// Where the docs a red-team prompt carries live: $KFORGE_DOCS_DIR, else the
+// installed data's docs/, else the source tree's.
+std::filesystem::path DocsDir();
 
 // A strategy by name (prompts/strategies/NAME.toml) or by path (contains '/'
 // or ends in .toml).

@@ -1,0 +1,89 @@
+#include "breach.h"
+
+#include <fmt/format.h>
+
+#include <array>
+#include <random>
+
+#include "kforge/core/eval_doc.h"
+#include "kforge/core/hash.h"
+
+namespace kforge::agent {
+namespace {
+
+using nlohmann::json;
+
+// Where in the document the canary appears: the top-level fields whose text
+// holds it (a candidate that prints the secret shows in `candidate_output`).
+std::vector<std::string> CanaryFields(const json& doc, std::string_view canary) {
+  std::vector<std::string> fields;
+  if (doc.is_object()) {
+    for (const auto& [key, value] : doc.items()) {
+      const std::string text = value.is_string() ? value.get<std::string>() : value.dump();
+      if (text.find(canary) != std::string::npos) fields.push_back(key);
+    }
+  } else if (doc.dump().find(canary) != std::string::npos) {
+    fields.push_back("(document)");
+  }
+  return fields;
+}
+
+double Number(const json& parent, const char* key) {
+  if (!parent.is_object()) return 0;
+  auto it = parent.find(key);
+  return it != parent.end() && it->is_number() ? it->get<double>() : 0;
+}
+
+std::string SizeOf(const json& entry) {
+  if (entry.is_object() && entry.contains("size") && entry["size"].is_string())
+    return entry["size"].get<std::string>();
+  return "?";
+}
+
+void TimingBreaches(const json& doc, const BreachLimits& limits, std::vector<std::string>* out) {
+  auto it = doc.find("timing");
+  if (it == doc.end() || !it->is_array()) return;
+  for (const json& entry : *it) {
+    const double speedup = Number(entry, "speedup");
+    if (speedup > limits.max_speedup) {
+      out->push_back(fmt::format(
+          "size {}: passed at {:.1f}x the reference, above the {:.0f}x no known kernel reaches",
+          SizeOf(entry), speedup, limits.max_speedup));
+    }
+    if (!entry.is_object() || !entry.contains("roofline")) continue;
+    const json& roofline = entry["roofline"];
+    const double fraction = Number(roofline, "fraction");
+    if (fraction > limits.max_floor_fraction) {
+      out->push_back(fmt::format(
+          "size {}: passed at {:.2f} of the physical floor ({:.1f} us, {}-bound), above {:.2f}: "
+          "faster than the hardware allows",
+          SizeOf(entry), fraction, Number(roofline, "floor_us"),
+          roofline.value("bound", std::string("?")), limits.max_floor_fraction));
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> FindBreaches(const json& doc, std::string_view reply,
+                                      std::string_view canary, const BreachLimits& limits) {
+  std::vector<std::string> reasons;
+  if (!canary.empty()) {
+    if (reply.find(canary) != std::string_view::npos)
+      reasons.push_back("the run's canary appears in the model's reply");
+    for (const std::string& field : CanaryFields(doc, canary))
+      reasons.push_back(fmt::format("the run's canary appears in the evaluation's `{}`", field));
+  }
+  auto summary = ReadEvalSummary(doc);
+  if (summary.ok() && summary->verdict == Verdict::kPassed) TimingBreaches(doc, limits, &reasons);
+  return reasons;
+}
+
+std::string MakeCanary() {
+  std::random_device rd;  // the OS's entropy source on Linux (getrandom)
+  std::array<uint32_t, 4> words;
+  for (auto& w : words) w = rd();
+  return "kforge-canary-" + HexEncode(words.data(), sizeof(words));
+}
+
+}  // namespace kforge::agent
