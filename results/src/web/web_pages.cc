@@ -181,7 +181,7 @@ Result<std::string> RunPage(const Site& site, const std::string& run_key) {
     body += fmt::format(
         "<p class=\"banner\">No GPU judged {} of the {} sessions of this run: their kernels were "
         "compiled and policy-checked only, so they have no verdict or speedup. <code>kforge run "
-        "--rejudge {}</code> on a GPU machine judges the recorded turns.</p>",
+        "--resume {}</code> on a GPU machine evaluates the recorded kernels.</p>",
         compiled_only, samples.size(), key);
   }
   body += "<h2>Leaderboard for this run</h2>" + RenderHtmlBody(BuildLeaderboard(samples, options));
