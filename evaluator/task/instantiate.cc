@@ -389,7 +389,8 @@ Result<Problem> Instantiate(const Task& task, int world, Dtype dtype, const Size
   const std::pair<const std::string*, double*> floors[] = {
       {&task.floor.hbm_bytes, &p.floor_hbm_bytes},
       {&task.floor.link_bytes, &p.floor_link_bytes},
-      {&task.floor.flops, &p.floor_flops}};
+      {&task.floor.flops, &p.floor_flops},
+      {&task.floor.sync_rounds, &p.floor_sync_rounds}};
   for (const auto& [text, dst] : floors) {
     if (text->empty()) continue;
     auto v = Evaluate(*text, p.vars);

@@ -261,16 +261,74 @@ Status LoadFloor(const TomlFields& f, const toml::table& root, FloorSpec& floor,
   if (!n->is_table())
     return f.Fail(n, "floor", fmt::format("expected a table, found {}", TypeName(*n)));
   const toml::table& t = *n->as_table();
-  KF_RETURN_IF_ERROR(f.CheckKeys(t, "floor", {"hbm_bytes", "link_bytes", "flops"}));
-  if (t.empty()) return f.Fail(n, "floor", "needs hbm_bytes, link_bytes and/or flops");
-  const std::pair<std::string_view, std::string*> fields[] = {
-      {"hbm_bytes", &floor.hbm_bytes}, {"link_bytes", &floor.link_bytes}, {"flops", &floor.flops}};
+  KF_RETURN_IF_ERROR(f.CheckKeys(t, "floor", {"hbm_bytes", "link_bytes", "flops", "sync_rounds"}));
+  if (t.empty()) return f.Fail(n, "floor", "needs hbm_bytes, link_bytes, flops and/or sync_rounds");
+  const std::pair<std::string_view, std::string*> fields[] = {{"hbm_bytes", &floor.hbm_bytes},
+                                                              {"link_bytes", &floor.link_bytes},
+                                                              {"flops", &floor.flops},
+                                                              {"sync_rounds", &floor.sync_rounds}};
   for (const auto& [key, dst] : fields) {
     KF_ASSIGN_OR_RETURN(auto e, f.OptionalExpression(t, "floor", key));
     if (!e) continue;
     *dst = *e;
     sink.push_back({Join("floor", key), TomlFields::Line(t.get(key)), *e});
   }
+  return Status::Ok();
+}
+
+Status LoadExpert(const TomlFields& f, const toml::table& root, const std::filesystem::path& dir,
+                  std::optional<ExpertSpec>& expert) {
+  const toml::node* n = root.get("expert");
+  if (n == nullptr) return Status::Ok();
+  if (!n->is_table())
+    return f.Fail(n, "expert", fmt::format("expected a table, found {}", TypeName(*n)));
+  const toml::table& t = *n->as_table();
+  KF_RETURN_IF_ERROR(f.CheckKeys(t, "expert", {"kernel", "technique", "none"}));
+  KF_ASSIGN_OR_RETURN(auto kernel, f.OptionalString(t, "expert", "kernel"));
+  KF_ASSIGN_OR_RETURN(auto technique, f.OptionalString(t, "expert", "technique"));
+  KF_ASSIGN_OR_RETURN(auto none, f.OptionalString(t, "expert", "none"));
+  ExpertSpec e;
+  if (none) {
+    if (kernel || technique) {
+      return f.Fail(t.get(kernel ? "kernel" : "technique"),
+                    kernel ? "expert.kernel" : "expert.technique",
+                    "an expert kernel and `none` exclude each other");
+    }
+    if (none->empty())
+      return f.Fail(t.get("none"), "expert.none", "say why there is no expert kernel");
+    e.none = *none;
+    expert = std::move(e);
+    return Status::Ok();
+  }
+  if (!kernel) {
+    return f.Fail(n, "expert",
+                  "needs kernel = \"<file in the task folder>\" with its technique, or none = "
+                  "\"<why no public technique beats the reference>\"");
+  }
+  if (!technique || technique->empty()) {
+    return f.Fail(
+        t.get("technique") ? t.get("technique") : n, "expert.technique",
+        "say which public technique the expert kernel implements, and where it comes from");
+  }
+  // A relative path that stays inside the task folder, to a .cu file that is there.
+  const std::filesystem::path rel(*kernel);
+  const bool escapes =
+      rel.is_absolute() || rel.empty() ||
+      std::any_of(rel.begin(), rel.end(), [](const auto& part) { return part == ".."; });
+  if (escapes || rel.extension() != ".cu") {
+    return f.Fail(t.get("kernel"), "expert.kernel",
+                  fmt::format("'{}' must be a .cu file inside the task folder (e.g. "
+                              "\"solutions/oneshot.cu\")",
+                              *kernel));
+  }
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(dir / rel, ec)) {
+    return f.Fail(t.get("kernel"), "expert.kernel",
+                  fmt::format("{} does not exist", (dir / rel).string()));
+  }
+  e.kernel = dir / rel;
+  e.technique = *technique;
+  expert = std::move(e);
   return Status::Ok();
 }
 

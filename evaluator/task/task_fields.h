@@ -5,7 +5,9 @@
 
 #include <toml++/toml.h>
 
+#include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,6 +39,10 @@ Status LoadDistribution(const TomlFields& f, const toml::table& t, const std::st
 Status LoadGroups(const TomlFields& f, const toml::table& root, std::vector<GroupSpec>& groups,
                   ExprSites& sink);
 Status LoadFloor(const TomlFields& f, const toml::table& root, FloorSpec& floor, ExprSites& sink);
+// [expert]: kernel (a .cu file inside the task folder `dir`) with its
+// technique, or none = "why there is no expert kernel".
+Status LoadExpert(const TomlFields& f, const toml::table& root, const std::filesystem::path& dir,
+                  std::optional<ExpertSpec>& expert);
 // Every output's `count` names another output that is an integer scalar
 // (dtype i32 or i64, shape ["1"]) and counts nothing itself; the counted
 // output has a first dimension. `lines` maps "outputs[i].count" to its line.

@@ -59,7 +59,7 @@ class Loader {
         f_.CheckKeys(root_, "",
                      {"id", "name", "title", "category", "provenance", "description", "world_sizes",
                       "dtypes", "params", "groups", "inputs", "outputs", "tolerance", "sizes",
-                      "perf", "floor", "policy", "workspace"}));
+                      "perf", "floor", "expert", "policy", "workspace"}));
     KF_RETURN_IF_ERROR(LoadHeader());
     KF_RETURN_IF_ERROR(LoadWorldSizes());
     KF_RETURN_IF_ERROR(LoadDtypes());
@@ -72,6 +72,7 @@ class Loader {
     KF_RETURN_IF_ERROR(LoadSizes());
     KF_RETURN_IF_ERROR(LoadPerfPolicyWorkspace());
     KF_RETURN_IF_ERROR(LoadFloor(f_, root_, task_.floor, exprs_));
+    KF_RETURN_IF_ERROR(LoadExpert(f_, root_, dir_, task_.expert));
     KF_RETURN_IF_ERROR(CheckTolerancesCover());
     KF_RETURN_IF_ERROR(CheckSizesBindVariables());
     KF_RETURN_IF_ERROR(LoadFiles());

@@ -224,7 +224,28 @@ const BadCase kBadCases[] = {
      "outputs[0].rank_symmetric", "expected true or false, found string"},
     {"floor with an unknown field", "[policy]", "[floor]\nbytes = \"N\"\n\n[policy]",
      "bytes = \"N\"", "floor.bytes",
-     "unknown field (expected one of: hbm_bytes, link_bytes, flops)"},
+     "unknown field (expected one of: hbm_bytes, link_bytes, flops, sync_rounds)"},
+    {"floor's sync rounds read an unbound variable", "[policy]",
+     "[floor]\nsync_rounds = \"R\"\n\n[policy]", "tiny", "sizes.check[0]",
+     "does not bind 'R', which floor.sync_rounds"},
+    {"expert that is not a table", "id = 1\n", "id = 1\nexpert = \"oneshot.cu\"\n",
+     "expert =", "expert", "expected a table, found string"},
+    {"expert with neither kernel nor none", "[policy]",
+     "[expert]\ntechnique = \"one-shot\"\n\n[policy]", "[expert]", "expert", "needs kernel = "},
+    {"expert kernel without its technique", "[policy]",
+     "[expert]\nkernel = \"reference.cu\"\n\n[policy]", "[expert]", "expert.technique",
+     "say which public technique"},
+    {"expert kernel outside the task folder", "[policy]",
+     "[expert]\nkernel = \"../002_x/oneshot.cu\"\ntechnique = \"t\"\n\n[policy]",
+     "kernel =", "expert.kernel", "must be a .cu file inside the task folder"},
+    {"expert kernel that is missing", "[policy]",
+     "[expert]\nkernel = \"solutions/oneshot.cu\"\ntechnique = \"t\"\n\n[policy]",
+     "kernel =", "expert.kernel", "solutions/oneshot.cu does not exist"},
+    {"expert kernel and none at once", "[policy]",
+     "[expert]\nkernel = \"reference.cu\"\nnone = \"nothing beats NCCL\"\n\n[policy]",
+     "kernel =", "expert.kernel", "exclude each other"},
+    {"expert with an unknown field", "[policy]", "[expert]\nfile = \"x.cu\"\n\n[policy]",
+     "file =", "expert.file", "unknown field (expected one of: kernel, technique, none)"},
     {"floor reads an unbound variable", "[policy]", "[floor]\nflops = \"2 * K\"\n\n[policy]",
      "tiny", "sizes.check[0]", "does not bind 'K', which floor.flops"},
     {"param not a number", "root = 0", "root = \"zero\"", "root", "params.root",
@@ -317,6 +338,42 @@ TEST(TaskLoader, TomlSyntaxErrorNamesFileAndLine) {
       (dir / "task.toml").string() + ":" + std::to_string(LineOf(toml, "category")) + ":";
   EXPECT_EQ(t.status().message().rfind(prefix, 0), 0u) << t.status().message();
   EXPECT_NE(t.status().message().find("TOML syntax error"), std::string::npos);
+}
+
+TEST(TaskLoader, ExpertIsAKernelInTheFolderWithItsTechniqueOrAReasonForNone) {
+  TempDir tmp;
+  Task none = testing::LoadOrDie(tmp.path(), "001_sum", SumToml());
+  EXPECT_FALSE(none.expert.has_value());  // not stated
+  const std::string with = Replace(
+      SumToml(), "[policy]",
+      "[expert]\nkernel = \"solutions/oneshot.cu\"\ntechnique = \"one-shot push\"\n\n[policy]");
+  const auto dir = WriteTask(tmp.path(), "002_sum", Replace(with, "id = 1", "id = 2"));
+  std::filesystem::create_directories(dir / "solutions");
+  std::ofstream(dir / "solutions" / "oneshot.cu") << "// expert\n";
+  auto t = LoadTask(dir);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  ASSERT_TRUE(t->expert.has_value());
+  EXPECT_EQ(t->expert->kernel, dir / "solutions" / "oneshot.cu");
+  EXPECT_EQ(t->expert->technique, "one-shot push");
+  EXPECT_TRUE(t->expert->none.empty());
+  Task reason = testing::LoadOrDie(
+      tmp.path(), "003_sum",
+      Replace(Replace(SumToml(), "id = 1", "id = 3"), "[policy]",
+              "[expert]\nnone = \"no public kernel beats NCCL here\"\n\n[policy]"));
+  ASSERT_TRUE(reason.expert.has_value());
+  EXPECT_TRUE(reason.expert->kernel.empty());
+  EXPECT_EQ(reason.expert->none, "no public kernel beats NCCL here");
+}
+
+TEST(TaskLoader, SyncRoundsOfTheFloorAreInstantiated) {
+  TempDir tmp;
+  Task t = testing::LoadOrDie(
+      tmp.path(), "001_sum",
+      Replace(SumToml(), "[policy]", "[floor]\nsync_rounds = \"2 * (W - 1)\"\n\n[policy]"));
+  auto p = Instantiate(t, 4, Dtype::kF32, t.check_sizes[0], true);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_DOUBLE_EQ(p->floor_sync_rounds, 6);
+  EXPECT_DOUBLE_EQ(p->floor_hbm_bytes, 0);
 }
 
 TEST(TaskLoader, MissingReferenceIsAnError) {

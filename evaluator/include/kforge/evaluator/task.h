@@ -57,11 +57,25 @@ struct GroupSpec {
 };
 
 // The physical minimum of one call, per rank, as expressions: bytes every rank
-// must move through its HBM and over NVLink, and its flops. Empty: unknown.
+// must move through its HBM and over NVLink, its flops, and the rounds of
+// cross-rank synchronisation the operation needs at least (each one a flag
+// round trip between peers, measured when the hardware is probed). Empty:
+// unknown.
 struct FloorSpec {
   std::string hbm_bytes;
   std::string link_bytes;
   std::string flops;
+  std::string sync_rounds;
+};
+
+// The best known human kernel for the task, timed beside the reference so that
+// a result says how far a kernel is from it (docs/tasks.md, [expert]). Either a
+// kernel file in the task folder with the public technique it implements, or
+// the reason no public technique beats the reference.
+struct ExpertSpec {
+  std::filesystem::path kernel;  // absolute; empty when `none` says why there is none
+  std::string technique;         // which public technique, and where it comes from
+  std::string none;              // why the task has no expert kernel
 };
 
 inline constexpr int kMaxInitPieces = 8;
@@ -142,6 +156,7 @@ struct Task {
   std::map<Dtype, ToleranceSpec> tolerance;
   std::vector<GroupSpec> groups;
   FloorSpec floor;
+  std::optional<ExpertSpec> expert;  // absent: not yet stated
   std::vector<SizeSpec> check_sizes;
   std::vector<SizeSpec> bench_sizes;
   std::string perf_bytes;         // expression
@@ -233,7 +248,7 @@ struct Problem {
   double perf_bytes = 0;
   double busbw_factor = 1;
   // The floor (FloorSpec) per rank; 0 where the task gives none.
-  double floor_hbm_bytes = 0, floor_link_bytes = 0, floor_flops = 0;
+  double floor_hbm_bytes = 0, floor_link_bytes = 0, floor_flops = 0, floor_sync_rounds = 0;
 
   // Outputs a kernel writes (excludes the inout entries).
   int KernelOutputCount() const;
