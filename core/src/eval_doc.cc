@@ -95,7 +95,14 @@ Result<EvalSummary> ReadEvalSummary(const nlohmann::json& doc) {
   EvalSummary c;
   c.verdict = *verdict;
   // The schema promises no speedup unless passed; a stray one is not trusted.
-  if (c.verdict == Verdict::kPassed) c.speedup = JsonOptNumber(doc, "speedup");
+  if (c.verdict == Verdict::kPassed) {
+    c.speedup = JsonOptNumber(doc, "speedup");
+    c.expert_speedup = JsonOptNumber(doc, "expert_speedup");
+    if (c.expert_speedup && !(*c.expert_speedup > 0)) {
+      return Error(ErrorKind::kInvalidInput,
+                   "evaluation document: field \"expert_speedup\" must be > 0");
+    }
+  }
   if (c.speedup && !(*c.speedup > 0)) {
     return Error(ErrorKind::kInvalidInput, "evaluation document: field \"speedup\" must be > 0");
   }

@@ -56,6 +56,7 @@ void Attempt::FinishFrom(const EvalSession& s, const Status& st) {
   doc_["sandbox"] = s.sandbox_report;
   if (!s.candidate_output.empty()) doc_["candidate_output"] = s.candidate_output;
   if (!s.profile.is_null()) doc_["profile"] = s.profile;
+  if (!s.expert_report.is_null()) doc_["expert"] = s.expert_report;
   doc_["integrity"] = {{"harness_overhead_us", s.candidate.overhead_us}, {"findings", s.integrity}};
   if (!s.failure.is_null())
     doc_[st.kind() == ErrorKind::kDeadlock ? "timeout" : "error"] = s.failure;
@@ -82,6 +83,20 @@ void Attempt::FinishFrom(const EvalSession& s, const Status& st) {
     doc_["speedup"] = geo;
     msg += "; speedup " + std::to_string(geo).substr(0, 5) + "x (geomean over " +
            std::to_string(s.timing.size()) + " bench sizes)" + (s.emulated ? ", emulated" : "");
+    // Against the expert: over the sizes where it was timed.
+    double elog = 0;
+    int timed = 0;
+    for (const auto& t : s.timing) {
+      const json& e = t.value("expert", json());
+      if (!e.is_object()) continue;
+      elog += std::log(std::max(e.value("speedup", 0.0), 1e-9));
+      ++timed;
+    }
+    if (timed > 0) {
+      const double vs = std::exp(elog / timed);
+      doc_["expert_speedup"] = vs;
+      msg += "; " + std::to_string(vs).substr(0, 5) + "x the expert's speed";
+    }
   }
   Finish(ErrorKind::kOk, msg);
 }

@@ -11,11 +11,16 @@
 namespace kforge::eval {
 
 std::string BaselineCache::Key(const EvalSession& s, const SizePlan& plan) {
+  return Key(s, plan, s.reference_object);
+}
+
+std::string BaselineCache::Key(const EvalSession& s, const SizePlan& plan,
+                               const std::filesystem::path& object) {
   std::string devices;
   for (int d : s.devices) devices += fmt::format("{},", d);
   return fmt::format("{}|{}|W{}|{}|gpus {}|emulated {}|sets {}|rule {} {}|{}", s.task->key,
-                     s.reference_object.string(), s.world, DtypeName(s.dtype), devices, s.emulated,
-                     plan.sets, s.options->timing_precision, s.options->timing_cap_s,
+                     object.string(), s.world, DtypeName(s.dtype), devices, s.emulated, plan.sets,
+                     s.options->timing_precision, s.options->timing_cap_s,
                      proto::ProblemToJson(plan.problem).dump());
 }
 

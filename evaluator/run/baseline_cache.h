@@ -25,6 +25,9 @@ class BaselineCache {
   // object (content-addressed), the instantiated problem, dtype, world, the
   // GPUs and whether ranks share them, the input sets and the timing rule.
   static std::string Key(const EvalSession& s, const SizePlan& plan);
+  // The same for another trusted object timed at this size (the expert's).
+  static std::string Key(const EvalSession& s, const SizePlan& plan,
+                         const std::filesystem::path& object);
 
   // The record for `key` if it was measured at most `max_age_s` ago; an older
   // one is dropped. Null when there is none.

@@ -14,6 +14,7 @@
 #include "protocol/messages.h"
 #include "run/attempt.h"
 #include "run/baseline_cache.h"
+#include "run/expert.h"
 #include "run/placement.h"
 #include "session.h"
 
@@ -37,10 +38,11 @@ std::vector<std::string> LibrariesFor(const std::string& source, const Policy& p
   return libs;
 }
 
-// The shared objects an evaluation loads: the candidate's and the task's
-// reference (the baseline).
+// The shared objects an evaluation loads: the candidate's, the task's
+// reference (the baseline) and its expert kernel where one is timed.
 struct Objects {
   fs::path candidate, reference;
+  ExpertObject expert;
 };
 
 // The reference group runs trusted code in candidate-role processes, whose
@@ -101,6 +103,7 @@ Status RunSession(EvalSession& s, Attempt& a, const Objects& objects) {
       a.Mark("reference_start");
     }
     if (st.ok()) st = BaselinesTimed(s, true);
+    if (st.ok()) TimeExpert(s, objects.expert);
     if (st.ok()) FinishTiming(s);
     a.Mark("baseline_after");
   }
@@ -147,6 +150,7 @@ class RealEvaluator final : public Evaluator {
     Open(s, task, dtype, place, *group, card, options);
     s.baselines = &baselines_;
     s.reference_object = objects.reference;
+    s.expert_report = ExpertStatement(task);
     Status st = RunSession(s, a, objects);
     a.FinishFrom(s, st);
     return a.doc();
@@ -177,10 +181,28 @@ class RealEvaluator final : public Evaluator {
                                    arch,
                                    LibrariesFor(reference, task.policy, true),
                                    {}};
-    // Both at once, each by its own compiler into its own cache.
+    // Both at once, each by its own compiler into its own cache; the expert
+    // (trusted, under the candidates' policy) after the reference, by its compiler.
     Compiler& trusted = CompilerFor(options, true);
-    auto reference_done =
-        std::async(std::launch::async, [&] { return trusted.Compile(reference_job); });
+    const bool expert = ExpertToTime(task, options);
+    std::string expert_source;
+    if (expert) {
+      auto read = ReadFile(task.expert->kernel);
+      expert_source = read.ok() ? *read : "";
+    }
+    const CompileJob expert_job{
+        expert_source,
+        task.key + "/" +
+            fs::relative(task.expert ? task.expert->kernel : fs::path(), task.dir).generic_string(),
+        arch,
+        LibrariesFor(expert_source, task.policy, false),
+        {}};
+    CompileResult expert_compiled;
+    auto reference_done = std::async(std::launch::async, [&] {
+      CompileResult r = trusted.Compile(reference_job);
+      if (expert && !expert_source.empty()) expert_compiled = trusted.Compile(expert_job);
+      return r;
+    });
     std::vector<CompileResult> compiled;
     compiled.push_back(CompilerFor(options, false).Compile(candidate_job));
     compiled.push_back(reference_done.get());
@@ -204,6 +226,16 @@ class RealEvaluator final : public Evaluator {
       return Error(ErrorKind::kHarness,
                    "the task's reference does not compile: " + compiled[1].status.message());
     }
+    ExpertObject expert_object;
+    if (expert) {
+      if (expert_source.empty()) {
+        expert_object.error = "cannot read " + task.expert->kernel.string();
+      } else if (!expert_compiled.status.ok()) {
+        expert_object.error = "it does not compile: " + expert_compiled.status.message();
+      } else {
+        expert_object.object = expert_compiled.shared_object;
+      }
+    }
     KF_ASSIGN_OR_RETURN(auto violations,
                         CheckKernelPolicy(compiled[0].shared_object, source, task.policy));
     if (!violations.empty() && !options.trusted) {
@@ -212,7 +244,7 @@ class RealEvaluator final : public Evaluator {
     } else if (options.compile_only) {
       a.Finish(ErrorKind::kOk, "not evaluated (--compile-only: no GPU run)");
     }
-    return Objects{compiled[0].shared_object, compiled[1].shared_object};
+    return Objects{compiled[0].shared_object, compiled[1].shared_object, expert_object};
   }
 
   void Open(EvalSession& s, const Task& task, Dtype dtype, const Placement& place,

@@ -203,11 +203,14 @@ Status BenchCorrectness(EvalSession& s, SizePlan& plan) {
   return Status::Ok();
 }
 
-// The reference group serves trusted code: whatever goes wrong in its calls
-// is the harness's error, never a verdict on the candidate.
-Status ReferenceFailed(const SizePlan& plan, const std::string& what) {
-  return Error(ErrorKind::kHarness,
-               "timing the baseline at size " + plan.size.label + ": the task's reference " + what);
+// The reference and expert groups serve trusted code: whatever goes wrong in
+// their calls is the harness's error, never a verdict on the candidate.
+Status TrustedFailed(const ServedGroup& g, const SizePlan& plan, const std::string& what) {
+  return Error(
+      ErrorKind::kHarness,
+      g.reference()
+          ? "timing the baseline at size " + plan.size.label + ": the task's reference " + what
+          : "timing the expert at size " + plan.size.label + ": the task's expert kernel " + what);
 }
 
 // One block of the drive: rounds over every set in a fresh random order,
@@ -244,9 +247,9 @@ Status DriveBlock(EvalSession& s, ServedGroup& g, SizePlan& plan, int warmup, in
   auto driven = s.harness->Each(std::vector<json>(s.world, drive.ToJson()), fds,
                                 s.options->timing_deadline_s, "timing");
   if (!driven.ok()) {
-    if (g.reference()) {
+    if (g.trusted()) {
       served_group.Kill();
-      return ReferenceFailed(plan, "was not driven: " + driven.status().message());
+      return TrustedFailed(g, plan, "was not driven: " + driven.status().message());
     }
     // A harness rank's timeout is the candidate's (it did not answer a call);
     // when its process died meanwhile, that is what it gets.
@@ -278,8 +281,8 @@ Status DriveBlock(EvalSession& s, ServedGroup& g, SizePlan& plan, int warmup, in
                               d.temperature_c.end());
   }
   if (!anomalies.empty()) {
-    if (g.reference())
-      return ReferenceFailed(plan, "broke the timing protocol: " + anomalies.dump());
+    if (g.trusted())
+      return TrustedFailed(g, plan, "broke the timing protocol: " + anomalies.dump());
     s.integrity.push_back(
         {{"check", "mailbox"}, {"size", plan.size.label}, {"message", anomalies}});
     return Error(ErrorKind::kIntegrityViolation,
@@ -287,11 +290,11 @@ Status DriveBlock(EvalSession& s, ServedGroup& g, SizePlan& plan, int warmup, in
                      ": " + anomalies[0].get<std::string>());
   }
   if (!mismatches.empty() || !changed.empty()) {
-    if (g.reference()) {
-      return ReferenceFailed(plan,
-                             "disagrees with itself run in the harness (a nondeterministic "
-                             "reference, or tolerances too tight): " +
-                                 mismatches.dump().substr(0, 400) + changed.dump());
+    if (g.trusted()) {
+      return TrustedFailed(g, plan,
+                           "disagrees with the reference run in the harness (a nondeterministic "
+                           "kernel, or tolerances too tight): " +
+                               mismatches.dump().substr(0, 400) + changed.dump());
     }
     s.checks.push_back({{"size", plan.size.label},
                         {"kind", "timed"},
@@ -451,6 +454,19 @@ Status TimeBaselines(EvalSession& s, bool after) {
     (after ? plan.baseline.after_us : plan.baseline.before_us) = Quantile(side.claimed_us, 0.5);
     plan.baseline.side.Append(side);
     KF_RETURN_IF_ERROR(Release(s, plan, s.reference));
+  }
+  return Status::Ok();
+}
+
+Status TimeExpertSides(EvalSession& s) {
+  for (SizePlan& plan : s.plans) {
+    if (plan.check || plan.baseline.side.claimed_us.empty() || !plan.expert.side.claimed_us.empty())
+      continue;
+    KF_RETURN_IF_ERROR(Prepare(s, plan, s.expert));
+    Side side;
+    KF_RETURN_IF_ERROR(TimedCalls(s, s.expert, plan, &side));
+    plan.expert.side = std::move(side);
+    KF_RETURN_IF_ERROR(Release(s, plan, s.expert));
   }
   return Status::Ok();
 }

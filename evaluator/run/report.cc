@@ -197,12 +197,26 @@ std::string RenderEvalReport(const nlohmann::json& d) {
           t["candidate"].value("median_us", 0.0), t.value("algbw_gbps", 0.0),
           t.value("busbw_gbps", 0.0), t.value("baseline_busbw_gbps", 0.0), t.value("speedup", 0.0),
           t["candidate"].value("cv", 0.0), t["candidate"].value("iters", 0));
+      if (const auto& e = t.value("expert", nlohmann::json()); e.is_object()) {
+        out += fmt::format(
+            "  expert: {:.2f} us ({:.3f}x the reference); the candidate runs at {:.3f}x the "
+            "expert's speed\n",
+            e.value("median_us", 0.0), e.value("over_baseline", 0.0), e.value("speedup", 0.0));
+      }
       if (const auto& r = t.value("baseline_reused", nlohmann::json()); r.is_object()) {
         out += fmt::format("  baseline reused: timed by this evaluator {:.0f} s ago (reuse {})\n",
                            r.value("age_s", 0.0), r.value("uses", 0));
       }
       for (const auto& w : t.value("warnings", nlohmann::json::array()))
         out += "  warning: " + w.get<std::string>() + "\n";
+    }
+  }
+  if (const auto& e = d.value("expert", nlohmann::json()); e.is_object()) {
+    if (e.contains("none")) {
+      out += "\nexpert    none: " + Shown(e, "none") + "\n";
+    } else {
+      out += "\nexpert    " + Shown(e, "kernel") + ": " + Shown(e, "technique") + "\n";
+      if (e.contains("skipped")) out += "          not timed: " + Shown(e, "skipped") + "\n";
     }
   }
   if (const auto lines = ProfileLines(d.value("profile", nlohmann::json())); !lines.empty()) {

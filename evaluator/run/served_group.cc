@@ -48,6 +48,7 @@ Result<fs::path> PrivateCopy(const fs::path& so, fs::path* dir) {
 Status StartServed(EvalSession& s, ServedGroup& sg, const fs::path& kernel_so) {
   KF_ASSIGN_OR_RETURN(fs::path copy, PrivateCopy(kernel_so, &sg.dir));
   // The reference is trusted: it may use what its task forbids candidates.
+  // The expert, trusted too, keeps to the candidates' policy.
   sg.collectives = sg.reference() || s.CandidateMayUseCollectives();
   GroupOptions g;
   g.worker_path = s.worker;
@@ -57,7 +58,7 @@ Status StartServed(EvalSession& s, ServedGroup& sg, const fs::path& kernel_so) {
   g.env = s.worker_env;
   g.mps_dir = s.mps_dir;
   g.candidate_dir = sg.dir.string();
-  g.profile_rank0 = !sg.reference() && s.options->profile && s.options->timing;
+  g.profile_rank0 = !sg.trusted() && s.options->profile && s.options->timing;
   g.start_deadline_s = s.options->setup_deadline_s;
   g.capture_output = true;
   for (int r = 0; r < s.world; ++r) {
@@ -87,7 +88,7 @@ Status StartServed(EvalSession& s, ServedGroup& sg, const fs::path& kernel_so) {
   for (int r = 0; r < s.world; ++r) {
     Message& m = attached[r];
     sandbox::Report report = sandbox::Report::FromJson(m.body.value("sandbox", json::object()));
-    if (!sg.reference() &&
+    if (!sg.trusted() &&
         (r == 0 || (!report.Complete() && s.sandbox_report.value("complete", true)))) {
       s.sandbox_report = report.ToJson();
       s.sandbox_report["summary"] = report.Summary();
@@ -138,7 +139,7 @@ Status StartServed(EvalSession& s, ServedGroup& sg, const fs::path& kernel_so) {
 void StopServed(EvalSession& s, ServedGroup& sg) {
   if (sg.group) {
     sg.group->Kill();
-    if (!sg.reference()) s.candidate_output = sg.group->CapturedOutput();
+    if (!sg.trusted()) s.candidate_output = sg.group->CapturedOutput();
     sg.group.reset();
   }
   if (sg.supervisor) {
@@ -146,8 +147,9 @@ void StopServed(EvalSession& s, ServedGroup& sg) {
     for (size_t i = 0; i < violations.size(); ++i) {
       const sandbox::Violation& v = violations[i];
       if (i >= sg.profiled_violations.first && i < sg.profiled_violations.second) continue;
-      if (sg.reference()) {
-        LogWarn("evaluator", "the task's reference tripped its sandbox: {}", v.ToString());
+      if (sg.trusted()) {
+        LogWarn("evaluator", "the task's {} tripped its sandbox: {}",
+                sg.reference() ? "reference" : "expert kernel", v.ToString());
       } else {
         s.integrity.push_back({{"check", "sandbox"}, {"rank", v.rank}, {"message", v.ToString()}});
       }

@@ -54,6 +54,13 @@ struct BaselineTiming {
   double call_wall_us = 0;             // the wall time of one driven call (sizes the blocks)
 };
 
+// What the expert's group established at a bench size: its calls, or why it
+// has none. Reused with the baseline (run/baseline_cache.h).
+struct ExpertTiming {
+  Side side;
+  double reused_age_s = -1;  // >= 0: reused from an evaluation timed this long ago
+};
+
 struct SizePlan {
   SizeSpec size;
   Problem problem;
@@ -61,6 +68,7 @@ struct SizePlan {
   int sets = 1;             // input/output sets (rotated so timed calls miss L2)
   BaselineTiming baseline;  // the reference group's
   Side candidate;           // the candidate's calls
+  ExpertTiming expert;      // the task's expert kernel's calls, when it has one
   // >= 0: the baseline was reused from an earlier evaluation timed this long
   // ago (run/baseline_cache.h), and this is its n-th reuse.
   double reused_baseline_age_s = -1;
@@ -82,7 +90,7 @@ struct SizePlan {
 // the supervisor of their seccomp notifications, serving one kernel's calls.
 struct ServedGroup {
   explicit ServedGroup(std::string w) : who(std::move(w)) {}
-  std::string who;  // "candidate" | "reference"
+  std::string who;  // "candidate" | "reference" | "expert"
   std::unique_ptr<WorkerGroup> group;
   std::vector<proto::Mailbox> mailboxes;  // [rank]
   std::unique_ptr<sandbox::Supervisor> supervisor;
@@ -97,6 +105,9 @@ struct ServedGroup {
   // profile, and not judged, since the verdict was settled before them.
   std::pair<size_t, size_t> profiled_violations{0, 0};
   bool reference() const { return who == "reference"; }
+  // Trusted code (the task's reference or its expert kernel): what goes wrong
+  // in its calls is kforge's, never a verdict on the candidate.
+  bool trusted() const { return who != "candidate"; }
   bool alive() const { return group && group->alive(); }
 };
 
@@ -119,7 +130,10 @@ struct EvalSession {
   std::vector<SizePlan> plans;
   WorkerGroup* harness = nullptr;
   std::vector<std::string> candidate_handles;  // [rank], from the harness's alloc
-  ServedGroup reference{"reference"}, candidate{"candidate"};
+  ServedGroup reference{"reference"}, candidate{"candidate"}, expert{"expert"};
+  // The result's "expert": the task's [expert] and what became of it (timed,
+  // reused, skipped and why, or none and why); null when the task states none.
+  nlohmann::json expert_report;
 
   nlohmann::json checks = nlohmann::json::array();
   nlohmann::json timing = nlohmann::json::array();
@@ -169,6 +183,11 @@ void StopServed(EvalSession& s, ServedGroup& g);
 // gone (a reused baseline: only after, confirmed by a short block or timed
 // in full).
 Status TimeBaselines(EvalSession& s, bool after);
+
+// Times the expert's group at every bench size whose baseline is timed, with
+// the baseline's warm-up and blocks; run after the baseline's last block.
+// The first failure is returned (the caller only skips the expert for it).
+Status TimeExpertSides(EvalSession& s);
 
 // Correctness at one check size over options->trials trials, against the
 // oracle. kMismatch / kRuntimeError / kDeadlock / kHarness on failure (with

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "run/expert.h"
 #include "run/stats.h"
 #include "session.h"
 
@@ -146,6 +147,7 @@ void FinishTiming(EvalSession& s) {
         {"busbw_gbps", c > 0 ? p.perf_bytes / (c * 1e-6) / 1e9 * p.busbw_factor : 0},
         {"baseline_busbw_gbps", b > 0 ? p.perf_bytes / (b * 1e-6) / 1e9 * p.busbw_factor : 0},
         {"roofline", roofline},
+        {"expert", ExpertEntry(plan, cand)},
         {"warnings", warnings}};
     s.timing.push_back(std::move(entry));
   }

@@ -56,6 +56,7 @@ TEST(EvalSummaryTest, ReadsTheIndexedFields) {
       {"schema", "kforge.eval/1"},
       {"status", "passed"},
       {"speedup", 1.5},
+      {"expert_speedup", 0.75},
       {"emulated", true},
       {"world", 4},
       {"seconds", 2.5},
@@ -66,6 +67,7 @@ TEST(EvalSummaryTest, ReadsTheIndexedFields) {
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   EXPECT_EQ(s->verdict, Verdict::kPassed);
   EXPECT_EQ(s->speedup, 1.5);
+  EXPECT_EQ(s->expert_speedup, 0.75);
   EXPECT_EQ(s->busbw_gbps, 55.5) << "the largest bench size's";
   EXPECT_TRUE(s->emulated);
   EXPECT_EQ(s->world, 4);
@@ -74,13 +76,15 @@ TEST(EvalSummaryTest, ReadsTheIndexedFields) {
   s = ReadEvalSummary(doc);
   ASSERT_TRUE(s.ok());
   EXPECT_FALSE(s->speedup);
+  EXPECT_FALSE(s->expert_speedup);
 }
 
 TEST(EvalSummaryTest, RefusesAStatusThatIsNoVerdictNamingTheField) {
   for (const char* text :
        {R"({"schema":"kforge.eval/1","status":"ok"})", R"({"schema":"kforge.eval/1"})",
         R"({"schema":"kforge.eval/2","status":"passed"})", R"([1])",
-        R"({"status":"passed","speedup":0})"}) {
+        R"({"status":"passed","speedup":0})",
+        R"({"schema":"kforge.eval/1","status":"passed","speedup":1,"expert_speedup":-2})"}) {
     auto s = ParseEvalSummary(text);
     ASSERT_FALSE(s.ok()) << text;
     EXPECT_EQ(s.status().kind(), ErrorKind::kInvalidInput) << text;

@@ -93,6 +93,46 @@ TEST_F(HandComputedTest, PassAtTwoUsesEveryProblem) {
   EXPECT_DOUBLE_EQ(rows[0].fast1_at_k[0].second, 0.75);
 }
 
+// Against the expert: only problems whose task had its expert timed count;
+// an incorrect sample is below parity; a task without an expert stays out.
+TEST(MetricsTest, HumanParityCountsProblemsWithAnExpert) {
+  auto with = [](SampleOutcome s, std::optional<double> vs_expert) {
+    s.expert_speedup = vs_expert;
+    return s;
+  };
+  // t1: B beats the expert (1.2x), A reaches 0.9x; t2: B is wrong, and A's correct sample
+  // (0.5x) shows the task has an expert; t3: no sample timed an expert.
+  std::vector<SampleOutcome> samples = {
+      with(S("A", "t1", true, 3.0), 0.9),
+      with(S("B", "t1", true, 4.0), 1.2),
+      with(S("A", "t2", true, 1.5), 0.5),
+      S("B", "t2", false, std::nullopt),
+      S("A", "t3", true, 2.0),
+      S("B", "t3", true, 2.0),
+  };
+  MetricsOptions options;
+  options.group_by = {"model"};
+  auto rows = ComputeMetrics(samples, options);
+  ASSERT_EQ(rows.size(), 2u);
+  const GroupMetrics& a = rows[0].label == "A" ? rows[0] : rows[1];
+  const GroupMetrics& b = rows[0].label == "B" ? rows[0] : rows[1];
+  EXPECT_EQ(a.expert_problems, 2);
+  EXPECT_EQ(b.expert_problems, 2) << "t2 has an expert although B's sample there was wrong";
+  ASSERT_TRUE(a.human_parity && b.human_parity);
+  EXPECT_DOUBLE_EQ(*a.human_parity, 0.0);
+  EXPECT_DOUBLE_EQ(*b.human_parity, 0.5);
+  EXPECT_NEAR(*a.geomean_vs_expert, std::sqrt(0.9 * 0.5), 1e-12);
+  EXPECT_NEAR(*b.geomean_vs_expert, 1.2, 1e-12) << "over its correct problems only";
+  ASSERT_FALSE(b.expert_fast_p.empty());
+  EXPECT_EQ(b.expert_fast_p.front().first, 1);
+  EXPECT_DOUBLE_EQ(b.expert_fast_p.front().second, 0.5);
+  // No expert anywhere: no figures at all.
+  auto plain = ComputeMetrics({S("A", "t3", true, 2.0)}, options);
+  EXPECT_EQ(plain[0].expert_problems, 0);
+  EXPECT_FALSE(plain[0].human_parity.has_value());
+  EXPECT_TRUE(plain[0].expert_fast_p.empty());
+}
+
 TEST(MetricsTest, EmulatedRowsAreSeparateExcludedOrPooled) {
   std::vector<SampleOutcome> samples = {S("A", "t1", true, 2.0),
                                         S("A", "t2", true, 3.0, /*emulated=*/true)};

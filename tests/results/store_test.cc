@@ -499,5 +499,53 @@ TEST(StoreViewsTest, VersionTwoStoresReadAndMigrate) {
   EXPECT_EQ(q->Int(0), 3);
 }
 
+// The speed over the task's expert kernel is stored beside the speedup; a
+// version-4 store (no such column) is read as is, and migrated by a writer.
+TEST(RunStoreTest, ExpertSpeedupRoundTripsAndOldStoresReadWithoutIt) {
+  TempDir tmp;
+  ASSERT_STATUS_OK(MakeDirs(tmp.path() / "blobs"));
+  int64_t sid = 0;
+  {
+    auto db = internal::Db::Open(StorePath(tmp.path()), false);
+    ASSERT_OK(db);
+    ASSERT_STATUS_OK(internal::MigrateTo(**db, 4, [](const std::string&) -> Result<std::string> {
+      return Error(ErrorKind::kNotFound, "unused");
+    }));
+  }
+  {
+    auto ro = RunStore::Open(tmp.path(), true);
+    ASSERT_OK(ro);
+    EXPECT_EQ((*ro)->schema_version(), 4);
+    auto runs = (*ro)->ListRuns();
+    ASSERT_OK(runs);
+    // The query is prepared against the old columns (an unknown one fails here).
+    auto none = (*ro)->ListEvaluations(1);
+    ASSERT_OK(none);
+    EXPECT_TRUE(none->empty());
+  }
+  auto store = RunStore::Open(tmp.path());
+  ASSERT_OK(store);
+  EXPECT_EQ((*store)->schema_version(), kSchemaVersion);
+  auto& s = **store;
+  auto run = s.CreateOrGetRun("r", {}, "v", "h", {});
+  ASSERT_OK(run);
+  auto made = s.UpsertSession(run->id, {"m", "t", "s", 0, 2, "f32", ""});
+  ASSERT_OK(made);
+  sid = *made;
+  nlohmann::json doc = PassedDoc(2.0);
+  doc["expert_speedup"] = 0.8;
+  ASSERT_OK(s.RecordEvaluation(sid, 0, doc));
+  ASSERT_OK(s.RecordEvaluation(sid, 0, PassedDoc(1.5)));
+  nlohmann::json bad = PassedDoc(1.5);
+  bad["expert_speedup"] = -1.0;
+  EXPECT_FALSE(s.RecordEvaluation(sid, 0, bad).ok());
+  auto evals = s.ListEvaluations(sid);
+  ASSERT_OK(evals);
+  ASSERT_EQ(evals->size(), 2u);
+  ASSERT_TRUE((*evals)[0].expert_speedup.has_value());
+  EXPECT_DOUBLE_EQ(*(*evals)[0].expert_speedup, 0.8);
+  EXPECT_FALSE((*evals)[1].expert_speedup.has_value());
+}
+
 }  // namespace
 }  // namespace kforge::results

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -44,8 +45,13 @@ LeaderboardTable BuildLeaderboardTable(const Leaderboard& board, bool human) {
   const auto ks = ReportedKs(board);
   for (int k : ks) t.header.push_back(fmt::format("pass@{}", k));
   for (int k : ks) t.header.push_back(fmt::format("fast1@{}", k));
-  t.header.insert(t.header.end(), {"geomean_correct", "geomean_all", "tokens_per_solved",
-                                   "usd_per_solved", "usd_total", "wall_h", "not_evaluated"});
+  t.header.insert(t.header.end(), {"geomean_correct", "geomean_all"});
+  // Against the tasks' expert kernels, where any was timed (docs/results.md).
+  const bool experts = std::any_of(board.rows.begin(), board.rows.end(),
+                                   [](const GroupMetrics& r) { return r.expert_problems > 0; });
+  if (experts) t.header.insert(t.header.end(), {"expert_problems", "human_parity", "vs_expert"});
+  t.header.insert(t.header.end(),
+                  {"tokens_per_solved", "usd_per_solved", "usd_total", "wall_h", "not_evaluated"});
   for (const auto& r : board.rows) {
     std::vector<std::string> cells;
     for (const auto& [dim, value] : r.key) cells.push_back(value);
@@ -72,6 +78,11 @@ LeaderboardTable BuildLeaderboardTable(const Leaderboard& board, bool human) {
     for (int k : ks) cells.push_back(frac(AtK(r.fast1_at_k, k)));
     cells.push_back(ratio(r.geomean_correct));
     cells.push_back(ratio(r.geomean_all));
+    if (experts) {
+      cells.push_back(std::to_string(r.expert_problems));
+      cells.push_back(frac(r.human_parity));
+      cells.push_back(ratio(r.geomean_vs_expert));
+    }
     cells.push_back(human
                         ? (r.tokens_per_solved ? fmt::format("{:.0f}", *r.tokens_per_solved) : "—")
                         : Num(r.tokens_per_solved, 1));
@@ -171,6 +182,14 @@ std::string RenderMarkdown(const Leaderboard& board) {
       "every problem, an incorrect one counted as 1.0x. Rows marked `emulated` ran with ranks "
       "sharing a GPU: "
       "their timings are not NVLink timings and are kept apart.\n";
+  if (std::any_of(board.rows.begin(), board.rows.end(),
+                  [](const GroupMetrics& r) { return r.expert_problems > 0; })) {
+    out +=
+        "\nexpert_problems: problems whose task has an expert kernel (the best known human "
+        "kernel, timed beside the baseline); human_parity: share of them with a correct sample at "
+        "least as fast as the expert; vs_expert: geomean of the best correct sample's speed over "
+        "the expert's.\n";
+  }
   return out;
 }
 
@@ -218,6 +237,12 @@ std::string RenderJson(const Leaderboard& board) {
     row["geomean_speedup_correct"] = OptJson(r.geomean_correct);
     row["geomean_speedup_all"] =
         r.evaluated() ? nlohmann::ordered_json(r.geomean_all) : nlohmann::ordered_json(nullptr);
+    row["expert_problems"] = r.expert_problems;
+    row["human_parity"] = OptJson(r.human_parity);
+    nlohmann::ordered_json expert_fast = nlohmann::ordered_json::object();
+    for (const auto& [p, v] : r.expert_fast_p) expert_fast[fmt::format("{:g}", p)] = v;
+    row["expert_fast_p"] = expert_fast;
+    row["geomean_vs_expert"] = OptJson(r.geomean_vs_expert);
     row["tokens"] = r.tokens;
     row["cost_usd"] = r.cost_usd;
     row["tokens_per_solved"] = OptJson(r.tokens_per_solved);

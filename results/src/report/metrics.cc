@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <set>
 
 #include "kforge/core/strings.h"
 
@@ -16,7 +17,9 @@ constexpr const char* kDimensions[] = {"run", "model", "strategy", "category", "
 struct Problem {
   int n = 0, correct = 0, fast1 = 0;
   std::optional<double> best_speedup;  // over correct, timed samples
+  std::optional<double> best_expert;   // over correct samples timed beside the expert
   bool any_correct = false;
+  bool has_expert = false;  // the task's expert kernel was timed in some sample
 };
 
 std::string ProblemId(const SampleOutcome& s) {
@@ -24,7 +27,7 @@ std::string ProblemId(const SampleOutcome& s) {
 }
 
 GroupMetrics Summarise(const std::vector<const SampleOutcome*>& members,
-                       const MetricsOptions& options) {
+                       const MetricsOptions& options, const std::set<std::string>& expert_tasks) {
   GroupMetrics g;
   std::map<std::string, Problem> problems;
   std::vector<const SampleOutcome*> evaluated;
@@ -43,6 +46,7 @@ GroupMetrics Summarise(const std::vector<const SampleOutcome*>& members,
   }
   for (const auto* s : evaluated) {
     Problem& p = problems[ProblemId(*s)];
+    p.has_expert = expert_tasks.count(s->task) > 0;
     ++p.n;
     if (s->correct) {
       ++p.correct;
@@ -51,6 +55,8 @@ GroupMetrics Summarise(const std::vector<const SampleOutcome*>& members,
         if (*s->speedup > 1) ++p.fast1;
         p.best_speedup = std::max(p.best_speedup.value_or(0), *s->speedup);
       }
+      if (s->expert_speedup)
+        p.best_expert = std::max(p.best_expert.value_or(0), *s->expert_speedup);
     }
     g.tokens += s->tokens;
     g.cost_usd += s->cost_usd;
@@ -95,6 +101,32 @@ GroupMetrics Summarise(const std::vector<const SampleOutcome*>& members,
     g.fast1_at_k.emplace_back(k, fast / np);
   }
   if (timed_correct > 0) g.geomean_correct = std::exp(log_correct / timed_correct);
+  // Against the expert: over the problems whose task has one; an incorrect
+  // (or untimed) sample is below parity.
+  double log_expert = 0;
+  int vs_expert = 0;
+  for (const auto& [id, p] : problems) {
+    if (!p.has_expert) continue;
+    ++g.expert_problems;
+    if (p.best_expert) {
+      log_expert += std::log(*p.best_expert);
+      ++vs_expert;
+    }
+  }
+  if (g.expert_problems > 0) {
+    for (double threshold : options.ps) {
+      if (threshold == 0) continue;
+      int fast = 0;
+      for (const auto& [id, p] : problems)
+        if (p.has_expert && p.best_expert && *p.best_expert > threshold) ++fast;
+      g.expert_fast_p.emplace_back(threshold, static_cast<double>(fast) / g.expert_problems);
+    }
+    int parity = 0;
+    for (const auto& [id, p] : problems)
+      if (p.has_expert && p.best_expert && *p.best_expert >= 1) ++parity;
+    g.human_parity = static_cast<double>(parity) / g.expert_problems;
+    if (vs_expert > 0) g.geomean_vs_expert = std::exp(log_expert / vs_expert);
+  }
   g.geomean_all = std::exp(log_all / np);
   if (g.solved > 0) {
     g.tokens_per_solved = static_cast<double>(judged_tokens) / g.solved;
@@ -149,6 +181,11 @@ std::vector<GroupMetrics> ComputeMetrics(const std::vector<SampleOutcome>& sampl
                                          const MetricsOptions& options) {
   // (emulated?, key values) -> members; std::map keeps the output deterministic.
   std::map<std::pair<bool, std::vector<std::string>>, std::vector<const SampleOutcome*>> groups;
+  // A task has an expert when any sample was timed beside it (a task's
+  // [expert] does not change within one task suite).
+  std::set<std::string> expert_tasks;
+  for (const auto& s : samples)
+    if (s.expert_speedup) expert_tasks.insert(s.task);
   for (const auto& s : samples) {
     if (s.emulated && options.emulated == EmulatedPolicy::kExclude) continue;
     const bool separate = s.emulated && options.emulated == EmulatedPolicy::kSeparate;
@@ -158,7 +195,7 @@ std::vector<GroupMetrics> ComputeMetrics(const std::vector<SampleOutcome>& sampl
   }
   std::vector<GroupMetrics> rows;
   for (const auto& [key, members] : groups) {
-    GroupMetrics g = Summarise(members, options);
+    GroupMetrics g = Summarise(members, options, expert_tasks);
     g.emulated = key.first;
     for (size_t i = 0; i < options.group_by.size(); ++i) {
       g.key.emplace_back(options.group_by[i], key.second[i]);

@@ -87,7 +87,10 @@ Result<std::vector<SampleOutcome>> LoadSamples(const RunStore& store) {
         o.best_evaluation_id = best->id;
         o.verdict = best->verdict;
         o.correct = best->verdict == Verdict::kPassed;
-        if (o.correct) o.speedup = best->speedup;
+        if (o.correct) {
+          o.speedup = best->speedup;
+          o.expert_speedup = best->expert_speedup;
+        }
       }
       if (auto it = usage_by_session.find(s.id); it != usage_by_session.end()) {
         o.turns = it->second->turns;

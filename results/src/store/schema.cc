@@ -152,6 +152,23 @@ FROM session_outcomes
 GROUP BY run, model, strategy, task, world, dtype;
 )sql";
 
+// Version 5: each evaluation's speed over its task's expert kernel (null where
+// none was timed: every evaluation stored before version 5).
+constexpr const char* kV5 = R"sql(
+ALTER TABLE evaluations ADD COLUMN expert_speedup REAL;
+DROP VIEW best_evaluations;
+CREATE VIEW best_evaluations AS
+SELECT
+  s.id AS session_id, e.id AS evaluation_id, e.turn_id, e.status, e.speedup, e.expert_speedup,
+  e.busbw_gbps, e.emulated, e.world, e.seconds, e.message, e.doc_sha
+FROM sessions s JOIN evaluations e ON e.id = COALESCE(s.best_evaluation_id, (
+  SELECT e2.id FROM evaluations e2 WHERE e2.session_id = s.id
+  ORDER BY e2.status = 'passed' DESC,
+           CASE WHEN e2.status = 'passed' THEN COALESCE(e2.speedup, 0) ELSE 0 END DESC,
+           CASE WHEN e2.status = 'passed' THEN e2.id ELSE -e2.id END
+  LIMIT 1));
+)sql";
+
 // Fills v2's new evaluation columns from the stored documents.
 Status BackfillV2(Db& db, const BlobReader& blobs) {
   std::vector<std::pair<int64_t, std::string>> rows;
@@ -207,6 +224,9 @@ Status MigrateTo(Db& db, int target, const BlobReader& blobs) {
       case 4:
         KF_RETURN_IF_ERROR(
             db.Exec(std::string("DROP VIEW session_outcomes;\n") + kSessionOutcomes));
+        break;
+      case 5:
+        KF_RETURN_IF_ERROR(db.Exec(kV5));
         break;
       default:
         return Error(ErrorKind::kInternal,

@@ -298,8 +298,9 @@ Result<int64_t> RunStore::RecordEvaluation(int64_t session_id, int64_t turn_id,
   KF_ASSIGN_OR_RETURN(Stmt q,
                       db_->Prepare("INSERT INTO evaluations (session_id, turn_id, status, speedup, "
                                    "busbw_gbps, emulated, seconds, world, "
-                                   "message, doc_sha, created_at) SELECT ?,?,?,?,?,?,?,?,?,?,? "
-                                   "WHERE EXISTS (SELECT 1 FROM sessions WHERE id=?)"));
+                                   "message, doc_sha, created_at, expert_speedup) "
+                                   "SELECT ?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12 "
+                                   "WHERE EXISTS (SELECT 1 FROM sessions WHERE id=?1)"));
   KF_RETURN_IF_ERROR(q.Bind(1, session_id)
                          .Bind(2, turn_id)
                          .Bind(3, std::string(VerdictName(c.verdict)))
@@ -311,7 +312,7 @@ Result<int64_t> RunStore::RecordEvaluation(int64_t session_id, int64_t turn_id,
                          .Bind(9, c.message)
                          .Bind(10, doc_sha)
                          .Bind(11, Now())
-                         .Bind(12, session_id)
+                         .Bind(12, c.expert_speedup)
                          .Run());
   KF_RETURN_IF_ERROR(RequireOneChange(*db_, "no session with id " + std::to_string(session_id)));
   return db_->LastInsertId();

@@ -93,7 +93,7 @@ Result<std::vector<TurnRecord>> RunStore::ListTurns(int64_t session_id) const {
 Result<std::vector<EvaluationRecord>> RunStore::ListEvaluations(int64_t session_id) const {
   MutexLock lock(&mu_);
   KF_ASSIGN_OR_RETURN(
-      Stmt q, db_->Prepare(std::string(kEvalSelect) + "WHERE e.session_id=? ORDER BY e.id"));
+      Stmt q, db_->Prepare(EvalSelect(schema_version_) + "WHERE e.session_id=? ORDER BY e.id"));
   q.Bind(1, session_id);
   return Collect<EvaluationRecord>(q, ReadEvaluation);
 }
@@ -101,7 +101,7 @@ Result<std::vector<EvaluationRecord>> RunStore::ListEvaluations(int64_t session_
 Result<std::vector<EvaluationRecord>> RunStore::ListRunEvaluations(int64_t run_id) const {
   MutexLock lock(&mu_);
   KF_ASSIGN_OR_RETURN(
-      Stmt q, db_->Prepare(std::string(kEvalSelect) +
+      Stmt q, db_->Prepare(EvalSelect(schema_version_) +
                            "JOIN sessions s ON s.id=e.session_id WHERE s.run_id=? ORDER BY e.id"));
   q.Bind(1, run_id);
   return Collect<EvaluationRecord>(q, ReadEvaluation);

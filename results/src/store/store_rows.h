@@ -86,11 +86,14 @@ inline SessionRecord ReadSession(const Stmt& q) {
   return s;
 }
 
-inline constexpr const char* kEvalSelect =
-    "SELECT e.id, e.session_id, e.turn_id, e.status, e.speedup, e.busbw_gbps, e.emulated, "
-    "e.seconds, e.world, "
-    "e.message, e.doc_sha, e.created_at, t.kernel_sha FROM evaluations e LEFT JOIN turns t ON "
-    "t.id=e.turn_id ";
+// Stores older than version 5 (read as they are) have no expert column.
+inline std::string EvalSelect(int schema_version) {
+  return std::string(
+             "SELECT e.id, e.session_id, e.turn_id, e.status, e.speedup, e.busbw_gbps, "
+             "e.emulated, e.seconds, e.world, e.message, e.doc_sha, e.created_at, t.kernel_sha, ") +
+         (schema_version >= 5 ? "e.expert_speedup" : "NULL") +
+         " FROM evaluations e LEFT JOIN turns t ON t.id=e.turn_id ";
+}
 inline EvaluationRecord ReadEvaluation(const Stmt& q) {
   EvaluationRecord e;
   e.id = q.Int(0);
@@ -108,6 +111,7 @@ inline EvaluationRecord ReadEvaluation(const Stmt& q) {
   e.doc_sha = q.Text(10);
   e.created_at = q.Double(11);
   e.kernel_sha = q.Text(12);
+  e.expert_speedup = q.OptDouble(13);
   return e;
 }
 

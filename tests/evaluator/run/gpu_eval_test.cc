@@ -2,6 +2,7 @@
 // its oracle, every hand-written solution, and kernels that are wrong, hang or
 // crash on purpose. With one GPU, W ranks share it (the emulated backend).
 #include <gtest/gtest.h>
+#include <stdlib.h>
 
 #include <algorithm>
 #include <cctype>
@@ -338,6 +339,88 @@ TEST_F(GpuEvalTest, ABaselineIsReusedAcrossEvaluationsOfASize) {
       refused.value("seconds", 0.0), third.value("seconds", 0.0));
   for (double s : {s2, sr, s3}) EXPECT_NEAR(s / s1, 1.0, 0.05);
   EXPECT_LT(second.value("seconds", 0.0), third.value("seconds", 0.0));
+}
+
+// The task's expert kernel is timed beside the baseline, after the candidate:
+// a candidate identical to the expert reads ~1x against it; an expert slower
+// than the reference says so and a faster candidate beats it; a task whose
+// [expert] is `none` has no expert timing; an expert that does not compile is
+// skipped without touching the verdict; a second evaluation reuses its timing.
+TEST_F(GpuEvalTest, TheExpertIsTimedBesideTheBaselineAndNeverDecidesAVerdict) {
+  const Task& base = Find("allreduce");
+  const auto oneshot = base.dir / "solutions" / "oneshot.cu";
+  struct Scratch {
+    std::filesystem::path dir;
+    Scratch() {
+      std::string t = (std::filesystem::temp_directory_path() / "kforge-expert-XXXXXX").string();
+      if (mkdtemp(t.data()) != nullptr) dir = t;
+    }
+    ~Scratch() {
+      std::error_code ec;
+      if (!dir.empty()) std::filesystem::remove_all(dir, ec);
+    }
+    const std::filesystem::path& path() const { return dir; }
+  } tmp;
+  ASSERT_FALSE(tmp.path().empty());
+  auto source = ReadFile(oneshot);
+  ASSERT_TRUE(source.ok());
+  // The same kernel on one block per rank: correct, and many times slower.
+  std::string slow = *source;
+  const std::string cap = "st->max_blocks = max_blocks;";
+  ASSERT_NE(slow.find(cap), std::string::npos);
+  slow.replace(slow.find(cap), cap.size(), "st->max_blocks = 1;");
+  ASSERT_TRUE(WriteFileAtomic(tmp.path() / "slow.cu", slow).ok());
+  ASSERT_TRUE(WriteFileAtomic(tmp.path() / "broken.cu", "this is not CUDA\n").ok());
+  auto with = [&](std::filesystem::path kernel, std::string none = "") {
+    Task t = base;
+    t.expert = ExpertSpec{std::move(kernel), none.empty() ? "one-shot push" : "", none};
+    return t;
+  };
+  EvalOptions o;
+  o.bench_sizes = {"1MiB"};
+  o.timing_precision = 0.0051;  // a timing rule no other test uses: the first is fresh
+
+  const Task same_task = with(oneshot);
+  auto same = Eval(same_task, oneshot, 2, o);
+  ASSERT_EQ(same.value("status", ""), "passed") << RenderEvalReport(same);
+  ASSERT_TRUE(same["expert"].is_object()) << same.dump(2);
+  EXPECT_EQ(same["expert"].value("kernel", ""), "solutions/oneshot.cu");
+  EXPECT_FALSE(same["expert"].contains("skipped")) << same["expert"].dump();
+  const auto& e = same["timing"][0]["expert"];
+  ASSERT_TRUE(e.is_object()) << same["timing"][0].dump(2);
+  const double vs_same = e["speedup"];
+  EXPECT_NEAR(vs_same, 1.0, 0.2) << e.dump();
+  EXPECT_NEAR(same.value("expert_speedup", 0.0), vs_same, 1e-9);
+
+  auto again = Eval(same_task, oneshot, 2, o);
+  ASSERT_EQ(again.value("status", ""), "passed") << RenderEvalReport(again);
+  EXPECT_EQ(again["expert"].value("reused", false),
+            again["timing"][0]["baseline_reused"].is_object())
+      << again["expert"].dump();
+
+  auto slower = Eval(with(tmp.path() / "slow.cu"), oneshot, 2, o);
+  ASSERT_EQ(slower.value("status", ""), "passed") << RenderEvalReport(slower);
+  const auto& es = slower["timing"][0]["expert"];
+  ASSERT_TRUE(es.is_object()) << slower.dump(2);
+  EXPECT_LT(es["over_baseline"].get<double>(), 1.0) << es.dump();
+  EXPECT_GT(es["speedup"].get<double>(), 1.5) << es.dump();
+
+  auto none = Eval(with({}, "no public kernel beats NCCL here"), oneshot, 2, o);
+  ASSERT_EQ(none.value("status", ""), "passed") << RenderEvalReport(none);
+  EXPECT_EQ(none["expert"].value("none", ""), "no public kernel beats NCCL here");
+  EXPECT_TRUE(none["timing"][0]["expert"].is_null());
+  EXPECT_FALSE(none.contains("expert_speedup"));
+
+  auto broken = Eval(with(tmp.path() / "broken.cu"), oneshot, 2, o);
+  ASSERT_EQ(broken.value("status", ""), "passed") << RenderEvalReport(broken);
+  EXPECT_NE(broken["expert"].value("skipped", "").find("does not compile"), std::string::npos)
+      << broken["expert"].dump();
+  EXPECT_TRUE(broken["timing"][0]["expert"].is_null());
+  std::printf(
+      "expert at 1MiB: identical %.3f (reused: %d), slow expert %.3f over the reference, "
+      "candidate %.3f over it\n",
+      vs_same, again["expert"].value("reused", false), es["over_baseline"].get<double>(),
+      es["speedup"].get<double>());
 }
 
 // Exploit kernels (tests/adversarial/kernels/, each says what it tries): every

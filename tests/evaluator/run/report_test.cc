@@ -55,6 +55,25 @@ TEST(EvalReportTest, TimingTableHasTheNcclTestsColumns) {
   EXPECT_EQ(row[9], "1.123");
 }
 
+TEST(EvalReportTest, TheExpertIsNamedAndTimedPerSize) {
+  nlohmann::json d = PassedDoc();
+  d["expert"] = {{"kernel", "solutions/oneshot.cu"}, {"technique", "one-shot custom all-reduce"}};
+  d["timing"][0]["expert"] = {{"median_us", 20.0}, {"over_baseline", 1.505}, {"speedup", 0.746}};
+  const std::string r = RenderEvalReport(d);
+  EXPECT_NE(LineWith(r, "expert    solutions/oneshot.cu: one-shot custom all-reduce"), "") << r;
+  EXPECT_NE(LineWith(r, "expert: 20.00 us (1.505x the reference); the candidate runs at 0.746x"),
+            "")
+      << r;
+  d["expert"] = {{"none", "NCCL's ring is at the link's peak"}};
+  d["timing"][0]["expert"] = nullptr;
+  const std::string none = RenderEvalReport(d);
+  EXPECT_NE(LineWith(none, "expert    none: NCCL's ring is at the link's peak"), "") << none;
+  EXPECT_EQ(LineWith(none, "expert:"), "") << none;
+  d["expert"] = {
+      {"kernel", "solutions/x.cu"}, {"technique", "t"}, {"skipped", "it does not compile"}};
+  EXPECT_NE(LineWith(RenderEvalReport(d), "not timed: it does not compile"), "");
+}
+
 TEST(EvalReportTest, OneLinePerRankWithItsDevice) {
   const std::string report = RenderEvalReport(PassedDoc());
   const auto r0 = Words(LineWith(report, "rank 0"));

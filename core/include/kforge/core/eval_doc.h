@@ -60,7 +60,10 @@ bool CameFromAGpu(Verdict verdict);
 // The fields of a document that the store indexes and the agent ranks by.
 struct EvalSummary {
   Verdict verdict = Verdict::kHarnessError;
-  std::optional<double> speedup;     // only when passed; > 0
+  std::optional<double> speedup;  // only when passed; > 0
+  // Only when passed and the task's expert kernel was timed: the candidate's
+  // speed over the expert's (geomean over bench sizes); > 0.
+  std::optional<double> expert_speedup;
   std::optional<double> busbw_gbps;  // of the largest bench size
   bool emulated = false;
   double seconds = 0;

@@ -63,6 +63,11 @@ struct EvalOptions {
   // process): the result's "profile", advice for the model that never
   // changes a verdict or a timing (docs/eval-result.md).
   bool profile = false;
+  // Times the task's expert kernel ([expert], the best known human kernel)
+  // at every bench size, after the candidate has gone, in a trusted group of
+  // its own, so that each timing entry also gives the speedup over it. Its
+  // timing is reused like the baseline's; its failure only skips it.
+  bool expert = true;
 };
 
 class Evaluator {

@@ -10,6 +10,12 @@
 //  - geomean speedup, two figures: over problems whose best sample is correct
 //    and timed ("correct only"), and over all problems with an incorrect one
 //    counted as 1.0, i.e. falling back to the baseline ("all").
+//  - against the expert (the task's best known human kernel, timed beside the
+//    baseline where the task has one): over the problems whose task's expert
+//    was timed in any sample, human parity = share with a correct sample at
+//    least as fast as the expert; expert fast_p = share with a correct sample
+//    faster than p x the expert; the geomean of the best correct samples' speed
+//    over the expert.
 //  - tokens and dollars per solved problem: all tokens/dollars spent in the
 //    group divided by the number of problems solved (correct).
 // Sessions that were never evaluated (SampleOutcome::not_evaluated: no GPU,
@@ -66,8 +72,12 @@ struct GroupMetrics {
   std::vector<std::pair<double, double>> fast_p;  // (p, fast_p)
   std::vector<std::pair<int, double>> pass_at_k;
   std::vector<std::pair<int, double>> fast1_at_k;
-  std::optional<double> geomean_correct;  // over correct, timed problems
-  double geomean_all = 1;                 // incorrect counted as 1.0
+  std::optional<double> geomean_correct;                 // over correct, timed problems
+  double geomean_all = 1;                                // incorrect counted as 1.0
+  int expert_problems = 0;                               // problems whose task's expert was timed
+  std::optional<double> human_parity;                    // share of those at >= 1x the expert
+  std::vector<std::pair<double, double>> expert_fast_p;  // (p, share > p x the expert), p > 0
+  std::optional<double> geomean_vs_expert;               // best correct over the expert
   int64_t tokens = 0;
   double cost_usd = 0;
   std::optional<double> tokens_per_solved, cost_per_solved;

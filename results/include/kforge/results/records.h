@@ -73,7 +73,8 @@ struct EvaluationRecord {
   int64_t turn_id = 0;                       // 0 when not tied to a turn
   Verdict verdict = Verdict::kHarnessError;  // the document's "status"
   std::optional<double> speedup;
-  std::optional<double> busbw_gbps;  // of the largest bench size
+  std::optional<double> expert_speedup;  // over the task's expert kernel, where it was timed
+  std::optional<double> busbw_gbps;      // of the largest bench size
   bool emulated = false;
   double seconds = 0;
   int world = 0;

@@ -29,7 +29,10 @@ struct SampleOutcome {
   std::optional<Verdict> verdict;  // the best evaluation's (none when nothing evaluated)
   bool correct = false;            // verdict == kPassed
   std::optional<double> speedup;   // only when correct and timed
-  bool emulated = false;           // any of the session's evaluations ran emulated
+  // Only when correct and the task's expert kernel was timed beside it: its
+  // speed over the expert's (>= 1: at human parity or better).
+  std::optional<double> expert_speedup;
+  bool emulated = false;  // any of the session's evaluations ran emulated
   int turns = 0;
   int64_t tokens = 0;  // input + output over every turn
   double cost_usd = 0;

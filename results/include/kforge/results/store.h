@@ -38,7 +38,7 @@ class Db;
 }
 
 // The schema version this code writes. Older stores are migrated on Open.
-inline constexpr int kSchemaVersion = 4;
+inline constexpr int kSchemaVersion = 5;
 // The oldest layout read-only openers read as is: versions 3 and 4 only add
 // or change SQL views (for sqlite3 users), which kforge's own readers do not
 // use.
