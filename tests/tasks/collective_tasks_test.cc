@@ -45,6 +45,31 @@ TEST(CollectiveTasks, LoadValidateAndForbidLibraries) {
   }
 }
 
+// Issue 30: every collective names the best known human kernel timed beside its
+// reference (a hand-written solution, with the technique it implements) or says why
+// there is none, and its floor counts the synchronisation rounds no algorithm avoids.
+TEST(CollectiveTasks, StateTheirExpertAndSyncRounds) {
+  for (const char* key : kCollectives) {
+    Task t = Load(key);
+    ASSERT_TRUE(t.expert.has_value()) << key;
+    if (t.expert->none.empty()) {
+      EXPECT_FALSE(t.expert->technique.empty()) << key;
+      EXPECT_NE(std::find(t.solutions.begin(), t.solutions.end(), t.expert->kernel),
+                t.solutions.end())
+          << key << ": the expert is one of the task's solutions, so the GPU checks run it";
+    }
+    EXPECT_FALSE(t.floor.sync_rounds.empty()) << key;
+    for (int world : t.world_sizes) {
+      for (const SizeSpec& size : t.bench_sizes) {
+        Result<Problem> p = Instantiate(t, world, t.dtypes[0], size, false);
+        ASSERT_TRUE(p.ok()) << p.status().ToString();
+        // Every output depends on another rank's input: at least one round.
+        EXPECT_GE(p->floor_sync_rounds, 1) << key << " W=" << world << " " << size.label;
+      }
+    }
+  }
+}
+
 TEST(CollectiveTasks, RootedTasksUseRankOne) {
   for (const char* key : {"003_broadcast", "004_reduce", "005_scatter", "006_gather"}) {
     Task t = Load(key);
