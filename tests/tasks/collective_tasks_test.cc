@@ -201,7 +201,8 @@ std::vector<uint16_t> QuantisedSum(const Problem& p, const OracleIo& io, int r, 
 // RMS bound (ring 0.0018/0.0027/0.0037 at W=2/4/8, int8 0.0065 at every W,
 // fp8 0.026) refuses it.
 TEST(CollectiveTasks, ReductionTolerancesScaleWithWorldSize) {
-  for (const char* key : {"001_allreduce", "004_reduce", "007_reducescatter"}) {
+  for (const char* key :
+       {"001_allreduce", "004_reduce", "007_reducescatter", "101_decode_allreduce"}) {
     Task t = Load(key);
     const SizeSpec* aligned = nullptr;
     for (const SizeSpec& s : t.check_sizes) {

@@ -1,5 +1,5 @@
 // The fused bf16 reductions (013 gemm_allreduce, 016 gemm_reducescatter, 045
-// reducescatter_fused_rmsnorm): their tolerances accept what an honest kernel
+// reducescatter_fused_rmsnorm, 104 gemv_allreduce): their tolerances accept what an honest kernel
 // computes (the rank partials rounded to bf16 and summed as NCCL's ring does,
 // or summed in f32) and refuse an int8 or fp8 block-scaled transport of the
 // partials, at every W, against the exact oracle (check sizes) and against a
@@ -167,6 +167,29 @@ const Case kCases[] = {
        return parts;
      },
      MeanRmsNorm},
+    {"104_gemv_allreduce", "aligned",
+     [](const Problem& p, const OracleIo& io, int) {
+       // x_q @ w_q^T with w stored [N, Kr].
+       const auto b = static_cast<int64_t>(p.vars.at("B"));
+       const auto n = static_cast<int64_t>(p.vars.at("N"));
+       const auto kr = static_cast<int64_t>(p.vars.at("Kr"));
+       Partials parts;
+       for (int q = 0; q < io.world; ++q) {
+         auto x = io.in(q, "x");
+         auto w = io.in(q, "w");
+         std::vector<double> part(static_cast<size_t>(b * n));
+         for (int64_t i = 0; i < b; ++i) {
+           for (int64_t c = 0; c < n; ++c) {
+             double acc = 0;
+             for (int64_t k = 0; k < kr; ++k) acc += x[i * kr + k] * w[c * kr + k];
+             part[static_cast<size_t>(i * n + c)] = acc;
+           }
+         }
+         parts.push_back(std::move(part));
+       }
+       return parts;
+     },
+     Identity},
 };
 
 TEST(ReductionTransport, FusedBf16ReductionsRefuseInt8AndFp8TransportAtEveryW) {

@@ -64,6 +64,11 @@ TEST(RealTasks, EveryBenchSizeHasAPhysicalFloor) {
   }
 }
 
+// Ids 1..87 port ParallelKernelBench's problems; 101 and up go beyond it
+// (docs/beyond-pkb.md).
+constexpr int kLastPkbId = 87;
+constexpr int kFirstBeyondPkbId = 101;
+
 // A task ported from ParallelKernelBench names its problem first in its
 // provenance ("PKB #N ..."), and N is the task's own number, so that a
 // leaderboard's task can be set beside PKB's problem N and coverage counted.
@@ -73,8 +78,13 @@ TEST(RealTasks, PkbProvenanceNamesTheTasksOwnProblem) {
     GTEST_SKIP() << "no task folders under " << root;
   auto tasks = LoadTasks(root);
   ASSERT_TRUE(tasks.ok()) << tasks.status().ToString();
-  int ported = 0;
+  int ported = 0, beyond = 0;
   for (const Task& t : *tasks) {
+    if (t.id >= kFirstBeyondPkbId) {
+      ++beyond;
+      continue;
+    }
+    ASSERT_LE(t.id, kLastPkbId) << t.key << ": ids between PKB's and the beyond-PKB range";
     const std::string prefix = "PKB #";
     ASSERT_EQ(t.provenance.rfind(prefix, 0), 0u) << t.key << ": " << t.provenance.substr(0, 60);
     size_t end = prefix.size();
@@ -84,7 +94,41 @@ TEST(RealTasks, PkbProvenanceNamesTheTasksOwnProblem) {
     EXPECT_EQ(std::stoi(t.provenance.substr(prefix.size(), end - prefix.size())), t.id) << t.key;
     ++ported;
   }
-  EXPECT_EQ(ported, static_cast<int>(tasks->size()));
+  EXPECT_EQ(ported + beyond, static_cast<int>(tasks->size()));
+}
+
+// A task beyond PKB names its production codebase instead of a PKB problem,
+// states its expert kernel (or why there is none), and has one row in
+// docs/beyond-pkb.md, "| id | [`key`](../tasks/key/) | ... |".
+TEST(RealTasks, BeyondPkbTasksStateAnExpertAndHaveOneTableRow) {
+  const std::filesystem::path source = std::filesystem::path(KFORGE_SOURCE_ROOT);
+  if (!std::filesystem::exists(source / "tasks" / "001_allreduce" / "task.toml"))
+    GTEST_SKIP() << "no task folders under " << source / "tasks";
+  auto tasks = LoadTasks(source / "tasks");
+  ASSERT_TRUE(tasks.ok()) << tasks.status().ToString();
+  std::ifstream in(source / "docs" / "beyond-pkb.md");
+  ASSERT_TRUE(in) << "cannot read docs/beyond-pkb.md";
+  std::map<std::string, int> rows;  // task key -> rows linking to it
+  std::string line;
+  while (std::getline(in, line)) {
+    const std::string link = "](../tasks/";
+    if (line.rfind("| ", 0) != 0) continue;
+    const size_t at = line.find(link);
+    if (at == std::string::npos) continue;
+    const size_t start = at + link.size();
+    const size_t end = line.find_first_of("/)", start);
+    ASSERT_NE(end, std::string::npos) << line.substr(0, 80);
+    ++rows[line.substr(start, end - start)];
+  }
+  for (const Task& t : *tasks) {
+    if (t.id < kFirstBeyondPkbId) continue;
+    SCOPED_TRACE(t.key);
+    EXPECT_NE(t.provenance.rfind("PKB #", 0), 0u) << "a beyond-PKB task cites no PKB problem";
+    ASSERT_TRUE(t.expert.has_value()) << "no [expert] section";
+    EXPECT_TRUE(!t.expert->kernel.empty() || !t.expert->none.empty());
+    EXPECT_FALSE(t.floor.sync_rounds.empty()) << "no [floor] sync_rounds";
+    EXPECT_EQ(rows[t.key], 1) << "rows in docs/beyond-pkb.md";
+  }
 }
 
 // docs/pkb.md has one table row per PKB problem, "| id | `name` | [`key`](../tasks/key/) | why |".
