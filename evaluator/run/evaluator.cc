@@ -261,7 +261,7 @@ class RealEvaluator final : public Evaluator {
     s.mps_dir = group.options().mps_dir;
     const GpuInfo& gpu = card.gpus.front();
     s.l2_bytes = gpu.l2_bytes > 0 ? static_cast<size_t>(gpu.l2_bytes) : size_t{50} << 20;
-    s.peaks = PeaksOf(gpu, dtype);
+    s.peaks = PeaksOf(card, gpu, dtype);
   }
 
   // Reuses the live rank group when placement matches; otherwise starts one.

@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "kforge/core/json.h"
 #include "kforge/evaluator/hardware.h"
@@ -94,6 +95,7 @@ json ToJson(const HardwareCard& card) {
   j["gpus"] = json::array();
   for (const GpuInfo& g : card.gpus) j["gpus"].push_back(ToJson(g));
   j["p2p"] = card.p2p;
+  if (card.flag_round_trip_us) j["flag_round_trip"] = {{"us", *card.flag_round_trip_us}};
   j["nvlink"] = json::array();
   for (const NvLinkPath& l : card.nvlink)
     j["nvlink"].push_back({{"from", l.from}, {"to", l.to}, {"links", l.links}, {"gbps", l.gbps}});
@@ -128,6 +130,10 @@ Result<HardwareCard> HardwareCardFromJson(const json& j) {
     std::vector<bool> row;
     for (const json& v : p2p[i]) row.push_back(v.is_boolean() && v.get<bool>());
     card.p2p.push_back(std::move(row));
+  }
+  if (const json& rt = JsonField(j, "flag_round_trip"); rt.is_object()) {
+    const double us = JsonNumber(rt, "us");
+    if (us > 0 && std::isfinite(us)) card.flag_round_trip_us = us;
   }
   const json& nvlink = JsonField(j, "nvlink");
   if (!nvlink.is_null() && !nvlink.is_array()) return FieldError("nvlink", "is not an array");

@@ -59,6 +59,12 @@ Peaks PeaksOf(const GpuInfo& gpu, Dtype dtype) {
   return p;
 }
 
+Peaks PeaksOf(const HardwareCard& card, const GpuInfo& gpu, Dtype dtype) {
+  Peaks p = PeaksOf(gpu, dtype);
+  if (card.flag_round_trip_us) p.sync_round_us = *card.flag_round_trip_us / 2;
+  return p;
+}
+
 Floor FloorOf(const Problem& p, const Peaks& peaks, bool emulated) {
   Floor f;
   const double ranks = emulated ? p.world : 1;
@@ -74,6 +80,13 @@ Floor FloorOf(const Problem& p, const Peaks& peaks, bool emulated) {
   // Emulated, peer traffic stays inside the one GPU's HBM (counted above).
   if (!emulated) consider(p.floor_link_bytes, peaks.link_gbps * 1e3, "link");
   consider(p.floor_flops, peaks.tflops * 1e6, "flops");  // TFLOP/s = 1e6 flop/us
+  if (p.floor_sync_rounds > 0 && peaks.sync_round_us > 0) {
+    const double us = p.floor_sync_rounds * peaks.sync_round_us;
+    if (us > f.us) {
+      f.us = us;
+      f.bound = "sync";
+    }
+  }
   return f;
 }
 

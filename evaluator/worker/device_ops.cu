@@ -1,4 +1,7 @@
+#include <algorithm>
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "cuda_check.h"
 #include "device_ops.h"
@@ -160,6 +163,126 @@ Status LaunchNull(cudaStream_t s) {
   NullKernel<<<1, 1, 0, s>>>();
   KF_CUDA(cudaGetLastError());
   return Status::Ok();
+}
+
+namespace {
+
+__device__ __forceinline__ uint64_t GlobalTimerNs() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
+  return t;
+}
+
+// Spins until *flag == v, at most ~1 s of the global timer; false on timeout.
+__device__ bool AwaitFlag(volatile unsigned int* flag, unsigned int v) {
+  const uint64_t give_up = GlobalTimerNs() + 1000000000ull;
+  while (*flag != v) {
+    if (GlobalTimerNs() > give_up) return false;
+  }
+  return true;
+}
+
+// Side 0 pings `theirs` and waits for the echo in `mine`; side 1 echoes.
+// Side 0 records each round's time (ns) in `times`; *failed is set on a timeout.
+__global__ void PingPongKernel(volatile unsigned int* ping, volatile unsigned int* pong, int rounds,
+                               int side, unsigned long long* times, int* failed) {
+  if (threadIdx.x != 0) return;
+  const int me = gridDim.x == 2 ? static_cast<int>(blockIdx.x) : side;
+  for (int i = 1; i <= rounds; ++i) {
+    const unsigned int v = static_cast<unsigned int>(i);
+    if (me == 0) {
+      const uint64_t t0 = GlobalTimerNs();
+      *ping = v;
+      __threadfence_system();
+      if (!AwaitFlag(pong, v)) {
+        *failed = 1;
+        return;
+      }
+      times[i - 1] = GlobalTimerNs() - t0;
+    } else {
+      if (!AwaitFlag(ping, v)) {
+        *failed = 1;
+        return;
+      }
+      *pong = v;
+      __threadfence_system();
+    }
+  }
+}
+
+}  // namespace
+
+Status MeasureFlagRoundTrip(int a, int b, int rounds, double* median_us) {
+  if (rounds < 1) return Error(ErrorKind::kInvalidInput, "no rounds to measure");
+  if (a != b) {
+    int ab = 0, ba = 0;
+    KF_CUDA(cudaDeviceCanAccessPeer(&ab, a, b));
+    KF_CUDA(cudaDeviceCanAccessPeer(&ba, b, a));
+    if (!ab || !ba)
+      return Error(ErrorKind::kInvalidInput, "GPUs " + std::to_string(a) + " and " +
+                                                 std::to_string(b) + " have no peer access");
+    for (auto [from, to] : {std::pair{a, b}, std::pair{b, a}}) {
+      KF_CUDA(cudaSetDevice(from));
+      const cudaError_t e = cudaDeviceEnablePeerAccess(to, 0);
+      if (e != cudaSuccess && e != cudaErrorPeerAccessAlreadyEnabled) KF_CUDA(e);
+      (void)cudaGetLastError();  // clears "already enabled"
+    }
+  }
+  // Each side waits on a flag in its own memory; the other stores into it.
+  unsigned int *ping = nullptr, *pong = nullptr;
+  unsigned long long* times = nullptr;
+  int* failed = nullptr;
+  KF_CUDA(cudaSetDevice(b));
+  KF_CUDA(cudaMalloc(&ping, sizeof(unsigned int)));
+  KF_CUDA(cudaMemset(ping, 0, sizeof(unsigned int)));
+  KF_CUDA(cudaSetDevice(a));
+  KF_CUDA(cudaMalloc(&pong, sizeof(unsigned int)));
+  KF_CUDA(cudaMemset(pong, 0, sizeof(unsigned int)));
+  KF_CUDA(cudaMallocManaged(&times, sizeof(unsigned long long) * static_cast<size_t>(rounds)));
+  KF_CUDA(cudaMallocManaged(&failed, sizeof(int)));
+  *failed = 0;
+  Status st = Status::Ok();
+  auto check = [&st](cudaError_t e, const char* what) {
+    if (st.ok() && e != cudaSuccess) st = CudaStatus(e, what);
+  };
+  if (a == b) {
+    PingPongKernel<<<2, 32>>>(ping, pong, rounds, 0, times, failed);
+    check(cudaGetLastError(), "PingPongKernel");
+    check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  } else {
+    cudaStream_t sa = nullptr, sb = nullptr;
+    check(cudaStreamCreateWithFlags(&sa, cudaStreamNonBlocking), "cudaStreamCreate");
+    KF_CUDA(cudaSetDevice(b));
+    check(cudaStreamCreateWithFlags(&sb, cudaStreamNonBlocking), "cudaStreamCreate");
+    if (st.ok()) {
+      PingPongKernel<<<1, 32, 0, sb>>>(ping, pong, rounds, 1, times, failed);
+      check(cudaGetLastError(), "PingPongKernel");
+      check(cudaSetDevice(a), "cudaSetDevice");
+      PingPongKernel<<<1, 32, 0, sa>>>(ping, pong, rounds, 0, times, failed);
+      check(cudaGetLastError(), "PingPongKernel");
+      check(cudaStreamSynchronize(sa), "cudaStreamSynchronize");
+      check(cudaSetDevice(b), "cudaSetDevice");
+      check(cudaStreamSynchronize(sb), "cudaStreamSynchronize");
+    }
+    if (sb) check(cudaStreamDestroy(sb), "cudaStreamDestroy");
+    check(cudaSetDevice(a), "cudaSetDevice");
+    if (sa) check(cudaStreamDestroy(sa), "cudaStreamDestroy");
+  }
+  if (st.ok() && *failed) st = Error(ErrorKind::kInternal, "a flag round trip did not complete");
+  if (st.ok()) {
+    std::vector<double> us;
+    // The first rounds warm the path (TLBs, the peer mapping); they are left out.
+    for (int i = rounds / 8; i < rounds; ++i) us.push_back(static_cast<double>(times[i]) / 1e3);
+    std::nth_element(us.begin(), us.begin() + static_cast<std::ptrdiff_t>(us.size() / 2), us.end());
+    *median_us = us[us.size() / 2];
+  }
+  check(cudaFree(times), "cudaFree");
+  check(cudaFree(failed), "cudaFree");
+  check(cudaFree(pong), "cudaFree");
+  KF_CUDA(cudaSetDevice(b));
+  check(cudaFree(ping), "cudaFree");
+  KF_CUDA(cudaSetDevice(a));
+  return st;
 }
 
 }  // namespace kforge::worker

@@ -43,4 +43,13 @@ Status LaunchBytesDiffer(const void* a, const void* b, size_t bytes, DeviceCheck
 // An empty kernel: the calibration call of the timing path.
 Status LaunchNull(cudaStream_t s);
 
+// The median time of one flag round trip between GPU `a` and GPU `b` (the
+// same GPU: two blocks of one kernel), in microseconds: one side stores a
+// fresh value into the other's flag and waits for its echo, `rounds` times,
+// timed on the device's global timer. Peer access is enabled where a != b
+// (kInvalidInput when the pair has none). A round trip that never completes
+// within ~1 s is kInternal, never a hang. The latency term of the floor
+// (docs/methodology.md, "The floor").
+Status MeasureFlagRoundTrip(int a, int b, int rounds, double* median_us);
+
 }  // namespace kforge::worker

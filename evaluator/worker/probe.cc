@@ -8,6 +8,7 @@
 
 #include "collectives.h"
 #include "cuda_check.h"
+#include "device_ops.h"
 #include "nvml.h"
 
 namespace kforge::worker {
@@ -95,6 +96,21 @@ nlohmann::json ProbeDevices(const std::vector<int>& devices) {
     p2p.push_back(row);
   }
   card["p2p"] = p2p;
+  // The latency of one synchronisation round: a flag round trip between the
+  // first two GPUs when they are peers, else inside the first one (ranks
+  // that share it). Unknown (absent) when it cannot be measured.
+  if (!devs.empty()) {
+    const int a = devs[0];
+    int b = a, peer = 0;
+    if (devs.size() > 1 && cudaDeviceCanAccessPeer(&peer, a, devs[1]) == cudaSuccess && peer)
+      b = devs[1];
+    double us = 0;
+    if (Status st = MeasureFlagRoundTrip(a, b, 2000, &us); st.ok()) {
+      card["flag_round_trip"] = {{"us", us}, {"gpus", {a, b}}};
+    } else {
+      card["flag_round_trip"] = {{"error", st.message()}, {"gpus", {a, b}}};
+    }
+  }
   return card;
 }
 

@@ -68,6 +68,44 @@ TEST(Roofline, FloorIsTheSlowestOfBytesAndFlops) {
   EXPECT_EQ(FloorOf(Problem{}, peaks, false).us, 0);
 }
 
+// A small message: the bytes term is near zero, and the synchronisation
+// rounds times half the probed flag round trip set the floor (emulated too,
+// unmultiplied: ranks wait on each other at once); no probe, no such term.
+TEST(Roofline, SyncRoundsSetTheFloorOfASmallMessage) {
+  HardwareCard card;
+  card.flag_round_trip_us = 2.4;
+  const GpuInfo gpu = H200Card();
+  const Peaks peaks = PeaksOf(card, gpu, Dtype::kBF16);
+  EXPECT_DOUBLE_EQ(peaks.sync_round_us, 1.2);
+  Problem p;
+  p.world = 8;
+  p.floor_hbm_bytes = 2 * 1024;
+  p.floor_link_bytes = 1024;
+  p.floor_sync_rounds = 2;
+  for (bool emulated : {false, true}) {
+    const Floor f = FloorOf(p, peaks, emulated);
+    EXPECT_STREQ(f.bound, "sync");
+    EXPECT_DOUBLE_EQ(f.us, 2.4);
+  }
+  EXPECT_STREQ(FloorOf(p, PeaksOf(HardwareCard{}, gpu, Dtype::kBF16), false).bound, "link");
+  // A large message: bytes win again.
+  p.floor_hbm_bytes = 1e9;
+  EXPECT_STREQ(FloorOf(p, peaks, false).bound, "hbm");
+}
+
+TEST(HardwareCard, TheFlagRoundTripRoundTripsThroughJson) {
+  HardwareCard card;
+  card.flag_round_trip_us = 1.75;
+  auto back = HardwareCardFromJson(ToJson(card));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->flag_round_trip_us, 1.75);
+  nlohmann::json probe_failed = ToJson(HardwareCard{});
+  probe_failed["flag_round_trip"] = {{"error", "no peer access"}};
+  back = HardwareCardFromJson(probe_failed);
+  ASSERT_TRUE(back.ok());
+  EXPECT_FALSE(back->flag_round_trip_us.has_value());
+}
+
 // One bench size whose candidate claims `claimed_us` per call (and whose wall
 // clock agrees), with a floor of 100 us set through the HBM bytes.
 const EvalOptions kDefaults;

@@ -44,6 +44,10 @@ struct HardwareCard {
   std::vector<GpuInfo> gpus;
   std::vector<std::vector<bool>> p2p;  // [i][j]: GPU i can access GPU j's memory
   std::vector<NvLinkPath> nvlink;
+  // The probe's flag round trip between its first two GPUs (peers), or inside
+  // its one GPU: what one synchronisation round costs at least, twice (the
+  // floor's latency term takes half). Absent when not measured.
+  std::optional<double> flag_round_trip_us;
   bool emulated = false;  // ranks share GPUs
   int world = 0;          // the ranks the card describes (0: one per GPU)
   std::string error;      // why the probe found no usable GPU
