@@ -73,8 +73,12 @@ TEST(RealTasks, PkbProvenanceNamesTheTasksOwnProblem) {
     GTEST_SKIP() << "no task folders under " << root;
   auto tasks = LoadTasks(root);
   ASSERT_TRUE(tasks.ok()) << tasks.status().ToString();
-  int ported = 0;
+  int ported = 0, beyond = 0;
   for (const Task& t : *tasks) {
+    if (t.id > 100) {  // beyond PKB (docs/beyond-pkb.md): a production codebase, not a problem
+      ++beyond;
+      continue;
+    }
     const std::string prefix = "PKB #";
     ASSERT_EQ(t.provenance.rfind(prefix, 0), 0u) << t.key << ": " << t.provenance.substr(0, 60);
     size_t end = prefix.size();
@@ -84,7 +88,7 @@ TEST(RealTasks, PkbProvenanceNamesTheTasksOwnProblem) {
     EXPECT_EQ(std::stoi(t.provenance.substr(prefix.size(), end - prefix.size())), t.id) << t.key;
     ++ported;
   }
-  EXPECT_EQ(ported, static_cast<int>(tasks->size()));
+  EXPECT_EQ(ported + beyond, static_cast<int>(tasks->size()));
 }
 
 // docs/pkb.md has one table row per PKB problem, "| id | `name` | [`key`](../tasks/key/) | why |".
