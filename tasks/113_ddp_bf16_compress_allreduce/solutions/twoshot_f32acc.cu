@@ -126,7 +126,12 @@ __global__ void __launch_bounds__(kThreads) AllReduce(Args a, uint32_t* epochs) 
         const int len = static_cast<int>(min(static_cast<int64_t>(kVec), hi - i));
         float v[kVec];
         Mean(a, i, len, v);
-        for (int j = 0; j < len; ++j) a.grad[i + j] = v[j];
+        if (len == kVec) {
+          *reinterpret_cast<float4*>(a.grad + i) = make_float4(v[0], v[1], v[2], v[3]);
+          *reinterpret_cast<float4*>(a.grad + i + 4) = make_float4(v[4], v[5], v[6], v[7]);
+        } else {
+          for (int j = 0; j < len; ++j) a.grad[i + j] = v[j];
+        }
       }
     }
   } else {
@@ -150,7 +155,14 @@ __global__ void __launch_bounds__(kThreads) AllReduce(Args a, uint32_t* epochs) 
     const __nv_bfloat16* gathered = a.gathered_peers[a.rank];
     for (int c = 0; c < a.world; ++c) {
       SliceOf(a, c, lo, hi);
-      for (int64_t i = lo + threadIdx.x; i < hi; i += kThreads)
+      const int64_t vec_hi = lo + (hi - lo) / kVec * kVec;
+      for (int64_t i = lo + kVec * threadIdx.x; i < vec_hi; i += kVec * kThreads) {
+        float v[kVec];
+        Unpack(*reinterpret_cast<const uint4*>(gathered + i), v);
+        *reinterpret_cast<float4*>(a.grad + i) = make_float4(v[0], v[1], v[2], v[3]);
+        *reinterpret_cast<float4*>(a.grad + i + 4) = make_float4(v[4], v[5], v[6], v[7]);
+      }
+      for (int64_t i = vec_hi + threadIdx.x; i < hi; i += kThreads)
         a.grad[i] = __bfloat162float(gathered[i]);
     }
   }
