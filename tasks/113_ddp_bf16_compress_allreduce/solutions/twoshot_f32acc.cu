@@ -24,7 +24,7 @@ namespace {
 
 constexpr int kThreads = 512;
 constexpr int kVec = 8;                            // elements per 16-byte bf16 vector
-constexpr int64_t kOneShotBytes = 512 * 1024;      // bf16 bytes of the bucket
+constexpr int64_t kOneShotBytes = 512 * 1024;      // bf16 bytes a one-shot rank pulls at most
 
 struct Args {
   float* grad;
@@ -202,7 +202,9 @@ extern "C" int kf_run(kf_ctx* ctx) {
   a.n = grad.numel;
   a.rank = ctx->rank;
   a.world = w;
-  a.oneshot = a.n * 2 <= kOneShotBytes;
+  // One-shot pulls (W-1) copies of the bucket; two-shot moves about 2 (W-1)/W of one, in two
+  // rounds: one-shot wins while its pulls stay small.
+  a.oneshot = a.n * 2 * (w - 1) <= kOneShotBytes;
   a.chunk = ((a.n + w - 1) / w + kVec - 1) / kVec * kVec;
   a.slice = ((a.chunk + st->ctas - 1) / st->ctas + kVec - 1) / kVec * kVec;
   const size_t copy = Align(static_cast<size_t>(a.n) * 2);
