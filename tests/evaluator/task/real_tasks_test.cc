@@ -73,8 +73,12 @@ TEST(RealTasks, PkbProvenanceNamesTheTasksOwnProblem) {
     GTEST_SKIP() << "no task folders under " << root;
   auto tasks = LoadTasks(root);
   ASSERT_TRUE(tasks.ok()) << tasks.status().ToString();
-  int ported = 0;
+  int ported = 0, beyond = 0;
   for (const Task& t : *tasks) {
+    if (t.id > 100) {  // beyond PKB (docs/beyond-pkb.md): BeyondPkbTasksHaveARowAFloorAndAnExpert
+      ++beyond;
+      continue;
+    }
     const std::string prefix = "PKB #";
     ASSERT_EQ(t.provenance.rfind(prefix, 0), 0u) << t.key << ": " << t.provenance.substr(0, 60);
     size_t end = prefix.size();
@@ -84,7 +88,31 @@ TEST(RealTasks, PkbProvenanceNamesTheTasksOwnProblem) {
     EXPECT_EQ(std::stoi(t.provenance.substr(prefix.size(), end - prefix.size())), t.id) << t.key;
     ++ported;
   }
-  EXPECT_EQ(ported, static_cast<int>(tasks->size()));
+  EXPECT_EQ(ported + beyond, static_cast<int>(tasks->size()));
+}
+
+// A task beyond PKB (ids 101 and up) has a row in docs/beyond-pkb.md linking its folder, states
+// its synchronisation rounds, and names its expert kernel or why there is none.
+TEST(RealTasks, BeyondPkbTasksHaveARowAFloorAndAnExpert) {
+  const std::filesystem::path source = std::filesystem::path(KFORGE_SOURCE_ROOT);
+  if (!std::filesystem::exists(source / "tasks" / "001_allreduce" / "task.toml"))
+    GTEST_SKIP() << "no task folders under " << source / "tasks";
+  auto tasks = LoadTasks(source / "tasks");
+  ASSERT_TRUE(tasks.ok()) << tasks.status().ToString();
+  std::ifstream in(source / "docs" / "beyond-pkb.md");
+  ASSERT_TRUE(in) << "cannot read docs/beyond-pkb.md";
+  std::stringstream doc;
+  doc << in.rdbuf();
+  for (const Task& t : *tasks) {
+    if (t.id <= 100) continue;
+    SCOPED_TRACE(t.key);
+    const std::string row =
+        "| " + std::to_string(t.id) + " | [`" + t.key + "`](../tasks/" + t.key + "/)";
+    EXPECT_NE(doc.str().find(row), std::string::npos) << "no row starting " << row;
+    EXPECT_FALSE(t.floor.sync_rounds.empty());
+    ASSERT_TRUE(t.expert.has_value()) << "no [expert]";
+    EXPECT_TRUE(!t.expert->kernel.empty() || !t.expert->none.empty());
+  }
 }
 
 // docs/pkb.md has one table row per PKB problem, "| id | `name` | [`key`](../tasks/key/) | why |".
