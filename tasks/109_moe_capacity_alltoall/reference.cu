@@ -170,7 +170,7 @@ extern "C" int kf_setup(kf_ctx* ctx) {
   d.e = d.l * w;
   d.world = w;
   st->smem = static_cast<size_t>(d.t) * 8;
-  if (st->smem > ctx->gpu.smem_per_block_optin ||
+  if ((ctx->gpu.smem_per_block_optin > 0 && st->smem > ctx->gpu.smem_per_block_optin) ||
       Check(cudaFuncSetAttribute(Select, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  static_cast<int>(st->smem)))) {
     delete st;

@@ -30,7 +30,7 @@ struct Peers {
 
 struct Dims {
   int64_t t, h, k, l;
-  int world, rank, chunks, parts;
+  int world, rank, chunks, parts, gather_parts;  // parts: Reduce splits rows, gather_parts: Gather
 };
 
 // This rank's workspace; peers read row_off and partial.
@@ -247,14 +247,14 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
     __nv_bfloat16* dst = out + t * d.h;
     if (vec) {
-      const Span sp = PartOf(d.h / 8, blockIdx.z, d.parts);
+      const Span sp = PartOf(d.h / 8, blockIdx.z, d.gather_parts);
       for (int64_t u = sp.first + lane; u < sp.last; u += 32) {
         float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
         for (int m = 0; m < n; ++m) Fma8(acc, reinterpret_cast<const uint4*>(rows[m])[u], 1.f);
         reinterpret_cast<uint4*>(dst)[u] = Pack8(acc);
       }
     } else {
-      const Span sp = PartOf(d.h, blockIdx.z, d.parts);
+      const Span sp = PartOf(d.h, blockIdx.z, d.gather_parts);
       for (int64_t col = sp.first + lane; col < sp.last; col += 32) {
         float acc = 0.f;
         for (int m = 0; m < n; ++m) acc += __bfloat162float(rows[m][col]);
@@ -303,6 +303,10 @@ extern "C" int kf_setup(kf_ctx* ctx) {
   d.parts = 1;
   while (static_cast<int64_t>(d.chunks) * w * d.parts < 2 * sms && d.h / 8 / (2 * d.parts) >= 64)
     d.parts *= 2;
+  d.gather_parts = 1;
+  while (static_cast<int64_t>(d.chunks) * d.gather_parts < 2 * sms &&
+         d.h / 8 / (2 * d.gather_parts) >= 64)
+    d.gather_parts *= 2;
   char* base = static_cast<char*>(ctx->workspace.data);
   size_t off = 0;
   auto take = [&](size_t bytes) {
@@ -356,8 +360,8 @@ extern "C" int kf_run(kf_ctx* ctx) {
   Scan<<<1, 1024, 0, s>>>(st->work, d);
   Reduce<<<dim3(d.chunks, w, d.parts), kWarps * 32, 0, s>>>(idx_p, wt_p, y, st->work, d, st->vec);
   Round<<<1, 32, 0, s>>>(pads, d, st->work.epoch, 1);
-  Gather<<<dim3(d.chunks, 1, d.parts), kWarps * 32, 0, s>>>(static_cast<const int64_t*>(idx->data),
-                                                            ws, st->at, d, out, st->vec);
+  Gather<<<dim3(d.chunks, 1, d.gather_parts), kWarps * 32, 0, s>>>(
+      static_cast<const int64_t*>(idx->data), ws, st->at, d, out, st->vec);
   return cudaGetLastError() == cudaSuccess ? 0 : 1;
 }
 

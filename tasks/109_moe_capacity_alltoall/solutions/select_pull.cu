@@ -208,7 +208,8 @@ extern "C" int kf_setup(kf_ctx* ctx) {
   st->count = reinterpret_cast<int32_t*>(take(d.e * 4));
   st->ridx = reinterpret_cast<int64_t*>(take(routing * 8));
   st->rprob = reinterpret_cast<float*>(take(routing * 4));
-  if (st->smem > ctx->gpu.smem_per_block_optin || off > ctx->workspace.nbytes ||
+  if ((ctx->gpu.smem_per_block_optin > 0 && st->smem > ctx->gpu.smem_per_block_optin) ||
+      off > ctx->workspace.nbytes ||
       cudaFuncSetAttribute(Select, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            static_cast<int>(st->smem)) != cudaSuccess ||
       cudaMalloc(&st->epoch, sizeof(uint32_t)) != cudaSuccess) {
