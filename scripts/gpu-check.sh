@@ -9,7 +9,8 @@
 #   core     the harness tests (wrong, hung and crashing kernels, exploits, timing)
 #   nccl-w1  every reference once through real NCCL at W = 1 (about 3 minutes on an H100)
 #   tasks-1  every reference and solution of tasks 001-019 at W = 2 and 4
-#   tasks-2  tasks 020-039, tasks-3 040-054, tasks-4 055-069, tasks-5 070-099
+#   tasks-2  tasks 020-039, tasks-3 040-054, tasks-4 055-069, tasks-5 070-099,
+#            tasks-6 100-119, tasks-7 120-199 (beyond PKB)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -54,7 +55,9 @@ if [[ -n "$PART" ]]; then
     tasks-3) select=(-R "EveryTask.*t0(4[0-9]|5[0-4])_") ;;
     tasks-4) select=(-R "EveryTask.*t0(5[5-9]|6[0-9])_") ;;
     tasks-5) select=(-R "EveryTask.*t0[789][0-9]_") ;;
-    *) echo "gpu-check: unknown part '$PART' (core, nccl-w1, tasks-1 .. tasks-5)" >&2; exit 64 ;;
+    tasks-6) select=(-R "EveryTask.*t1[01][0-9]_") ;;
+    tasks-7) select=(-R "EveryTask.*t1[2-9][0-9]_") ;;
+    *) echo "gpu-check: unknown part '$PART' (core, nccl-w1, tasks-1 .. tasks-7)" >&2; exit 64 ;;
   esac
   echo "== ctest -L gpu, part $PART"
   (cd "$BUILD" && ctest -L gpu "${select[@]}" --output-on-failure --timeout 600) 2>&1 |

@@ -177,6 +177,13 @@ json TimingView(const json& eval, double link_peak_gbps) {
                       {"pct", Num(100 * JsonNumber(roofline, "fraction", NAN))},
                       {"baseline_pct", Num(100 * JsonNumber(roofline, "baseline_fraction", NAN))}};
     }
+    // The best known human kernel for the task, timed beside the baseline.
+    const json expert = t.value("expert", json());
+    if (expert.is_object() && JsonNumber(expert, "median_us", 0) > 0) {
+      row["expert"] = {{"us", Num(JsonNumber(expert, "median_us", NAN))},
+                       {"speedup", Num(JsonNumber(expert, "speedup", NAN))},
+                       {"over_baseline", Num(JsonNumber(expert, "over_baseline", NAN))}};
+    }
     json warnings = json::array();
     for (const auto& w : t.value("warnings", json::array())) {
       if (w.is_string()) warnings.push_back(w);
@@ -242,6 +249,11 @@ json FeedbackView(const FeedbackInput& in) {
   view["has_resources"] = !view["resources"].empty();
   if (e.contains("speedup") && e["speedup"].is_number())
     view["speedup"] = Num(e["speedup"].get<double>());
+  if (e.contains("expert_speedup") && e["expert_speedup"].is_number()) {
+    view["expert_speedup"] = Num(e["expert_speedup"].get<double>());
+    const json& ex = e.value("expert", json());
+    view["expert_technique"] = ex.is_object() ? JsonString(ex, "technique") : "";
+  }
   return view;
 }
 

@@ -33,6 +33,7 @@ struct EvalArgs {
   bool trusted = false;
   bool nccl_self_test = false;
   bool profile = false;
+  bool no_expert = false;
   std::vector<std::string> bench_sizes;
 };
 
@@ -50,6 +51,7 @@ Result<eval::EvalOptions> OptionsFromArgs(const EvalArgs& a) {
   o.trusted = a.trusted;
   o.nccl_self_test = a.nccl_self_test;
   o.profile = a.profile;
+  o.expert = !a.no_expert;
   o.cache_dir = a.cache_dir;
   o.arch = a.arch;
   o.bench_sizes = a.bench_sizes;
@@ -160,6 +162,9 @@ void AddEval(CLI::App& app, int& exit_code) {
                 "over a few more (CUPTI): DRAM bytes and throughput, occupancy, L2 hit rate, "
                 "where warps stall; advice, never part of the verdict")
       ->excludes("--no-timing");
+  cmd->add_flag("--no-expert", args->no_expert,
+                "do not time the task's expert kernel (the best known human kernel) beside the "
+                "baseline");
   cmd->add_flag("--trusted", args->trusted,
                 "the kernel is the task's own reference: skip the policy check");
   cmd->add_flag("--compile-only", args->compile_only, "compile and check the policy; run nothing");

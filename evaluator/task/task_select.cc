@@ -8,6 +8,9 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
+#include <optional>
+#include <string_view>
+#include <utility>
 #include <set>
 
 #include "kforge/core/fs.h"
@@ -39,26 +42,50 @@ Result<std::vector<Task>> LoadCheckedTasks(const std::filesystem::path& dir) {
   return tasks;
 }
 
+namespace {
+
+bool Digits(std::string_view s) {
+  return !s.empty() && s.size() <= 6 && std::all_of(s.begin(), s.end(), [](char ch) {
+    return std::isdigit(static_cast<unsigned char>(ch)) != 0;
+  });
+}
+
+// "A-B" with A <= B, both ids: the inclusive range; nullopt otherwise.
+std::optional<std::pair<int, int>> IdRange(const std::string& sel) {
+  const size_t dash = sel.find('-');
+  if (dash == std::string::npos) return std::nullopt;
+  const std::string a = sel.substr(0, dash), b = sel.substr(dash + 1);
+  if (!Digits(a) || !Digits(b)) return std::nullopt;
+  const int lo = std::stoi(a), hi = std::stoi(b);
+  if (lo > hi) return std::nullopt;
+  return std::pair{lo, hi};
+}
+
+}  // namespace
+
 Result<std::vector<std::string>> SelectTasks(const std::vector<std::string>& selectors,
                                              const std::vector<TaskRef>& suite) {
   std::set<std::string> picked;
   for (const auto& sel : selectors) {
     bool any = false;
     std::string category = sel.rfind("category:", 0) == 0 ? sel.substr(9) : "";
+    const auto range = IdRange(sel);
     for (const auto& t : suite) {
       bool match = false;
       if (!category.empty()) {
         match = t.category == category;
       } else if (sel == "all" || sel == "*") {
         match = true;
+      } else if (range) {
+        match = t.id >= range->first && t.id <= range->second;
+      } else if (sel == "pkb" || sel == "beyond") {
+        match = sel == "pkb" ? t.id >= 1 && t.id <= kLastPkbId : t.id >= kFirstBeyondPkbId;
       } else if (sel.find_first_of("*?[") != std::string::npos) {
         match = fnmatch(sel.c_str(), t.key.c_str(), 0) == 0 ||
                 fnmatch(sel.c_str(), t.name.c_str(), 0) == 0;
       } else {
         // A number matches the task's id with or without leading zeros ("1", "001").
-        const bool numeric = sel.size() <= 6 && std::all_of(sel.begin(), sel.end(), [](char ch) {
-                               return std::isdigit(static_cast<unsigned char>(ch)) != 0;
-                             });
+        const bool numeric = Digits(sel);
         match = sel == t.key || sel == t.name || (numeric && std::stoi(sel) == t.id) ||
                 sel == t.category;
       }

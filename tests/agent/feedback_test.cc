@@ -193,6 +193,40 @@ TEST(Feedback, TimingShowsSpeedupBusbwShareOfPeakAndSkew) {
   EXPECT_NE(fb.find("speedup 0.8x"), std::string::npos);
 }
 
+// Where the task's expert kernel was timed, the model learns how far it is
+// from the best human kernel, per size and over all; without one, nothing.
+TEST(Feedback, FastAndSlowNameTheExpertBesideTheBaseline) {
+  FeedbackInput in;
+  in.outcome = Outcome::kFast;
+  in.eval = {{"status", "passed"},
+             {"speedup", 1.4},
+             {"expert_speedup", 0.7},
+             {"expert", {{"kernel", "solutions/auto.cu"}, {"technique", "vLLM one-shot all-reduce"}}},
+             {"timing",
+              {{{"size", "1MiB"},
+                {"baseline", {{"median_us", 28.0}}},
+                {"candidate", {{"median_us", 20.0}}},
+                {"speedup", 1.4},
+                {"expert", {{"median_us", 14.0}, {"speedup", 0.7}, {"over_baseline", 2.0}}}}}}};
+  for (Outcome o : {Outcome::kFast, Outcome::kSlow}) {
+    in.outcome = o;
+    const std::string fb = Compose(in);
+    EXPECT_NE(fb.find("Against the best known human kernel for this task (vLLM one-shot "
+                      "all-reduce): yours runs at 0.7x its speed"),
+              std::string::npos)
+        << fb;
+    EXPECT_NE(fb.find("- 1MiB: the expert kernel takes 14 us (2x the baseline); yours runs at "
+                      "0.7x its speed"),
+              std::string::npos)
+        << fb;
+  }
+  in.eval.erase("expert_speedup");
+  in.eval["timing"][0].erase("expert");
+  const std::string plain = Compose(in);
+  EXPECT_EQ(plain.find("expert"), std::string::npos) << plain;
+  EXPECT_EQ(plain.find("human"), std::string::npos) << plain;
+}
+
 // What ptxas said of each kernel (compile.resources) reaches the model when
 // it is asked to go faster, capped at six functions.
 TEST(Feedback, SlowAndFastShowWhatPtxasReportedOfEachKernel) {

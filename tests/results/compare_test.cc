@@ -45,6 +45,33 @@ TEST(CompareTest, CountsWinsLossesAndTies) {
   EXPECT_NEAR(c.geomean_ratio.estimate, std::pow((1.5 * 1.2) / (0.9 * 1.01 * 1.5), 0.25), 1e-12);
 }
 
+// Human parity: over the paired problems whose task has an expert kernel,
+// each side's count of problems at least as fast as the expert.
+TEST(CompareTest, HumanParityCountsPairedProblemsWithAnExpert) {
+  auto with = [](SampleOutcome s, double vs_expert) {
+    s.expert_speedup = vs_expert;
+    return s;
+  };
+  std::vector<SampleOutcome> a = {with(S("t1", true, 2.0), 1.1), with(S("t2", true, 1.2), 0.6),
+                                  S("t3", true, 1.5)};
+  std::vector<SampleOutcome> b = {with(S("t1", true, 1.5), 0.9), S("t2", false, std::nullopt),
+                                  S("t3", true, 1.5)};
+  const Comparison c = Compare(a, b, "A", "B", {});
+  EXPECT_EQ(c.expert_problems, 2) << "t3 has no expert; t2's is known from A's sample";
+  EXPECT_EQ(c.parity_a, 1);
+  EXPECT_EQ(c.parity_b, 0);
+  const std::string text = RenderComparisonText(c);
+  EXPECT_NE(text.find("over 2 paired problems with one: A 1, B 0."), std::string::npos) << text;
+  const auto j = nlohmann::json::parse(RenderComparisonJson(c));
+  EXPECT_EQ(j["human_parity"]["problems"], 2);
+  EXPECT_EQ(j["problems"][0]["a_vs_expert"], 1.1);
+  EXPECT_TRUE(j["problems"][1]["b_vs_expert"].is_null());
+  // Without experts, the text says nothing of them.
+  EXPECT_EQ(RenderComparisonText(Compare(Many(3, true, 1.2), Many(3, true, 1.1), "A", "B", {}))
+                .find("Human parity"),
+            std::string::npos);
+}
+
 TEST(CompareTest, BootstrapIsDeterministicForASeed) {
   std::vector<SampleOutcome> a, b;
   for (int i = 0; i < 30; ++i) {

@@ -37,6 +37,10 @@ std::map<std::string, ProblemSide> BestPerProblem(const std::vector<SampleOutcom
     if (!s.correct) continue;
     p.correct = true;
     if (s.speedup) best[name] = std::max(best[name], *s.speedup);
+    if (s.expert_speedup) {
+      p.expert = true;
+      p.vs_expert = std::max(p.vs_expert.value_or(0), *s.expert_speedup);
+    }
   }
   for (const auto& [name, speedup] : best) {
     out[name].speedup = speedup;
@@ -186,6 +190,11 @@ Comparison Compare(const std::vector<SampleOutcome>& a, const std::vector<Sample
       pc.outcome = d > tol ? 1 : (d < -tol ? -1 : 0);
     }
     (pc.outcome > 0 ? c.wins : pc.outcome < 0 ? c.losses : c.ties)++;
+    if (sa.expert || pc.b.expert) {
+      ++c.expert_problems;
+      c.parity_a += sa.vs_expert && *sa.vs_expert >= 1 ? 1 : 0;
+      c.parity_b += pc.b.vs_expert && *pc.b.vs_expert >= 1 ? 1 : 0;
+    }
     c.problems.push_back(pc);
   }
   for (const auto& [name, sb] : pb) c.only_b += pa.count(name) ? 0 : 1;
@@ -269,7 +278,14 @@ std::string RenderComparisonText(const Comparison& c) {
   if (c.not_evaluated_a || c.not_evaluated_b)
     out += fmt::format("; sessions not evaluated (left out): {} in A, {} in B", c.not_evaluated_a,
                        c.not_evaluated_b);
-  out += fmt::format(".\nPaired bootstrap: {} resamples of problems, seed {}.\n\n{}\n", c.resamples,
+  out += ".\n";
+  if (c.expert_problems > 0) {
+    out += fmt::format(
+        "Human parity (a correct kernel at least as fast as the task's expert kernel), over {} "
+        "paired problems with one: A {}, B {}.\n",
+        c.expert_problems, c.parity_a, c.parity_b);
+  }
+  out += fmt::format("Paired bootstrap: {} resamples of problems, seed {}.\n\n{}\n", c.resamples,
                      c.seed, c.verdict);
   return out;
 }
@@ -301,8 +317,13 @@ std::string RenderComparisonJson(const Comparison& c) {
                              {"a_speedup", p.a.speedup},
                              {"b_correct", p.b.correct},
                              {"b_speedup", p.b.speedup},
+                             {"a_vs_expert", p.a.vs_expert ? nlohmann::ordered_json(*p.a.vs_expert)
+                                                           : nlohmann::ordered_json(nullptr)},
+                             {"b_vs_expert", p.b.vs_expert ? nlohmann::ordered_json(*p.b.vs_expert)
+                                                           : nlohmann::ordered_json(nullptr)},
                              {"outcome", p.outcome}});
   }
+  j["human_parity"] = {{"problems", c.expert_problems}, {"a", c.parity_a}, {"b", c.parity_b}};
   j["verdict"] = c.verdict;
   return j.dump(2) + "\n";
 }

@@ -83,6 +83,7 @@ Result<nlohmann::json> RenderShowJson(const RunStore& store, const ShowOptions& 
           jevals.push_back({{"id", e.id},
                             {"status", VerdictName(e.verdict)},
                             {"speedup", OrNull(e.speedup)},
+                            {"expert_speedup", OrNull(e.expert_speedup)},
                             {"busbw_gbps", OrNull(e.busbw_gbps)},
                             {"emulated", e.emulated},
                             {"seconds", e.seconds},
@@ -183,8 +184,11 @@ Result<std::string> RenderShowText(const RunStore& store, const ShowOptions& o) 
         for (const auto& e : evals) {
           if (e.turn_id != t.id) continue;
           const bool best = s.best_evaluation_id && *s.best_evaluation_id == e.id;
-          out += fmt::format("  evaluation {}: {}{}{}{}\n", e.id, VerdictName(e.verdict),
+          out += fmt::format("  evaluation {}: {}{}{}{}{}\n", e.id, VerdictName(e.verdict),
                              e.speedup ? fmt::format(" · {:.3f}x", *e.speedup) : "",
+                             e.expert_speedup
+                                 ? fmt::format(" · {:.3f}x the expert", *e.expert_speedup)
+                                 : "",
                              e.emulated ? " · EMULATED (ranks shared a GPU)" : "",
                              best ? " · best" : "");
           if (!e.message.empty()) out += "    " + e.message + "\n";

@@ -255,10 +255,11 @@ Result<std::string> SessionPage(const Site& site, const std::string& run_key, in
     for (const auto& e : evals) {
       if (e.turn_id != t.id) continue;
       const bool best = s.best_evaluation_id && *s.best_evaluation_id == e.id;
-      body += fmt::format("<p class=\"evaluation\">Evaluation: {}{}{} — {}</p>",
-                          StatusTag(e.verdict, e.emulated),
-                          e.speedup ? fmt::format(" <b>{:.3f}x</b>", *e.speedup) : "",
-                          best ? " (best)" : "", HtmlEscape(e.message));
+      body += fmt::format(
+          "<p class=\"evaluation\">Evaluation: {}{}{}{} — {}</p>", StatusTag(e.verdict, e.emulated),
+          e.speedup ? fmt::format(" <b>{:.3f}x</b>", *e.speedup) : "",
+          e.expert_speedup ? fmt::format(" ({:.3f}x the expert's speed)", *e.expert_speedup) : "",
+          best ? " (best)" : "", HtmlEscape(e.message));
       auto doc = store->GetEvaluationDoc(e);
       if (doc.ok())
         body += Details("evaluation document (per-rank details, timings)", Pre(doc->dump(2)));

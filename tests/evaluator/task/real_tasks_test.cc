@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kforge/evaluator/task.h"
+#include "kforge/evaluator/task_select.h"
 #include "kforge/evaluator/task_check.h"
 
 namespace kforge::eval {
@@ -63,11 +64,6 @@ TEST(RealTasks, EveryBenchSizeHasAPhysicalFloor) {
     }
   }
 }
-
-// Ids 1..87 port ParallelKernelBench's problems; 101 and up go beyond it
-// (docs/beyond-pkb.md).
-constexpr int kLastPkbId = 87;
-constexpr int kFirstBeyondPkbId = 101;
 
 // A task ported from ParallelKernelBench names its problem first in its
 // provenance ("PKB #N ..."), and N is the task's own number, so that a

@@ -29,6 +29,25 @@ TEST(TaskSelect, SelectorsPickByKeyNumberNameGlobAndCategory) {
   EXPECT_EQ(none.status().message(), "task selector '9*' matches no task");
 }
 
+// Ranges of ids and the two suites: PKB's problems (1-87) and those beyond it (101-).
+TEST(TaskSelect, SelectorsPickIdRangesAndTheTwoSuites) {
+  std::vector<TaskRef> suite = {{"001_allreduce", "allreduce", 1, "collective"},
+                                {"087_conv2d", "conv2d", 87, "spatial"},
+                                {"101_decode_allreduce", "decode_allreduce", 101, "collective"},
+                                {"118_device_barrier", "device_barrier", 118, "primitive"}};
+  EXPECT_EQ(*SelectTasks({"pkb"}, suite),
+            (std::vector<std::string>{"001_allreduce", "087_conv2d"}));
+  EXPECT_EQ(*SelectTasks({"beyond"}, suite),
+            (std::vector<std::string>{"101_decode_allreduce", "118_device_barrier"}));
+  EXPECT_EQ(*SelectTasks({"87-101"}, suite),
+            (std::vector<std::string>{"087_conv2d", "101_decode_allreduce"}));
+  EXPECT_EQ(*SelectTasks({"001-1"}, suite), std::vector<std::string>{"001_allreduce"});
+  auto empty = SelectTasks({"88-100"}, suite);
+  ASSERT_FALSE(empty.ok());
+  EXPECT_EQ(empty.status().message(), "task selector '88-100' matches no task");
+  EXPECT_FALSE(SelectTasks({"9-2"}, suite).ok()) << "a reversed range is no range";
+}
+
 // `kforge eval --task 001` worked while `kforge run --tasks 001` did not: one
 // grammar for every command, zero-padded numbers included.
 TEST(TaskSelect, SelectorsTakeZeroPaddedNumbersAndKeysFromStoredRuns) {

@@ -4,8 +4,10 @@
 //
 // A selector is a key ("001_allreduce"), a number with or without leading
 // zeros ("1", "001"), a name ("allreduce"), a glob over keys and names
-// ("00*", "*gather"), a category ("collective" or "category:collective"), or
-// "all" / "*". Lists are comma-separated where a command takes several.
+// ("00*", "*gather"), a category ("collective" or "category:collective"), a
+// range of ids ("101-120"), a suite ("pkb": ParallelKernelBench's 87 problems,
+// docs/pkb.md; "beyond": the tasks beyond it, docs/beyond-pkb.md), or "all" /
+// "*". Lists are comma-separated where a command takes several.
 #pragma once
 
 #include <filesystem>
@@ -17,6 +19,11 @@
 namespace kforge::eval {
 
 struct Task;
+
+// Task ids 1-87 are ParallelKernelBench's problems with its numbers; ids from
+// 101 are the tasks beyond it.
+inline constexpr int kLastPkbId = 87;
+inline constexpr int kFirstBeyondPkbId = 101;
 
 // What a selector is matched against: a task's names, from its folder or
 // from a stored key.

@@ -46,6 +46,9 @@ struct ProblemSide {
   bool correct = false;
   double speedup = 1.0;  // best correct speedup; 1.0 when incorrect or untimed
   bool fast1 = false;    // correct and speedup > 1
+  // Best correct speed over the task's expert kernel, where one was timed.
+  std::optional<double> vs_expert;
+  bool expert = false;  // some sample of this problem was timed beside the expert
 };
 
 struct ProblemComparison {
@@ -66,6 +69,9 @@ struct Comparison {
   int only_a = 0, only_b = 0;  // problems one side lacks (not compared)
   int excluded_emulated = 0;
   int not_evaluated_a = 0, not_evaluated_b = 0;  // sessions nothing judged (left out)
+  // Human parity over the paired problems whose task has an expert kernel:
+  // problems where each side's best correct sample is at least as fast as it.
+  int expert_problems = 0, parity_a = 0, parity_b = 0;
   Interval fast1_diff;                           // fast_1(A) - fast_1(B), in [−1, 1]
   Interval geomean_ratio;                        // geomean_all(A) / geomean_all(B)
   int resamples = 0;
