@@ -1,7 +1,8 @@
 // Signal-wait handshake baseline: NCCL send/recv (kf_send to the next rank, kf_recv from the
-// previous one into the workspace, one kf_group_start/kf_group_end), then a kernel that adds
-// the received payload to x. This is how a framework without device-initiated communication
-// hands a buffer from a producer to a consumer.
+// previous one into the workspace, one kf_group_start/kf_group_end), a kernel that adds the
+// received payload to x, and the buffer refilled with a copy (once the send has completed on this
+// rank's stream its buffer is free again). This is how a framework without device-initiated
+// communication hands a buffer from a producer to a consumer.
 #include <stdint.h>
 
 #include "kforge/kernel.h"
@@ -18,13 +19,15 @@ __global__ void AddKernel(const int32_t* recv, const int32_t* x, int32_t* y, int
 
 extern "C" int kf_setup(kf_ctx* ctx) {
   const kf_tensor* payload = kf_input(ctx, "payload");
-  if (payload == nullptr || kf_input(ctx, "x") == nullptr || kf_output(ctx, "y") == nullptr)
+  if (payload == nullptr || kf_input(ctx, "next_payload") == nullptr ||
+      kf_input(ctx, "x") == nullptr || kf_output(ctx, "y") == nullptr)
     return 1;
   return ctx->workspace.nbytes >= payload->nbytes ? 0 : 1;
 }
 
 extern "C" int kf_run(kf_ctx* ctx) {
-  const kf_tensor* payload = kf_input(ctx, "payload");
+  kf_tensor* payload = kf_input(ctx, "payload");
+  const kf_tensor* next_payload = kf_input(ctx, "next_payload");
   const kf_tensor* x = kf_input(ctx, "x");
   kf_tensor* y = kf_output(ctx, "y");
   const int world = ctx->world_size;
@@ -44,7 +47,11 @@ extern "C" int kf_run(kf_ctx* ctx) {
   AddKernel<<<static_cast<int>(blocks), threads, 0, ctx->stream>>>(
       recv, static_cast<const int32_t*>(x->data), static_cast<int32_t*>(y->data),
       static_cast<int64_t>(n));
-  return cudaGetLastError() == cudaSuccess ? 0 : 1;
+  if (cudaGetLastError() != cudaSuccess) return 1;
+  return cudaMemcpyAsync(payload->data, next_payload->data, payload->nbytes,
+                         cudaMemcpyDeviceToDevice, ctx->stream) == cudaSuccess
+             ? 0
+             : 1;
 }
 
 extern "C" int kf_teardown(kf_ctx*) { return 0; }

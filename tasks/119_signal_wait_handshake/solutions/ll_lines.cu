@@ -1,7 +1,9 @@
 // Signal-wait handshake with the LL protocol: the producer writes its payload into the
 // consumer's workspace as 8-byte lines, each (4 payload bytes | per-call flag << 32), in one
 // store, and the consumer spins on each line's flag, so data and signal arrive together and no
-// fence or separate flag is needed (NCCL's prims_ll.h; TensorRT-LLM's low-latency flags).
+// fence or separate flag is needed (NCCL's prims_ll.h; TensorRT-LLM's low-latency flags). The
+// consumer reads the lines, never the producer's buffer, so each thread refills its words of the
+// payload as soon as it has sent them.
 //
 // Rank r produces for next = r + 1 and consumes from prev = r - 1 (mod W). Call number e (a
 // counter per block in device memory, the same on every rank) uses line buffer e % 2 of the consumer's
@@ -40,7 +42,8 @@ __device__ __forceinline__ uint64_t LoadLine(const uint64_t* slot) {
 }
 
 struct Args {
-  const int32_t* payload;  // this rank's, for next
+  int32_t* payload;  // this rank's, for next; refilled in place
+  const int32_t* next_payload;
   const int32_t* x;
   int32_t* y;
   uint64_t* lines_next;   // next's workspace: 2 buffers of n lines
@@ -74,6 +77,7 @@ __global__ void __launch_bounds__(kThreads) LlKernel(Args a, uint32_t* epochs) {
   for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
     const uint64_t line = (static_cast<uint64_t>(e) << 32) | static_cast<uint32_t>(a.payload[i]);
     StoreLine(a.lines_next + half + i, line);
+    a.payload[i] = a.next_payload[i];
   }
 
   // Consume: every line of call e from prev, then add x.
@@ -111,8 +115,8 @@ extern "C" int kf_setup(kf_ctx* ctx) {
   const int world = ctx->world_size;
   if (world < 1 || world > KF_MAX_RANKS) return 1;
   const kf_tensor* payload = kf_input(ctx, "payload");
-  if (payload == nullptr || kf_input(ctx, "x") == nullptr || kf_output(ctx, "y") == nullptr ||
-      payload->dtype != KF_I32)
+  if (payload == nullptr || kf_input(ctx, "next_payload") == nullptr ||
+      kf_input(ctx, "x") == nullptr || kf_output(ctx, "y") == nullptr || payload->dtype != KF_I32)
     return 1;
   const size_t line_bytes = 2 * static_cast<size_t>(payload->numel) * sizeof(uint64_t);
   if (ctx->workspace.nbytes < line_bytes) return 1;
@@ -150,7 +154,8 @@ extern "C" int kf_run(kf_ctx* ctx) {
   const int next = (ctx->rank + 1) % world, prev = (ctx->rank - 1 + world) % world;
   const kf_tensor* payload = kf_input(ctx, "payload");
   Args a;
-  a.payload = static_cast<const int32_t*>(payload->data);
+  a.payload = static_cast<int32_t*>(payload->data);
+  a.next_payload = static_cast<const int32_t*>(kf_input(ctx, "next_payload")->data);
   a.x = static_cast<const int32_t*>(kf_input(ctx, "x")->data);
   a.y = static_cast<int32_t*>(kf_output(ctx, "y")->data);
   a.lines_next = static_cast<uint64_t*>(ctx->workspace.peers[next]);
