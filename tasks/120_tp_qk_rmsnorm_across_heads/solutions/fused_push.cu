@@ -1,10 +1,13 @@
 // TP QK RMSNorm in one kernel (the technique of SGLang's parallel_qknorm_across_head): block b
-// takes tokens b, b + G, ... (G blocks, the same grid on every rank); per token it block-reduces
-// its columns' sums of squares of q and k, pushes them to every rank (itself included) as two
-// 8-byte lines (fp32 bits | call number << 32) into slot [e % 2][t][rank] of that rank's
-// workspace, spins until the W lines of token t in its own workspace carry call number e, adds
-// them in rank order (so every rank gets bit-identical sums), and normalises its columns in
-// registers. Data and flag travel in one store (NCCL's LL lines), so no fence is needed.
+// takes tokens b, b + G, ... (G blocks, the same grid on every rank). For each of them it
+// block-reduces its columns' sums of squares of q and k and pushes them to every rank (itself
+// included) as two 8-byte lines (fp32 bits | call number << 32) into slot [e % 2][t][rank] of that
+// rank's workspace; only then does it spin, token by token, until the W lines of each token in its
+// own workspace carry call number e, add them in rank order (so every rank gets bit-identical
+// sums) and normalise its columns. Pushing all of a block's tokens before waiting for any pays the
+// flag trip once per block rather than once per token (SGLang's kernel waits per token and hides
+// the wait behind prefetching the next token instead). Data and flag travel in one store (NCCL's
+// LL lines), so no fence is needed.
 //
 // Two generations of slots: block b of a rank writes call e + 2's lines into the half of call e
 // only after it has seen call e + 1's lines from every rank, which every rank writes only after
@@ -61,8 +64,9 @@ __global__ void __launch_bounds__(kThreads) FusedQkNorm(Args a, uint32_t* epochs
   const int64_t half = static_cast<int64_t>(e & 1) * a.tokens * a.world * 2;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
 
+  // 1. Every token of this block: local sums of squares (fp32), pushed to every rank at once, so
+  // that the block pays one flag trip for all its tokens, not one per token.
   for (int64_t t = blockIdx.x; t < a.tokens; t += gridDim.x) {
-    // 1. Local sums of squares (fp32).
     float sq = 0, sk = 0;
     for (int64_t j = threadIdx.x; j < a.lq; j += blockDim.x) {
       const float x = __bfloat162float(a.q[t * a.lq + j]);
@@ -78,7 +82,6 @@ __global__ void __launch_bounds__(kThreads) FusedQkNorm(Args a, uint32_t* epochs
     }
     if (lane == 0) part[0][warp] = sq, part[1][warp] = sk;
     __syncthreads();
-    // 2. Warp 0 pushes the block's sums to every rank, then collects every rank's.
     if (warp == 0) {
       float bq = lane < kWarps ? part[0][lane] : 0.f;
       float bk = lane < kWarps ? part[1][lane] : 0.f;
@@ -86,13 +89,23 @@ __global__ void __launch_bounds__(kThreads) FusedQkNorm(Args a, uint32_t* epochs
         bq += __shfl_xor_sync(0xffffffffu, bq, o);
         bk += __shfl_xor_sync(0xffffffffu, bk, o);
       }
-      const uint64_t flag = static_cast<uint64_t>(e) << 32;
       if (lane < a.world) {
+        const uint64_t flag = static_cast<uint64_t>(e) << 32;
         uint64_t* dst = a.slots[lane] + half + (t * a.world + a.rank) * 2;
         StoreLine(dst, flag | __float_as_uint(bq));
         StoreLine(dst + 1, flag | __float_as_uint(bk));
+      }
+    }
+    __syncthreads();  // part is reused by the next token
+  }
+
+  // 2. Every token of this block: collect every rank's sums (added in rank order, so every rank
+  // gets bit-identical scales), then the norm with one rounding to bf16.
+  const uint64_t start = kf_globaltimer_ns();
+  for (int64_t t = blockIdx.x; t < a.tokens; t += gridDim.x) {
+    if (warp == 0) {
+      if (lane < a.world) {
         const uint64_t* src = a.slots[a.rank] + half + (t * a.world + lane) * 2;
-        const uint64_t start = kf_globaltimer_ns();
         uint64_t vq = LoadLine(src), vk = LoadLine(src + 1);
         while (static_cast<uint32_t>(vq >> 32) != e || static_cast<uint32_t>(vk >> 32) != e) {
           if (kf_globaltimer_ns() - start > 10ull * 1000 * 1000 * 1000) __trap();
@@ -111,7 +124,6 @@ __global__ void __launch_bounds__(kThreads) FusedQkNorm(Args a, uint32_t* epochs
       }
     }
     __syncthreads();
-    // 3. The norm, one rounding to bf16.
     const float s_q = scale[0], s_k = scale[1];
     for (int64_t j = threadIdx.x; j < a.lq; j += blockDim.x)
       a.q_out[t * a.lq + j] = __float2bfloat16_rn(__bfloat162float(a.q[t * a.lq + j]) * s_q *
@@ -119,7 +131,7 @@ __global__ void __launch_bounds__(kThreads) FusedQkNorm(Args a, uint32_t* epochs
     for (int64_t j = threadIdx.x; j < a.lk; j += blockDim.x)
       a.k_out[t * a.lk + j] = __float2bfloat16_rn(__bfloat162float(a.k[t * a.lk + j]) * s_k *
                                                   __bfloat162float(a.wk[j]));
-    __syncthreads();  // part, got and scale are reused by the next token
+    __syncthreads();  // got and scale are reused by the next token
   }
   if (threadIdx.x == 0) epochs[blockIdx.x] = e;
 }
