@@ -68,6 +68,7 @@ TEST(RealTasks, EveryBenchSizeHasAPhysicalFloor) {
 // A task ported from ParallelKernelBench names its problem first in its
 // provenance ("PKB #N ..."), and N is the task's own number, so that a
 // leaderboard's task can be set beside PKB's problem N and coverage counted.
+// Ids from 101 on are beyond PKB (docs/beyond-pkb.md) and cite their codebase instead.
 TEST(RealTasks, PkbProvenanceNamesTheTasksOwnProblem) {
   const std::filesystem::path root = std::filesystem::path(KFORGE_SOURCE_ROOT) / "tasks";
   if (!std::filesystem::exists(root / "001_allreduce" / "task.toml"))
