@@ -9,9 +9,9 @@
 #include <cctype>
 #include <cstdlib>
 #include <optional>
+#include <set>
 #include <string_view>
 #include <utility>
-#include <set>
 
 #include "kforge/core/fs.h"
 #include "kforge/evaluator/task.h"

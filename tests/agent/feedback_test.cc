@@ -198,16 +198,17 @@ TEST(Feedback, TimingShowsSpeedupBusbwShareOfPeakAndSkew) {
 TEST(Feedback, FastAndSlowNameTheExpertBesideTheBaseline) {
   FeedbackInput in;
   in.outcome = Outcome::kFast;
-  in.eval = {{"status", "passed"},
-             {"speedup", 1.4},
-             {"expert_speedup", 0.7},
-             {"expert", {{"kernel", "solutions/auto.cu"}, {"technique", "vLLM one-shot all-reduce"}}},
-             {"timing",
-              {{{"size", "1MiB"},
-                {"baseline", {{"median_us", 28.0}}},
-                {"candidate", {{"median_us", 20.0}}},
-                {"speedup", 1.4},
-                {"expert", {{"median_us", 14.0}, {"speedup", 0.7}, {"over_baseline", 2.0}}}}}}};
+  in.eval = {
+      {"status", "passed"},
+      {"speedup", 1.4},
+      {"expert_speedup", 0.7},
+      {"expert", {{"kernel", "solutions/auto.cu"}, {"technique", "vLLM one-shot all-reduce"}}},
+      {"timing",
+       {{{"size", "1MiB"},
+         {"baseline", {{"median_us", 28.0}}},
+         {"candidate", {{"median_us", 20.0}}},
+         {"speedup", 1.4},
+         {"expert", {{"median_us", 14.0}, {"speedup", 0.7}, {"over_baseline", 2.0}}}}}}};
   for (Outcome o : {Outcome::kFast, Outcome::kSlow}) {
     in.outcome = o;
     const std::string fb = Compose(in);

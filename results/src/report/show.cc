@@ -184,13 +184,11 @@ Result<std::string> RenderShowText(const RunStore& store, const ShowOptions& o) 
         for (const auto& e : evals) {
           if (e.turn_id != t.id) continue;
           const bool best = s.best_evaluation_id && *s.best_evaluation_id == e.id;
-          out += fmt::format("  evaluation {}: {}{}{}{}{}\n", e.id, VerdictName(e.verdict),
-                             e.speedup ? fmt::format(" · {:.3f}x", *e.speedup) : "",
-                             e.expert_speedup
-                                 ? fmt::format(" · {:.3f}x the expert", *e.expert_speedup)
-                                 : "",
-                             e.emulated ? " · EMULATED (ranks shared a GPU)" : "",
-                             best ? " · best" : "");
+          out += fmt::format(
+              "  evaluation {}: {}{}{}{}{}\n", e.id, VerdictName(e.verdict),
+              e.speedup ? fmt::format(" · {:.3f}x", *e.speedup) : "",
+              e.expert_speedup ? fmt::format(" · {:.3f}x the expert", *e.expert_speedup) : "",
+              e.emulated ? " · EMULATED (ranks shared a GPU)" : "", best ? " · best" : "");
           if (!e.message.empty()) out += "    " + e.message + "\n";
         }
         if (!t.feedback.empty()) out += "  feedback:\n" + Indented(t.feedback, o.full, o.max_lines);

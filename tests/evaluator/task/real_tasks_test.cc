@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "kforge/evaluator/task.h"
-#include "kforge/evaluator/task_select.h"
 #include "kforge/evaluator/task_check.h"
+#include "kforge/evaluator/task_select.h"
 
 namespace kforge::eval {
 namespace {

@@ -72,8 +72,8 @@ struct Comparison {
   // Human parity over the paired problems whose task has an expert kernel:
   // problems where each side's best correct sample is at least as fast as it.
   int expert_problems = 0, parity_a = 0, parity_b = 0;
-  Interval fast1_diff;                           // fast_1(A) - fast_1(B), in [−1, 1]
-  Interval geomean_ratio;                        // geomean_all(A) / geomean_all(B)
+  Interval fast1_diff;     // fast_1(A) - fast_1(B), in [−1, 1]
+  Interval geomean_ratio;  // geomean_all(A) / geomean_all(B)
   int resamples = 0;
   uint64_t seed = 0;
   double confidence = 0;
