@@ -194,9 +194,16 @@ Result<PromptInputs> TaskPromptInputs(const eval::Task& task, int world, const s
   if (const char* env = std::getenv("KFORGE_ABI_HEADER"); env && *env) abi = env;
   KF_ASSIGN_OR_RETURN(in.abi_header, ReadFile(abi));
   KF_ASSIGN_OR_RETURN(in.reference_source, ReadFile(task.reference));
-  if (strategy.example && !task.solutions.empty()) {
-    in.example_name = task.solutions.front().filename().string();
-    KF_ASSIGN_OR_RETURN(in.example_source, ReadFile(task.solutions.front()));
+  if (strategy.example) {
+    // Never the task's expert kernel: a model shown it would reach human
+    // parity by copying it. A task whose only solution is its expert has no example.
+    const fs::path expert = task.expert ? task.expert->kernel : fs::path();
+    for (const fs::path& sol : task.solutions) {
+      if (sol == expert) continue;
+      in.example_name = sol.filename().string();
+      KF_ASSIGN_OR_RETURN(in.example_source, ReadFile(sol));
+      break;
+    }
   }
   if (strategy.redteam) {
     const fs::path docs = DocsDir();
