@@ -43,6 +43,14 @@ std::string Join(const std::vector<eval::Dtype>& v) {
   return s;
 }
 
+// The task's [expert] for `tasks list --json`: {kernel, technique}, {none}, or null.
+nlohmann::json ExpertJson(const eval::Task& t) {
+  if (!t.expert) return nullptr;
+  if (!t.expert->none.empty()) return {{"none", t.expert->none}};
+  return {{"kernel", std::filesystem::relative(t.expert->kernel, t.dir).generic_string()},
+          {"technique", t.expert->technique}};
+}
+
 int List(const TasksArgs& a) {
   auto tasks = eval::LoadCheckedTasks(TasksDir(a));
   if (!tasks.ok()) return FailWith("tasks list", tasks.status());
@@ -60,27 +68,36 @@ int List(const TasksArgs& a) {
                               {"category", t.category},
                               {"world_sizes", t.world_sizes},
                               {"dtypes", dtypes},
-                              {"provenance", t.provenance}});
+                              {"provenance", t.provenance},
+                              {"expert", ExpertJson(t)}});
     }
     if (Status st = WriteJson(a.json, doc); !st.ok()) return FailWith("tasks list", st);
     if (a.json == "-") return 0;
   }
   // Columns as wide as their longest cell, so that the titles line up however
   // long a task's key or dtypes are.
-  std::vector<std::array<std::string, 6>> rows = {
-      {"KEY", "CATEGORY", "WORLD", "DTYPES", "SOURCE", "TITLE"}};
+  std::vector<std::array<std::string, 7>> rows = {
+      {"KEY", "CATEGORY", "WORLD", "DTYPES", "SOURCE", "EXPERT", "TITLE"}};
   for (const auto& t : *tasks) {
-    // Where the workload comes from: "PKB #13", else the provenance up to its first ';'.
-    std::string source = t.provenance.substr(0, t.provenance.find(';'));
+    // Where the workload comes from: "PKB #13", else the provenance up to its
+    // first ';', '(' or ':', at most kSourceWidth characters.
+    constexpr size_t kSourceWidth = 32;
+    std::string source = t.provenance.substr(0, t.provenance.find_first_of(";(:"));
     if (source.rfind("PKB #", 0) == 0) {
       size_t end = 5;
       while (end < source.size() && std::isdigit(static_cast<unsigned char>(source[end]))) ++end;
       source.resize(end);
     }
+    while (!source.empty() && source.back() == ' ') source.pop_back();
+    if (source.size() > kSourceWidth) source = source.substr(0, kSourceWidth - 3) + "...";
+    // The best known human kernel: its file, "none" (the task says why), or "-" (not stated).
+    const std::string expert = !t.expert                  ? "-"
+                               : t.expert->kernel.empty() ? "none"
+                                                          : t.expert->kernel.filename().string();
     rows.push_back({t.key, t.category, Join(t.world_sizes), Join(t.dtypes),
-                    source.empty() ? "-" : source, t.title});
+                    source.empty() ? "-" : source, expert, t.title});
   }
-  std::array<size_t, 6> width{};
+  std::array<size_t, 7> width{};
   for (const auto& row : rows) {
     for (size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].size());
   }
