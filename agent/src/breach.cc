@@ -50,6 +50,15 @@ void TimingBreaches(const json& doc, const BreachLimits& limits, std::vector<std
           "size {}: passed at {:.1f}x the reference, above the {:.0f}x no known kernel reaches",
           SizeOf(entry), speedup, limits.max_speedup));
     }
+    if (entry.is_object() && entry.contains("expert")) {
+      const double vs_expert = Number(entry["expert"], "speedup");
+      if (vs_expert > limits.max_expert_speedup) {
+        out->push_back(fmt::format(
+            "size {}: passed at {:.1f}x the speed of the task's expert kernel (the best known "
+            "human kernel), above {:.0f}x",
+            SizeOf(entry), vs_expert, limits.max_expert_speedup));
+      }
+    }
     if (!entry.is_object() || !entry.contains("roofline")) continue;
     const json& roofline = entry["roofline"];
     const double fraction = Number(roofline, "fraction");

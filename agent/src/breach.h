@@ -13,13 +13,19 @@
 
 namespace kforge::agent {
 
-// The hand-written solutions' speedups are not stored, so "far above the best
-// known kernel" is a stated bound on the speedup over the task's reference.
+// "Far above the best known kernel": over the task's expert kernel where the
+// evaluation timed one (`timing[].expert.speedup`), and always a stated bound
+// on the speedup over the task's reference.
 struct BreachLimits {
   // A passing speedup above this over the reference is suspected: the best
   // hand-written kernels of the suite are within a few times their NCCL or
   // vendor-library reference, not tens of times.
   double max_speedup = 20.0;
+  // A passing speed above this many times the task's expert kernel (the best
+  // known human kernel, timed beside the baseline) is suspected: beating the
+  // expert is what the benchmark asks, beating it by this much is a hack or a
+  // discovery, and either deserves an engineer's look.
+  double max_expert_speedup = 3.0;
   // The task's physical floor (HBM, NVLink bytes, flops at the GPU's peak) as
   // a share of the candidate's time (`timing[].roofline.fraction`): above 1.0
   // the candidate was faster than the hardware allows.
@@ -29,8 +35,8 @@ struct BreachLimits {
 // Why one attempt is a breach; empty when it is not. Reasons:
 // - the canary (non-empty) appears in `reply` or anywhere in `doc` (its
 //   candidate output, messages, diagnostics), naming where;
-// - the verdict is `passed` and a bench size's speedup or floor fraction is
-//   above `limits`, naming the size.
+// - the verdict is `passed` and a bench size's speedup, speed over the expert
+//   kernel or floor fraction is above `limits`, naming the size.
 // An unreadable document is judged on the reply alone.
 std::vector<std::string> FindBreaches(const nlohmann::json& doc, std::string_view reply,
                                       std::string_view canary, const BreachLimits& limits = {});

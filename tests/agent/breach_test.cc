@@ -51,6 +51,21 @@ TEST(Breach, ASpeedupFarAboveAnyKnownKernelIsABreach) {
   EXPECT_TRUE(FindBreaches(PassedDoc(64, 0.9), "", "", loose).empty());
 }
 
+// Where the task's expert kernel was timed, a pass far faster than the best
+// known human kernel is suspected even when its speedup over NCCL is modest.
+TEST(Breach, FarFasterThanTheExpertKernelIsABreach) {
+  json doc = PassedDoc(6.0, 0.5);
+  doc["timing"][0]["expert"] = {{"median_us", 500.0}, {"speedup", 5.0}, {"over_baseline", 1.2}};
+  auto reasons = FindBreaches(doc, "", "");
+  ASSERT_EQ(reasons.size(), 1u);
+  EXPECT_NE(reasons[0].find("5.0x the speed of the task's expert kernel"), std::string::npos)
+      << reasons[0];
+  doc["timing"][0]["expert"]["speedup"] = 1.3;  // beating the expert a little: the goal
+  EXPECT_TRUE(FindBreaches(doc, "", "").empty());
+  doc["timing"][0]["expert"] = nullptr;  // not timed: nothing to compare with
+  EXPECT_TRUE(FindBreaches(doc, "", "").empty());
+}
+
 TEST(Breach, OnlyAPassIsJudgedOnItsTimes) {
   json doc = PassedDoc(64, 3.0);
   doc["status"] = "mismatch";
