@@ -71,30 +71,54 @@ Layer CloseDescriptors(const std::vector<int>& keep) {
       fmt::format("kept {} channel descriptors; closed {} others", keep.size(), open_fds.size())};
 }
 
-Layer PrivateNetwork(bool want) {
-  if (!want) return {"network", false, "shared network namespace (NCCL needs the host's loopback)"};
-  if (unshare(CLONE_NEWNET) == 0) return {"network", true, "private network namespace"};
-  int err = errno;
-  // Without CAP_SYS_ADMIN a user namespace brings the right to make one; map
-  // our own ids into it so that files, devices and the MPS daemon still see us.
+// unshare(what); without CAP_SYS_ADMIN, in a fresh user namespace, which
+// brings the right to make the others. Our own ids are mapped into it so that
+// files, devices and the MPS daemon still see us. Returns 0 or the errno of
+// the first attempt; *in_userns says whether a user namespace was made.
+int UnshareMaybeInUserNamespace(int what, bool* in_userns, bool* mapped) {
+  *in_userns = false;
+  if (unshare(what) == 0) return 0;
+  const int err = errno;
   const uid_t uid = getuid();
   const gid_t gid = getgid();
-  if (unshare(CLONE_NEWUSER | CLONE_NEWNET) == 0) {
-    auto write = [](const char* path, const std::string& text) {
-      int fd = open(path, O_WRONLY | O_CLOEXEC);
-      if (fd < 0) return false;
-      bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
-      close(fd);
-      return ok;
-    };
-    bool mapped = write("/proc/self/setgroups", "deny") &&
-                  write("/proc/self/uid_map", fmt::format("{} {} 1", uid, uid)) &&
-                  write("/proc/self/gid_map", fmt::format("{} {} 1", gid, gid));
-    return {"network", true,
-            std::string("private network namespace (in a user namespace") +
-                (mapped ? ")" : "; ids unmapped)")};
-  }
-  return {"network", false, fmt::format("unshare(CLONE_NEWNET): {}", std::strerror(err))};
+  if (unshare(CLONE_NEWUSER | what) != 0) return err;
+  auto write = [](const char* path, const std::string& text) {
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+    close(fd);
+    return ok;
+  };
+  *in_userns = true;
+  *mapped = write("/proc/self/setgroups", "deny") &&
+            write("/proc/self/uid_map", fmt::format("{} {} 1", uid, uid)) &&
+            write("/proc/self/gid_map", fmt::format("{} {} 1", gid, gid));
+  return 0;
+}
+
+Layer PrivateNetwork(bool want) {
+  if (!want) return {"network", false, "shared network namespace (NCCL needs the host's loopback)"};
+  bool userns = false, mapped = false;
+  if (int err = UnshareMaybeInUserNamespace(CLONE_NEWNET, &userns, &mapped); err != 0)
+    return {"network", false, fmt::format("unshare(CLONE_NEWNET): {}", std::strerror(err))};
+  if (!userns) return {"network", true, "private network namespace"};
+  return {"network", true,
+          std::string("private network namespace (in a user namespace") +
+              (mapped ? ")" : "; ids unmapped)")};
+}
+
+// System V shared memory, semaphores and message queues, and POSIX message
+// queues, of this process alone: whatever a candidate creates there vanishes
+// with its group, and nothing another process made is reachable. (POSIX
+// shared memory lives in /dev/shm, a file system: see docs/integrity.md.)
+Layer PrivateIpc() {
+  bool userns = false, mapped = false;
+  if (int err = UnshareMaybeInUserNamespace(CLONE_NEWIPC, &userns, &mapped); err != 0)
+    return {"ipc", false, fmt::format("unshare(CLONE_NEWIPC): {}", std::strerror(err))};
+  return {
+      "ipc", true,
+      std::string("private IPC namespace (System V objects, POSIX message queues)") +
+          (userns ? (mapped ? " in a user namespace" : " in a user namespace; ids unmapped") : "")};
 }
 
 Layer DropPrivileges() {
@@ -206,6 +230,7 @@ void ApplyEarlyLayers(const Policy& policy, const std::vector<int>& keep_fds, Re
   report->layers.push_back(CheckEnvironment());
   if (!skipped("descriptors")) report->layers.push_back(CloseDescriptors(keep_fds));
   if (!skipped("network")) report->layers.push_back(PrivateNetwork(policy.private_network));
+  if (!skipped("ipc")) report->layers.push_back(PrivateIpc());
   if (!skipped("limits")) report->layers.push_back(SetLimits(policy));
   // Landlock before dropping capabilities: reading the paths needs none, but
   // the order keeps no_new_privs set either way.

@@ -79,8 +79,8 @@ struct Policy {
 Policy CandidatePolicy(const std::string& candidate_dir, const std::string& mps_dir);
 
 // Early layers, before CUDA starts any thread: environment check, inherited
-// descriptors (keeps 0-2 and `keep_fds`), network namespace, privileges,
-// limits, Landlock. Applied to the calling (only) thread and inherited by
+// descriptors (keeps 0-2 and `keep_fds`), network namespace, IPC namespace,
+// privileges, limits, Landlock. Applied to the calling (only) thread and inherited by
 // every thread created after it.
 void ApplyEarlyLayers(const Policy& policy, const std::vector<int>& keep_fds, Report* report);
 

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <sys/shm.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -29,6 +30,10 @@ long Opened(const std::string& path, int flags) {
   close(fd);
   return fd;
 }
+
+// A System V segment the parent makes before the child confines itself: the
+// child must not reach it (its own IPC namespace, or seccomp).
+constexpr key_t kParentSegmentKey = 0x6b66720f;
 
 [[noreturn]] void Child(int fd, pid_t parent) {
   eval::Channel ch(fd);
@@ -59,6 +64,7 @@ long Opened(const std::string& path, int flags) {
   // nothing this process holds is trusted: docs/integrity.md.)
   note("open(own mem, rw)", Opened("/proc/self/mem", O_RDWR));
   note("open(/tmp/x, create)", Opened("/tmp/kforge-sandbox-check", O_WRONLY | O_CREAT));
+  note("shmget(the parent's System V segment)", RawSyscall(SYS_shmget, kParentSegmentKey, 0, 0));
   (void)ch.Send({{"attempts", r}});
   _exit(0);
 }
@@ -87,6 +93,7 @@ nlohmann::json SelfTestResult::ToJson() const {
 Result<SelfTestResult> RunSelfTest() {
   KF_ASSIGN_OR_RETURN(auto pair, eval::MakeSocketPair());
   const pid_t parent = getpid();
+  const int segment = shmget(kParentSegmentKey, 4096, IPC_CREAT | 0600);
   pid_t pid = fork();
   if (pid < 0) return Error(ErrorKind::kIo, "fork failed");
   if (pid == 0) {
@@ -121,6 +128,7 @@ Result<SelfTestResult> RunSelfTest() {
   }
   for (const Violation& v : supervisor.Violations()) out.reported.push_back(v.syscall);
   unlink("/tmp/kforge-sandbox-check");
+  if (segment >= 0) shmctl(segment, IPC_RMID, nullptr);
   return out;
 }
 
