@@ -258,10 +258,19 @@ extern "C" int kf_run(kf_ctx* ctx) {
   float* l = reinterpret_cast<float*>(f + o_bytes + ml_bytes);
   bf16* x = reinterpret_cast<bf16*>(f + o_bytes + 2 * ml_bytes);
 
+  // Every rank closes the same sequence of groups: stage 0's ring (cp.size - 1 groups), the
+  // hand-over, stage 1's ring. A rank with nothing in a group closes an empty one, which NCCL
+  // takes as a no-op and the peer-copy backend (ranks sharing a GPU) needs: there a group is
+  // matched across all ranks (docs/abi.md, "Harness collectives").
+  auto empty_groups = [&](int n) {
+    for (int i = 0; i < n; ++i)
+      if (kf_group_start(ctx) != 0 || kf_group_end(ctx) != 0) return false;
+    return true;
+  };
   const bool first = pp.rank == 0;
   if (!first) {  // stage 1: the layer input is stage 0's output
-    if (kf_group_start(ctx) != 0 || kf_recv(ctx, x, x_elems, KF_BF16, pp.ranks[0]) != 0 ||
-        kf_group_end(ctx) != 0)
+    if (!empty_groups(cp.size - 1) || kf_group_start(ctx) != 0 ||
+        kf_recv(ctx, x, x_elems, KF_BF16, pp.ranks[0]) != 0 || kf_group_end(ctx) != 0)
       return 1;
   } else if (h->shape[1] != dm.s || h->shape[2] != hid) {
     return 2;
@@ -303,9 +312,9 @@ extern "C" int kf_run(kf_ctx* ctx) {
   if (GemmNT(st->handle, rows, hid, width, attn, static_cast<const bf16*>(wo->data), y, 1) !=
       CUBLAS_STATUS_SUCCESS)
     return 1;
-  if (first && pp.size > 1) {  // send_forward
+  if (first && pp.size > 1) {  // send_forward, then stage 1's ring goes on without this rank
     if (kf_group_start(ctx) != 0 || kf_send(ctx, y, x_elems, KF_BF16, pp.ranks[1]) != 0 ||
-        kf_group_end(ctx) != 0)
+        kf_group_end(ctx) != 0 || !empty_groups(cp.size - 1))
       return 1;
   }
   return 0;
