@@ -213,6 +213,22 @@ Status TrustedFailed(const ServedGroup& g, const SizePlan& plan, const std::stri
           : "timing the expert at size " + plan.size.label + ": the task's expert kernel " + what);
 }
 
+// The harness's drive of `g` failed (the harness group is dead: killed by
+// its own failure, or by the watch when a served process exited). The served
+// group is judged first (JudgeFailedDrive): a candidate's death is its
+// runtime error, never a harness error; a harness rank's timeout is the
+// candidate's too (it did not answer a call). For trusted code (the
+// reference, the expert) every failure is kforge's. The next evaluation
+// starts a fresh harness group (the evaluator's health-check path), as after
+// any failure of it: a group abandoned mid-drive has ranks in barriers and
+// calls whose state nothing could vouch for, and a fault under MPS may have
+// reached its contexts.
+Status DriveFailed(EvalSession& s, ServedGroup& g, const SizePlan& plan, const Status& driven) {
+  const DriveFailure f = JudgeFailedDrive(*g.group, driven, "timing");
+  if (g.trusted()) return TrustedFailed(g, plan, "was not driven: " + f.status.message());
+  return GroupFailed(s, f.served_failed ? *g.group : *s.harness, f.status);
+}
+
 // One block of the drive: rounds over every set in a fresh random order,
 // fresh inputs and poison per round; the served group answers the calls
 // through its mailboxes. The first `warmup` calls are verified but not timed.
@@ -244,23 +260,11 @@ Status DriveBlock(EvalSession& s, ServedGroup& g, SizePlan& plan, int warmup, in
     return GroupFailed(s, served_group, st);
   std::vector<std::vector<int>> fds;
   for (auto& m : g.mailboxes) fds.push_back({m.fd()});
+  // The served group is watched while the harness drives it: a process of
+  // it that exits ends the wait at once, not at the per-call deadline.
   auto driven = s.harness->Each(std::vector<json>(s.world, drive.ToJson()), fds,
-                                s.options->timing_deadline_s, "timing");
-  if (!driven.ok()) {
-    if (g.trusted()) {
-      served_group.Kill();
-      return TrustedFailed(g, plan, "was not driven: " + driven.status().message());
-    }
-    // A harness rank's timeout is the candidate's (it did not answer a call);
-    // when its process died meanwhile, that is what it gets.
-    if (driven.status().kind() == ErrorKind::kDeadlock) {
-      auto served = served_group.Collect(1.0, "timing");
-      if (!served.ok() && served.status().kind() != ErrorKind::kDeadlock)
-        return GroupFailed(s, served_group, served.status());
-    }
-    served_group.Kill();
-    return GroupFailed(s, *s.harness, driven.status());
-  }
+                                s.options->timing_deadline_s, "timing", &served_group);
+  if (!driven.ok()) return DriveFailed(s, g, plan, driven.status());
   auto served = served_group.Collect(s.options->check_deadline_s, "timing");
   if (!served.ok()) return GroupFailed(s, served_group, served.status());
   if (profile != nullptr) *profile = (*served)[0].body;

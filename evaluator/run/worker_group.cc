@@ -287,7 +287,44 @@ Status WorkerGroup::Post(const std::vector<nlohmann::json>& msgs,
   return Status::Ok();
 }
 
+Result<std::vector<Message>> WorkerGroup::Each(const std::vector<nlohmann::json>& msgs,
+                                               const std::vector<std::vector<int>>& fds,
+                                               double deadline_s, const std::string& phase,
+                                               const WorkerGroup* watched) {
+  KF_RETURN_IF_ERROR(Post(msgs, fds, phase));
+  return Collect(deadline_s, phase, watched);
+}
+
+int WorkerGroup::ExitedRank() const {
+  for (size_t r = 0; r < pids_.size(); ++r) {
+    // WNOWAIT: the zombie stays, and with it the status DescribeExit reads.
+    siginfo_t info{};
+    if (waitid(P_PID, static_cast<id_t>(pids_[r]), &info, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+        info.si_pid == pids_[r])
+      return static_cast<int>(r);
+  }
+  return -1;
+}
+
+Status WorkerGroup::FailExited(const std::string& phase) {
+  const int r = ExitedRank();
+  if (r < 0) return Status::Ok();
+  return Fail({phase,
+               {},
+               r,
+               options_.role + " rank " + std::to_string(r) + " " + DescribeExit(pids_[r]) +
+                   " during " + phase,
+               ErrorKind::kRuntimeError,
+               0,
+               {r}});
+}
+
 Result<std::vector<Message>> WorkerGroup::Collect(double deadline_s, const std::string& phase) {
+  return Collect(deadline_s, phase, nullptr);
+}
+
+Result<std::vector<Message>> WorkerGroup::Collect(double deadline_s, const std::string& phase,
+                                                  const WorkerGroup* watched) {
   if (!alive_) return Error(ErrorKind::kHarness, "rank group is not running");
   std::vector<Message> replies(options_.world);
   std::vector<bool> done(options_.world, false);
@@ -357,6 +394,19 @@ Result<std::vector<Message>> WorkerGroup::Collect(double deadline_s, const std::
         deadline = std::min(deadline, std::chrono::steady_clock::now() + std::chrono::seconds(2));
       }
     }
+    // One sweep takes at most 2 ms a rank: the served group's exit is seen
+    // within milliseconds. Once a rank of ours has failed, that is the report.
+    if (watched != nullptr && !first_error && remaining > 0) {
+      if (const int gone = watched->ExitedRank(); gone >= 0) {
+        return Fail({phase,
+                     {},
+                     -1,
+                     "abandoned " + phase + ": " + watched->options().role + " rank " +
+                         std::to_string(gone) + ", whose calls this group drives, has exited",
+                     ErrorKind::kCancelled,
+                     deadline_s});
+      }
+    }
   }
   if (!first_error && !cancelled.empty()) {
     // "Cancelled" answers an abort we raised; said unprompted, it is a
@@ -385,6 +435,20 @@ Result<std::vector<Message>> WorkerGroup::Collect(double deadline_s, const std::
     return Fail(f);
   }
   return replies;
+}
+
+DriveFailure JudgeFailedDrive(WorkerGroup& served, const Status& driven, const std::string& phase) {
+  Status own = served.FailExited(phase);
+  // Whatever the driving rank said (a timeout, or a CUDA error of its own:
+  // under MPS a kernel's fatal fault reaches every client on the GPU), what
+  // the served group reports meanwhile comes first.
+  if (own.ok() && served.alive()) {
+    auto r = served.Collect(1.0, phase);
+    if (!r.ok() && r.status().kind() != ErrorKind::kDeadlock) own = r.status();
+  }
+  served.Kill();
+  if (!own.ok()) return {own, true};
+  return {driven, false};
 }
 
 }  // namespace kforge::eval

@@ -75,6 +75,27 @@ class WorkerGroup {
   Status Post(const std::vector<nlohmann::json>& msgs, const std::vector<std::vector<int>>& fds,
               const std::string& phase);
   Result<std::vector<Message>> Collect(double deadline_s, const std::string& phase);
+  // The same, while these ranks drive `watched` (the served group whose
+  // calls they time through its mailboxes): when a process of `watched`
+  // exits (a crash, an abort, a kill by the sandbox), the wait ends within
+  // milliseconds instead of at the deadline, since no call of the drive can
+  // be answered any more. This group is then killed (its ranks may be left
+  // mid-drive, waiting on a dead peer's mailbox or in a barrier) and the
+  // status is kCancelled; `watched` is left as it is, for its
+  // FailExited to say which rank died and how. Whose failure that is
+  // depends on who runs in `watched`: the caller's decision.
+  Result<std::vector<Message>> Collect(double deadline_s, const std::string& phase,
+                                       const WorkerGroup* watched);
+  Result<std::vector<Message>> Each(const std::vector<nlohmann::json>& msgs,
+                                    const std::vector<std::vector<int>>& fds, double deadline_s,
+                                    const std::string& phase, const WorkerGroup* watched);
+  // The lowest rank whose process has exited, without reaping it (how it
+  // ended stays for FailExited); -1 while every rank's process lives.
+  int ExitedRank() const;
+  // When a rank's process has exited: the group is killed, last_failure()
+  // names that rank and how it ended ("crashed (signal 11, ...)"), and the
+  // status is kRuntimeError. Ok (and nothing done) while every rank lives.
+  Status FailExited(const std::string& phase);
   // Raises the group's abort flag (its ranks' waits end with kCancelled).
   void Abort();
   const std::vector<pid_t>& pids() const { return pids_; }
@@ -101,6 +122,19 @@ class WorkerGroup {
   GroupFailure failure_;
   bool alive_ = false;
 };
+
+// After a drive of `served` failed with `driven` (from Each/Collect with
+// `served` watched; the driving group is dead): whose failure it is, so that
+// a served process's death is never reported as anything else. A process of
+// `served` that exited is its runtime error, naming the rank and how it
+// ended, whatever the driving group said; else an error `served` reports
+// within a second is its own. Otherwise `driven` stands (a timeout: the
+// served group did not answer a call). `served` is killed either way.
+struct DriveFailure {
+  Status status;
+  bool served_failed = false;  // status is served's own (served.last_failure() says more)
+};
+DriveFailure JudgeFailedDrive(WorkerGroup& served, const Status& driven, const std::string& phase);
 
 // Starts a private MPS control daemon (so several rank processes on one GPU
 // run concurrently and cross-process spin barriers take microseconds, not
