@@ -348,7 +348,11 @@ Status TimedCalls(EvalSession& s, ServedGroup& g, SizePlan& plan, Side* out) {
 // What comes back is the candidate process's own report, so it is kept as
 // advice beside the timing (never in it), and whatever goes wrong here is
 // only the profile's failure: the verdict and its findings stay as they were.
-void ProfileCalls(EvalSession& s, SizePlan& plan) {
+// Unless it took the harness group with it (a served process that died or
+// stalled in a profiled call ends the drive): the baseline can then not be
+// timed after the candidate, and that failure is returned, so that it is
+// judged like any failed drive (the candidate's, never a harness error).
+Status ProfileCalls(EvalSession& s, SizePlan& plan) {
   const size_t checks = s.checks.size(), integrity = s.integrity.size();
   const json failure = s.failure;
   sandbox::Supervisor* sup = s.candidate.supervisor.get();
@@ -366,13 +370,14 @@ void ProfileCalls(EvalSession& s, SizePlan& plan) {
       listed.push_back(refused[i].ToString());
     if (!listed.empty()) s.profile["refused_syscalls"] = listed;
   }
+  if (!st.ok() && !s.harness->alive()) return st;
   if (!st.ok()) {
     s.checks.erase(s.checks.begin() + static_cast<std::ptrdiff_t>(checks), s.checks.end());
     s.integrity.erase(s.integrity.begin() + static_cast<std::ptrdiff_t>(integrity),
                       s.integrity.end());
     s.failure = failure;
     s.profile["skipped"] = "the profiled calls failed: " + st.message();
-    return;
+    return Status::Ok();
   }
   auto r = proto::ServeReply::Parse(reply, "reply to the profiled serve from rank 0");
   if (!r.ok()) {
@@ -385,6 +390,7 @@ void ProfileCalls(EvalSession& s, SizePlan& plan) {
     s.profile["metrics"] = m;
     s.profile["calls"] = proto::kProfilePasses;
   }
+  return Status::Ok();
 }
 
 }  // namespace
@@ -394,7 +400,7 @@ Status RunBenchSize(EvalSession& s, SizePlan& plan) {
   Status st = BenchCorrectness(s, plan);
   if (st.ok() && s.options->timing) st = TimedCalls(s, s.candidate, plan, &plan.candidate);
   if (st.ok() && s.options->timing && s.options->profile && &plan == &s.plans.back()) {
-    ProfileCalls(s, plan);
+    KF_RETURN_IF_ERROR(ProfileCalls(s, plan));
     if (!s.candidate.alive()) return Status::Ok();  // the profile's failure took the group
   }
   if (!st.ok()) {

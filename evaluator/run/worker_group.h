@@ -8,10 +8,12 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <filesystem>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -76,22 +78,27 @@ class WorkerGroup {
               const std::string& phase);
   Result<std::vector<Message>> Collect(double deadline_s, const std::string& phase);
   // The same, while these ranks drive `watched` (the served group whose
-  // calls they time through its mailboxes): when a process of `watched`
-  // exits (a crash, an abort, a kill by the sandbox), the wait ends within
-  // milliseconds instead of at the deadline, since no call of the drive can
-  // be answered any more. This group is then killed (its ranks may be left
+  // calls they time through its mailboxes): when `watched` stops serving
+  // (StoppedServing: a process exits, by a crash, an abort or a kill by the
+  // sandbox, or a rank reports its kernel's error), the wait ends within
+  // milliseconds instead of at the deadline, since the drive's next call can
+  // no longer be answered. This group is then killed (its ranks may be left
   // mid-drive, waiting on a dead peer's mailbox or in a barrier) and the
-  // status is kCancelled; `watched` is left as it is, for its
-  // FailExited to say which rank died and how. Whose failure that is
-  // depends on who runs in `watched`: the caller's decision.
+  // status is kCancelled; `watched` is left as it is, for JudgeFailedDrive
+  // to say which rank stopped and why. Whose failure that is depends on who
+  // runs in `watched`: the caller's decision.
   Result<std::vector<Message>> Collect(double deadline_s, const std::string& phase,
-                                       const WorkerGroup* watched);
+                                       WorkerGroup* watched);
   Result<std::vector<Message>> Each(const std::vector<nlohmann::json>& msgs,
                                     const std::vector<std::vector<int>>& fds, double deadline_s,
-                                    const std::string& phase, const WorkerGroup* watched);
+                                    const std::string& phase, WorkerGroup* watched);
   // The lowest rank whose process has exited, without reaping it (how it
   // ended stays for FailExited); -1 while every rank's process lives.
   int ExitedRank() const;
+  // Non-blocking: the lowest rank that can no longer serve a drive (its
+  // process exited, or it replied with an error before the drive was over),
+  // or -1. A reply read here is kept for the next Collect.
+  int StoppedServing();
   // When a rank's process has exited: the group is killed, last_failure()
   // names that rank and how it ended ("crashed (signal 11, ...)"), and the
   // status is kRuntimeError. Ok (and nothing done) while every rank lives.
@@ -112,6 +119,8 @@ class WorkerGroup {
  private:
   WorkerGroup() = default;
   Status Fail(GroupFailure f);
+  // Rank r's next reply: one StoppedServing read first, else the channel's.
+  Result<Message> Next(int r, std::chrono::milliseconds timeout);
 
   GroupOptions options_;
   std::unique_ptr<OutputDrain> output_;  // capture_output only
@@ -119,6 +128,7 @@ class WorkerGroup {
   std::vector<Channel> channels_;
   ControlBlock control_;
   std::vector<nlohmann::json> hellos_;
+  std::vector<std::optional<Message>> early_;  // [rank], read by StoppedServing
   GroupFailure failure_;
   bool alive_ = false;
 };
@@ -128,8 +138,8 @@ class WorkerGroup {
 // a served process's death is never reported as anything else. A process of
 // `served` that exited is its runtime error, naming the rank and how it
 // ended, whatever the driving group said; else an error `served` reports
-// within a second is its own. Otherwise `driven` stands (a timeout: the
-// served group did not answer a call). `served` is killed either way.
+// (already, as StoppedServing read it, or within a second) is its own. Otherwise `driven` stands (a
+// timeout: the served group did not answer a call). `served` is killed either way.
 struct DriveFailure {
   Status status;
   bool served_failed = false;  // status is served's own (served.last_failure() says more)

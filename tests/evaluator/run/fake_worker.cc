@@ -15,8 +15,9 @@
 // answered in time; a candidate-role fake given {"op": "serve", "calls": n}
 // answers the calls on its mailbox (fd 5). Candidate behaviours while
 // serving: "serve_segv" and "serve_abort" die on their third call (a kernel
-// that crashes, or aborts, in the middle of the timed calls), "serve_hang"
-// stays alive and never answers its third call.
+// that crashes, or aborts, in the middle of the timed calls), "serve_error"
+// fails it as the real worker fails a kf_run that returns a CUDA error,
+// "serve_hang" stays alive and never answers its third call.
 #include <signal.h>
 #include <unistd.h>
 
@@ -72,6 +73,12 @@ json Serve(const json& body, Mailbox& box, const ControlBlock& control,
     last = cmd->seq;
     if (k == 3 && behaviour == "serve_segv") raise(SIGSEGV);
     if (k == 3 && behaviour == "serve_abort") abort();
+    if (k == 3 && behaviour == "serve_error") {
+      // What the real worker does when kf_run fails: the call is answered as
+      // failed, and the serve ends with the kernel's error.
+      box.Answer(cmd->seq, 1, 0);
+      return Failed("runtime_error", "kf_run: CUDA error cudaErrorIllegalAddress", rank);
+    }
     if (k == 3 && behaviour == "serve_hang") {
       while (true) pause();
     }

@@ -287,14 +287,15 @@ class DriveTest : public WorkerGroupTest {
 };
 
 // A candidate process that dies in the middle of the timed calls (a crash,
-// an abort) ends the harness's wait at once, not at the per-call deadline
-// (20 s here, 60 s by default): the candidate's runtime error, naming the
-// rank and how it died; the harness group, left mid-drive, is killed, and
-// a fresh one drives the next candidate (the evaluator's health-check path
-// starts it).
+// an abort), or whose kernel fails a call, ends the harness's wait at once,
+// not at the per-call deadline (20 s here, 60 s by default): the candidate's
+// runtime error, naming the rank and how it died; the harness group, left
+// mid-drive, is killed, and a fresh one drives the next candidate (the
+// evaluator's health-check path starts it).
 TEST_F(DriveTest, ACandidateThatDiesMidDriveIsReportedAtOnce) {
   for (const auto& [behaviour, signal] :
-       {std::pair{"serve_segv", "signal 11"}, std::pair{"serve_abort", "signal 6"}}) {
+       {std::pair{"serve_segv", "signal 11"}, std::pair{"serve_abort", "signal 6"},
+        std::pair{"serve_error", "cudaErrorIllegalAddress"}}) {
     SCOPED_TRACE(behaviour);
     auto harness = StartGroup(kWorld);
     ASSERT_TRUE(harness.ok()) << harness.status().ToString();
@@ -317,8 +318,12 @@ TEST_F(DriveTest, ACandidateThatDiesMidDriveIsReportedAtOnce) {
     EXPECT_NE(VerdictFor(f.status.kind()), Verdict::kHarnessError);
     EXPECT_EQ(candidate_->last_failure().rank, 1);
     EXPECT_EQ(candidate_->last_failure().phase, "timing");
-    EXPECT_NE(f.status.message().find("rank 1"), std::string::npos) << f.status.message();
+    EXPECT_EQ(candidate_->last_failure().failed_ranks, std::vector<int>{1});
     EXPECT_NE(f.status.message().find(signal), std::string::npos) << f.status.message();
+    if (std::string(behaviour) != "serve_error") {  // a kernel's error says only what it is
+      EXPECT_NE(f.status.message().find("candidate rank 1"), std::string::npos)
+          << f.status.message();
+    }
     EXPECT_FALSE(candidate_->alive());
 
     // The next evaluation: a fresh harness group drives a fresh candidate.
