@@ -17,7 +17,8 @@
 // serving: "serve_segv" and "serve_abort" die on their third call (a kernel
 // that crashes, or aborts, in the middle of the timed calls), "serve_error"
 // fails it as the real worker fails a kf_run that returns a CUDA error,
-// "serve_hang" stays alive and never answers its third call.
+// "serve_hang" stays alive and never answers its third call. A harness-role
+// "drive_harness_error" fails a drive at once with an error of its own.
 #include <signal.h>
 #include <unistd.h>
 
@@ -120,6 +121,11 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (op == "drive" && role == "harness" && m->fds.size() == 1) {
+      if (behaviour == "drive_harness_error") {
+        close(m->fds[0]);
+        (void)ch.Send(Failed("harness", "the harness's own CUDA call failed", rank));
+        continue;
+      }
       (void)ch.Send(Drive(m->body, m->fds[0], *control, rank));
       continue;
     }

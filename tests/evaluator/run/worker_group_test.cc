@@ -360,6 +360,25 @@ TEST_F(DriveTest, ALiveButSilentCandidateStillGetsTheDeadline) {
   EXPECT_FALSE(candidate_->alive());
 }
 
+// The harness's own failure while the candidate is alive and idle stays
+// the harness's: the candidate is heard for a second and has nothing to say.
+TEST_F(DriveTest, TheHarnesssOwnFailureIsNotPinnedOnALiveCandidate) {
+  setenv("KFORGE_WORKER_FAKE_0", "drive_harness_error", 1);
+  auto harness = StartGroup(kWorld);
+  unsetenv("KFORGE_WORKER_FAKE_0");
+  ASSERT_TRUE(harness.ok()) << harness.status().ToString();
+  ASSERT_TRUE(StartCandidate("ok"));
+  double took = 0;
+  auto driven = Drive(**harness, 5, &took);
+  ASSERT_FALSE(driven.ok());
+  EXPECT_EQ(driven.status().kind(), ErrorKind::kHarness) << driven.status().ToString();
+  const DriveFailure f = JudgeFailedDrive(*candidate_, driven.status(), "timing");
+  EXPECT_FALSE(f.served_failed);
+  EXPECT_EQ(f.status.kind(), ErrorKind::kHarness) << f.status.ToString();
+  EXPECT_EQ(VerdictFor(f.status.kind()), Verdict::kHarnessError);
+  EXPECT_FALSE(candidate_->alive());
+}
+
 // Nothing exits and every call is answered: the watch changes nothing.
 TEST_F(DriveTest, AnHonestCandidateIsDrivenToTheEnd) {
   auto harness = StartGroup(kWorld);
