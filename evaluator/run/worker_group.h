@@ -138,8 +138,9 @@ class WorkerGroup {
 // a served process's death is never reported as anything else. A process of
 // `served` that exited is its runtime error, naming the rank and how it
 // ended, whatever the driving group said; else an error `served` reports
-// (already, as StoppedServing read it, or within a second) is its own. Otherwise `driven` stands (a
-// timeout: the served group did not answer a call). `served` is killed either way.
+// (already, as StoppedServing read it, or within a second) is its own.
+// Otherwise `driven` stands (a timeout: the served group did not answer a
+// call). `served` is killed either way.
 struct DriveFailure {
   Status status;
   bool served_failed = false;  // status is served's own (served.last_failure() says more)
