@@ -213,6 +213,22 @@ Status TrustedFailed(const ServedGroup& g, const SizePlan& plan, const std::stri
           : "timing the expert at size " + plan.size.label + ": the task's expert kernel " + what);
 }
 
+// The harness's drive of `g` failed (the harness group is dead: killed by
+// its own failure, or by the watch when a served process exited). The served
+// group is judged first (JudgeFailedDrive): a candidate's death is its
+// runtime error, never a harness error; a harness rank's timeout is the
+// candidate's too (it did not answer a call). For trusted code (the
+// reference, the expert) every failure is kforge's. The next evaluation
+// starts a fresh harness group (the evaluator's health-check path), as after
+// any failure of it: a group abandoned mid-drive has ranks in barriers and
+// calls whose state nothing could vouch for, and a fault under MPS may have
+// reached its contexts.
+Status DriveFailed(EvalSession& s, ServedGroup& g, const SizePlan& plan, const Status& driven) {
+  const DriveFailure f = JudgeFailedDrive(*g.group, driven, "timing");
+  if (g.trusted()) return TrustedFailed(g, plan, "was not driven: " + f.status.message());
+  return GroupFailed(s, f.served_failed ? *g.group : *s.harness, f.status);
+}
+
 // One block of the drive: rounds over every set in a fresh random order,
 // fresh inputs and poison per round; the served group answers the calls
 // through its mailboxes. The first `warmup` calls are verified but not timed.
@@ -244,23 +260,11 @@ Status DriveBlock(EvalSession& s, ServedGroup& g, SizePlan& plan, int warmup, in
     return GroupFailed(s, served_group, st);
   std::vector<std::vector<int>> fds;
   for (auto& m : g.mailboxes) fds.push_back({m.fd()});
+  // The served group is watched while the harness drives it: a process of
+  // it that exits ends the wait at once, not at the per-call deadline.
   auto driven = s.harness->Each(std::vector<json>(s.world, drive.ToJson()), fds,
-                                s.options->timing_deadline_s, "timing");
-  if (!driven.ok()) {
-    if (g.trusted()) {
-      served_group.Kill();
-      return TrustedFailed(g, plan, "was not driven: " + driven.status().message());
-    }
-    // A harness rank's timeout is the candidate's (it did not answer a call);
-    // when its process died meanwhile, that is what it gets.
-    if (driven.status().kind() == ErrorKind::kDeadlock) {
-      auto served = served_group.Collect(1.0, "timing");
-      if (!served.ok() && served.status().kind() != ErrorKind::kDeadlock)
-        return GroupFailed(s, served_group, served.status());
-    }
-    served_group.Kill();
-    return GroupFailed(s, *s.harness, driven.status());
-  }
+                                s.options->timing_deadline_s, "timing", &served_group);
+  if (!driven.ok()) return DriveFailed(s, g, plan, driven.status());
   auto served = served_group.Collect(s.options->check_deadline_s, "timing");
   if (!served.ok()) return GroupFailed(s, served_group, served.status());
   if (profile != nullptr) *profile = (*served)[0].body;
@@ -344,7 +348,11 @@ Status TimedCalls(EvalSession& s, ServedGroup& g, SizePlan& plan, Side* out) {
 // What comes back is the candidate process's own report, so it is kept as
 // advice beside the timing (never in it), and whatever goes wrong here is
 // only the profile's failure: the verdict and its findings stay as they were.
-void ProfileCalls(EvalSession& s, SizePlan& plan) {
+// Unless it took the harness group with it (a served process that died or
+// stalled in a profiled call ends the drive): the baseline can then not be
+// timed after the candidate, and that failure is returned, so that it is
+// judged like any failed drive (the candidate's, never a harness error).
+Status ProfileCalls(EvalSession& s, SizePlan& plan) {
   const size_t checks = s.checks.size(), integrity = s.integrity.size();
   const json failure = s.failure;
   sandbox::Supervisor* sup = s.candidate.supervisor.get();
@@ -362,13 +370,14 @@ void ProfileCalls(EvalSession& s, SizePlan& plan) {
       listed.push_back(refused[i].ToString());
     if (!listed.empty()) s.profile["refused_syscalls"] = listed;
   }
+  if (!st.ok() && !s.harness->alive()) return st;
   if (!st.ok()) {
     s.checks.erase(s.checks.begin() + static_cast<std::ptrdiff_t>(checks), s.checks.end());
     s.integrity.erase(s.integrity.begin() + static_cast<std::ptrdiff_t>(integrity),
                       s.integrity.end());
     s.failure = failure;
     s.profile["skipped"] = "the profiled calls failed: " + st.message();
-    return;
+    return Status::Ok();
   }
   auto r = proto::ServeReply::Parse(reply, "reply to the profiled serve from rank 0");
   if (!r.ok()) {
@@ -381,6 +390,7 @@ void ProfileCalls(EvalSession& s, SizePlan& plan) {
     s.profile["metrics"] = m;
     s.profile["calls"] = proto::kProfilePasses;
   }
+  return Status::Ok();
 }
 
 }  // namespace
@@ -390,7 +400,7 @@ Status RunBenchSize(EvalSession& s, SizePlan& plan) {
   Status st = BenchCorrectness(s, plan);
   if (st.ok() && s.options->timing) st = TimedCalls(s, s.candidate, plan, &plan.candidate);
   if (st.ok() && s.options->timing && s.options->profile && &plan == &s.plans.back()) {
-    ProfileCalls(s, plan);
+    KF_RETURN_IF_ERROR(ProfileCalls(s, plan));
     if (!s.candidate.alive()) return Status::Ok();  // the profile's failure took the group
   }
   if (!st.ok()) {

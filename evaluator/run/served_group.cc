@@ -110,11 +110,13 @@ Status StartServed(EvalSession& s, ServedGroup& sg, const fs::path& kernel_so) {
   if (Status st = c.Post(msgs, {}, "calibration"); !st.ok()) return GroupFailed(s, c, st);
   std::vector<std::vector<int>> fds;
   for (auto& m : sg.mailboxes) fds.push_back({m.fd()});
-  auto timed = s.harness->Each(msgs, fds, dl, "calibration");
+  // Watched like a drive: a served process that exits ends the wait at once.
+  auto timed = s.harness->Each(msgs, fds, dl, "calibration", &c);
   if (!timed.ok()) {
-    // No kernel is loaded yet: whatever went wrong is kforge's.
-    c.Kill();
-    Status st = GroupFailed(s, *s.harness, timed.status());
+    // No kernel is loaded yet: whatever went wrong, a served process's
+    // death included, is kforge's.
+    const DriveFailure f = JudgeFailedDrive(c, timed.status(), "calibration");
+    Status st = GroupFailed(s, f.served_failed ? c : *s.harness, f.status);
     return Error(ErrorKind::kHarness, "calibrating the mailbox: " + st.message());
   }
   auto served = c.Collect(dl, "calibration");

@@ -156,6 +156,7 @@ Result<std::unique_ptr<WorkerGroup>> WorkerGroup::Start(const GroupOptions& opti
     g->channels_.emplace_back(pair.first);
   }
   g->alive_ = true;
+  g->early_.resize(static_cast<size_t>(options.world));
   if (g->output_) g->output_->Start();
   // Hellos (each rank created its CUDA context), then NCCL when it is used.
   g->hellos_.resize(options.world);
@@ -226,6 +227,7 @@ void WorkerGroup::Kill() {
   for (pid_t pid : pids_) waitpid(pid, nullptr, 0);
   pids_.clear();
   channels_.clear();
+  early_.clear();
   alive_ = false;
   // The ranks are dead: what they wrote is in the pipes, whole.
   if (output_) output_->Finish(milliseconds(500));
@@ -287,7 +289,72 @@ Status WorkerGroup::Post(const std::vector<nlohmann::json>& msgs,
   return Status::Ok();
 }
 
+Result<std::vector<Message>> WorkerGroup::Each(const std::vector<nlohmann::json>& msgs,
+                                               const std::vector<std::vector<int>>& fds,
+                                               double deadline_s, const std::string& phase,
+                                               WorkerGroup* watched) {
+  KF_RETURN_IF_ERROR(Post(msgs, fds, phase));
+  return Collect(deadline_s, phase, watched);
+}
+
+int WorkerGroup::ExitedRank() const {
+  for (size_t r = 0; r < pids_.size(); ++r) {
+    // WNOWAIT: the zombie stays, and with it the status DescribeExit reads.
+    siginfo_t info{};
+    if (waitid(P_PID, static_cast<id_t>(pids_[r]), &info, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+        info.si_pid == pids_[r])
+      return static_cast<int>(r);
+  }
+  return -1;
+}
+
+int WorkerGroup::StoppedServing() {
+  if (!alive_) return -1;
+  if (const int r = ExitedRank(); r >= 0) return r;
+  for (int r = 0; r < options_.world; ++r) {
+    if (!early_[r]) {
+      auto m = channels_[r].Receive(milliseconds(0));
+      if (!m.ok()) {
+        if (m.status().kind() == ErrorKind::kTimeout) continue;
+        return r;  // a closed channel: Collect sees it again and says how
+      }
+      early_[r] = std::move(m).value();
+    }
+    // A rank that is done serving says "ok" while the driver still verifies
+    // its last call; an error means the calls it has left go unanswered.
+    if (!proto::ReplyStatus(early_[r]->body, "reply").ok()) return r;
+  }
+  return -1;
+}
+
+Result<Message> WorkerGroup::Next(int r, milliseconds timeout) {
+  if (early_[r]) {
+    Message m = std::move(*early_[r]);
+    early_[r].reset();
+    return m;
+  }
+  return channels_[r].Receive(timeout);
+}
+
+Status WorkerGroup::FailExited(const std::string& phase) {
+  const int r = ExitedRank();
+  if (r < 0) return Status::Ok();
+  return Fail({phase,
+               {},
+               r,
+               options_.role + " rank " + std::to_string(r) + " " + DescribeExit(pids_[r]) +
+                   " during " + phase,
+               ErrorKind::kRuntimeError,
+               0,
+               {r}});
+}
+
 Result<std::vector<Message>> WorkerGroup::Collect(double deadline_s, const std::string& phase) {
+  return Collect(deadline_s, phase, nullptr);
+}
+
+Result<std::vector<Message>> WorkerGroup::Collect(double deadline_s, const std::string& phase,
+                                                  WorkerGroup* watched) {
   if (!alive_) return Error(ErrorKind::kHarness, "rank group is not running");
   std::vector<Message> replies(options_.world);
   std::vector<bool> done(options_.world, false);
@@ -316,7 +383,7 @@ Result<std::vector<Message>> WorkerGroup::Collect(double deadline_s, const std::
     if (std::chrono::steady_clock::now() >= deadline) break;
     for (int r = 0; r < options_.world; ++r) {
       if (done[r]) continue;
-      auto m = channels_[r].Receive(milliseconds(2));
+      auto m = Next(r, milliseconds(2));
       if (!m.ok()) {
         if (m.status().kind() == ErrorKind::kTimeout) continue;
         done[r] = true;
@@ -357,6 +424,21 @@ Result<std::vector<Message>> WorkerGroup::Collect(double deadline_s, const std::
         deadline = std::min(deadline, std::chrono::steady_clock::now() + std::chrono::seconds(2));
       }
     }
+    // One sweep takes at most 2 ms a rank: the served group's exit or error
+    // is seen within milliseconds. Once a rank of ours has failed, that is
+    // the report.
+    if (watched != nullptr && !first_error && remaining > 0) {
+      if (const int gone = watched->StoppedServing(); gone >= 0) {
+        return Fail({phase,
+                     {},
+                     -1,
+                     "abandoned " + phase + ": " + watched->options().role + " rank " +
+                         std::to_string(gone) +
+                         ", whose calls this group drives, has exited or reported an error",
+                     ErrorKind::kCancelled,
+                     deadline_s});
+      }
+    }
   }
   if (!first_error && !cancelled.empty()) {
     // "Cancelled" answers an abort we raised; said unprompted, it is a
@@ -385,6 +467,20 @@ Result<std::vector<Message>> WorkerGroup::Collect(double deadline_s, const std::
     return Fail(f);
   }
   return replies;
+}
+
+DriveFailure JudgeFailedDrive(WorkerGroup& served, const Status& driven, const std::string& phase) {
+  Status own = served.FailExited(phase);
+  // Whatever the driving rank said (a timeout, or a CUDA error of its own:
+  // under MPS a kernel's fatal fault reaches every client on the GPU), what
+  // the served group reports meanwhile comes first.
+  if (own.ok() && served.alive()) {
+    auto r = served.Collect(1.0, phase);
+    if (!r.ok() && r.status().kind() != ErrorKind::kDeadlock) own = r.status();
+  }
+  served.Kill();
+  if (!own.ok()) return {own, true};
+  return {driven, false};
 }
 
 }  // namespace kforge::eval

@@ -8,10 +8,12 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <filesystem>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -75,6 +77,32 @@ class WorkerGroup {
   Status Post(const std::vector<nlohmann::json>& msgs, const std::vector<std::vector<int>>& fds,
               const std::string& phase);
   Result<std::vector<Message>> Collect(double deadline_s, const std::string& phase);
+  // The same, while these ranks drive `watched` (the served group whose
+  // calls they time through its mailboxes): when `watched` stops serving
+  // (StoppedServing: a process exits, by a crash, an abort or a kill by the
+  // sandbox, or a rank reports its kernel's error), the wait ends within
+  // milliseconds instead of at the deadline, since the drive's next call can
+  // no longer be answered. This group is then killed (its ranks may be left
+  // mid-drive, waiting on a dead peer's mailbox or in a barrier) and the
+  // status is kCancelled; `watched` is left as it is, for JudgeFailedDrive
+  // to say which rank stopped and why. Whose failure that is depends on who
+  // runs in `watched`: the caller's decision.
+  Result<std::vector<Message>> Collect(double deadline_s, const std::string& phase,
+                                       WorkerGroup* watched);
+  Result<std::vector<Message>> Each(const std::vector<nlohmann::json>& msgs,
+                                    const std::vector<std::vector<int>>& fds, double deadline_s,
+                                    const std::string& phase, WorkerGroup* watched);
+  // The lowest rank whose process has exited, without reaping it (how it
+  // ended stays for FailExited); -1 while every rank's process lives.
+  int ExitedRank() const;
+  // Non-blocking: the lowest rank that can no longer serve a drive (its
+  // process exited, or it replied with an error before the drive was over),
+  // or -1. A reply read here is kept for the next Collect.
+  int StoppedServing();
+  // When a rank's process has exited: the group is killed, last_failure()
+  // names that rank and how it ended ("crashed (signal 11, ...)"), and the
+  // status is kRuntimeError. Ok (and nothing done) while every rank lives.
+  Status FailExited(const std::string& phase);
   // Raises the group's abort flag (its ranks' waits end with kCancelled).
   void Abort();
   const std::vector<pid_t>& pids() const { return pids_; }
@@ -91,6 +119,8 @@ class WorkerGroup {
  private:
   WorkerGroup() = default;
   Status Fail(GroupFailure f);
+  // Rank r's next reply: one StoppedServing read first, else the channel's.
+  Result<Message> Next(int r, std::chrono::milliseconds timeout);
 
   GroupOptions options_;
   std::unique_ptr<OutputDrain> output_;  // capture_output only
@@ -98,9 +128,24 @@ class WorkerGroup {
   std::vector<Channel> channels_;
   ControlBlock control_;
   std::vector<nlohmann::json> hellos_;
+  std::vector<std::optional<Message>> early_;  // [rank], read by StoppedServing
   GroupFailure failure_;
   bool alive_ = false;
 };
+
+// After a drive of `served` failed with `driven` (from Each/Collect with
+// `served` watched; the driving group is dead): whose failure it is, so that
+// a served process's death is never reported as anything else. A process of
+// `served` that exited is its runtime error, naming the rank and how it
+// ended, whatever the driving group said; else an error `served` reports
+// (already, as StoppedServing read it, or within a second) is its own.
+// Otherwise `driven` stands (a timeout: the served group did not answer a
+// call). `served` is killed either way.
+struct DriveFailure {
+  Status status;
+  bool served_failed = false;  // status is served's own (served.last_failure() says more)
+};
+DriveFailure JudgeFailedDrive(WorkerGroup& served, const Status& driven, const std::string& phase);
 
 // Starts a private MPS control daemon (so several rank processes on one GPU
 // run concurrently and cross-process spin barriers take microseconds, not

@@ -7,16 +7,88 @@
 // "claim_cancelled" and "claim_deadlock" answer with an error of that kind
 // (what a kernel that writes the worker's reply could claim); "not_object"
 // answers with a JSON array.
+//
+// The timing path, through a real mailbox: a harness-role fake given
+// {"op": "drive", "calls": n, "call_deadline_s": s} and a mailbox descriptor
+// posts n calls one after the other and waits for each answer, as the real
+// harness does, replying with a timeout (kind deadlock) when one is not
+// answered in time; a candidate-role fake given {"op": "serve", "calls": n}
+// answers the calls on its mailbox (fd 5). Candidate behaviours while
+// serving: "serve_segv" and "serve_abort" die on their third call (a kernel
+// that crashes, or aborts, in the middle of the timed calls), "serve_error"
+// fails it as the real worker fails a kf_run that returns a CUDA error,
+// "serve_hang" stays alive and never answers its third call. A harness-role
+// "drive_harness_error" fails a drive at once with an error of its own.
 #include <signal.h>
 #include <unistd.h>
 
 #include <cstdlib>
+#include <optional>
 #include <string>
 
 #include "protocol/channel.h"
+#include "protocol/control_block.h"
+#include "protocol/mailbox.h"
 #include "protocol/messages.h"
 
 extern char** environ;
+
+namespace {
+
+using kforge::eval::ControlBlock;
+using kforge::eval::proto::Mailbox;
+using nlohmann::json;
+
+json Failed(const std::string& kind, const std::string& error, int rank) {
+  return {{"ok", false}, {"kind", kind}, {"error", error}, {"rank", rank}};
+}
+
+// The harness's side of a drive: one call at a time, each answered in time.
+json Drive(const json& body, int fd, const ControlBlock& control, int rank) {
+  auto box = Mailbox::Attach(fd);
+  if (!box.ok()) return Failed("harness", box.status().message(), rank);
+  const int calls = body.value("calls", 0);
+  const double deadline_s = body.value("call_deadline_s", 1.0);
+  for (int k = 1; k <= calls; ++k) {
+    const auto seq = static_cast<uint64_t>(k);
+    box->Post(seq, 0);
+    auto deadline = std::chrono::steady_clock::now() +
+                    std::chrono::microseconds(static_cast<int64_t>(deadline_s * 1e6));
+    auto answer = box->WaitAnswer(seq, deadline, &control.shared()->abort);
+    if (!answer.ok())
+      return Failed(
+          answer.status().kind() == kforge::ErrorKind::kDeadlock ? "deadlock" : "cancelled",
+          answer.status().message(), rank);
+  }
+  return {{"ok", true}, {"calls", calls}, {"rank", rank}};
+}
+
+// The served side: answers `calls` calls, misbehaving on the third.
+json Serve(const json& body, Mailbox& box, const ControlBlock& control,
+           const std::string& behaviour, int rank) {
+  uint64_t last = 0;
+  for (int k = 1; k <= body.value("calls", 0); ++k) {
+    auto cmd = box.WaitCommand(last, &control.shared()->abort);
+    if (!cmd.ok()) return Failed("cancelled", cmd.status().message(), rank);
+    if (cmd->stop) break;
+    last = cmd->seq;
+    if (k == 3 && behaviour == "serve_segv") raise(SIGSEGV);
+    if (k == 3 && behaviour == "serve_abort") abort();
+    if (k == 3 && behaviour == "serve_error") {
+      // What the real worker does when kf_run fails: the call is answered as
+      // failed, and the serve ends with the kernel's error.
+      box.Answer(cmd->seq, 1, 0);
+      return Failed("runtime_error", "kf_run: CUDA error cudaErrorIllegalAddress", rank);
+    }
+    if (k == 3 && behaviour == "serve_hang") {
+      while (true) pause();
+    }
+    box.Answer(cmd->seq, 0, 1.0);
+  }
+  return {{"ok", true}, {"rank", rank}};
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   int rank = 0;
@@ -33,12 +105,33 @@ int main(int argc, char** argv) {
   hello.rank = rank;
   hello.pid = static_cast<int>(getpid());
   if (!ch.Send(hello.ToJson()).ok()) return 1;
+  auto control = ControlBlock::Attach(4);
+  if (!control.ok()) return 1;
+  std::optional<Mailbox> mailbox;
+  if (role == "candidate") {
+    auto box = Mailbox::Attach(5);
+    if (box.ok()) mailbox = std::move(*box);
+  }
   while (true) {
     auto m = ch.Receive(std::chrono::hours(1));
     if (!m.ok()) return 0;
-    if (m->body.value("op", "") == "exit") {
+    const std::string op = m->body.value("op", "");
+    if (op == "exit") {
       (void)ch.Send({{"ok", true}});
       return 0;
+    }
+    if (op == "drive" && role == "harness" && m->fds.size() == 1) {
+      if (behaviour == "drive_harness_error") {
+        close(m->fds[0]);
+        (void)ch.Send(Failed("harness", "the harness's own CUDA call failed", rank));
+        continue;
+      }
+      (void)ch.Send(Drive(m->body, m->fds[0], *control, rank));
+      continue;
+    }
+    if (op == "serve" && mailbox) {
+      (void)ch.Send(Serve(m->body, *mailbox, *control, behaviour, rank));
+      continue;
     }
     if (behaviour == "hang") {
       while (true) pause();

@@ -219,6 +219,41 @@ TEST_F(GpuEvalTest, CrashNamesTheRank) {
   EXPECT_NE(std::find(ranks.begin(), ranks.end(), 1), ranks.end()) << doc.dump(2);
 }
 
+// A kernel that dies in the middle of its timed calls (SIGSEGV, abort) is
+// reported as soon as its process is gone, not after the harness's per-call
+// deadline: the coordinator watches the served group while the harness
+// drives it. The deadline is set far above what the whole evaluation takes,
+// so that waiting for it could not pass; the verdict is the candidate's
+// runtime_error naming the rank and the signal, and the next evaluation gets
+// a fresh, working harness group.
+TEST_F(GpuEvalTest, AKernelThatDiesDuringTimedCallsIsReportedAtOnce) {
+  const Task& t = Find("allreduce");
+  for (const auto& [file, signal] : {std::pair{"crash_in_timed_calls.cu", "signal 11"},
+                                     std::pair{"abort_in_timed_calls.cu", "signal 6"}}) {
+    SCOPED_TRACE(file);
+    EvalOptions o;
+    o.bench_sizes = {t.bench_sizes.front().label};
+    o.check_deadline_s = 240;
+    auto t0 = std::chrono::steady_clock::now();
+    auto doc = Eval(t, std::filesystem::path(KFORGE_ADVERSARIAL_KERNELS) / file, 2, o);
+    const double took =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("%-26s %s after %.1f s (the whole evaluation; check_deadline_s = %.0f s): %s\n",
+                file, doc.value("status", "").c_str(), took, o.check_deadline_s,
+                doc.value("message", "").substr(0, 160).c_str());
+    ASSERT_EQ(doc.value("status", ""), "runtime_error") << RenderEvalReport(doc);
+    EXPECT_EQ(doc["error"].value("phase", ""), "timing") << doc["error"].dump();
+    EXPECT_EQ(doc["error"].value("rank", -1), 1) << doc["error"].dump();
+    EXPECT_NE(doc.value("message", "").find(signal), std::string::npos) << doc.value("message", "");
+    EXPECT_LT(took, o.check_deadline_s / 4);
+    EvalOptions quick;
+    quick.timing = false;
+    quick.trusted = true;
+    auto next = Eval(t, t.reference, 2, quick);
+    EXPECT_EQ(next.value("status", ""), "passed") << RenderEvalReport(next);
+  }
+}
+
 TEST_F(GpuEvalTest, BaselineAgainstItselfTimesStably) {
   const Task& t = Find("allreduce");
   EvalOptions o;

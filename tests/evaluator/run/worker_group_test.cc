@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 
 #include "kforge/core/eval_doc.h"
@@ -230,6 +231,166 @@ TEST_F(WorkerGroupTest, AHarnessRankBlamesTheKernelOnlyForWhatTheKernelDid) {
   auto unprompted = (*c)->All({{"op", "drive"}}, 10, "timing");
   ASSERT_FALSE(unprompted.ok()) << "a cancellation nobody asked for passed as a reply";
   EXPECT_EQ(unprompted.status().kind(), ErrorKind::kHarness);
+}
+
+// A harness group driving a candidate group's calls through real mailboxes
+// (the fake worker's "drive" and "serve"), as DriveBlock does; `behaviour`
+// is the candidate's rank 1.
+class DriveTest : public WorkerGroupTest {
+ protected:
+  static constexpr int kWorld = 2;
+  static constexpr int kCalls = 8;
+
+  // Starts the candidate group; false (with a failure recorded) if it did not start.
+  bool StartCandidate(const std::string& behaviour) {
+    mailboxes_.clear();
+    GroupOptions o;
+    o.worker_path = KFORGE_FAKE_WORKER;
+    o.role = "candidate";
+    o.world = kWorld;
+    o.devices.assign(kWorld, 0);
+    o.emulated = true;
+    o.start_deadline_s = 10;
+    o.env["KFORGE_WORKER_FAKE_1"] = behaviour;  // the candidate's ranks only
+    for (int r = 0; r < kWorld; ++r) {
+      auto m = proto::Mailbox::Create();
+      EXPECT_TRUE(m.ok());
+      if (!m.ok()) return false;
+      o.mailbox_fds.push_back(m->fd());
+      mailboxes_.push_back(std::move(*m));
+    }
+    auto g = WorkerGroup::Start(o);
+    EXPECT_TRUE(g.ok()) << g.status().ToString();
+    if (!g.ok()) return false;
+    candidate_ = std::move(g).value();
+    return true;
+  }
+
+  // Posts the serve, then drives it from `harness` with the served group
+  // watched; `took` is how long the harness's wait lasted.
+  Result<std::vector<Message>> Drive(WorkerGroup& harness, double call_deadline_s, double* took) {
+    const nlohmann::json serve = {{"op", "serve"}, {"calls", kCalls}};
+    KF_RETURN_IF_ERROR(candidate_->Post(std::vector<nlohmann::json>(kWorld, serve), {}, "timing"));
+    const nlohmann::json drive = {
+        {"op", "drive"}, {"calls", kCalls}, {"call_deadline_s", call_deadline_s}};
+    std::vector<std::vector<int>> fds;
+    for (auto& m : mailboxes_) fds.push_back({m.fd()});
+    auto t0 = std::chrono::steady_clock::now();
+    auto driven = harness.Each(std::vector<nlohmann::json>(kWorld, drive), fds,
+                               /*deadline_s=*/30, "timing", candidate_.get());
+    *took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return driven;
+  }
+
+  std::vector<proto::Mailbox> mailboxes_;
+  std::unique_ptr<WorkerGroup> candidate_;
+};
+
+// A candidate process that dies in the middle of the timed calls (a crash,
+// an abort), or whose kernel fails a call, ends the harness's wait at once,
+// not at the per-call deadline (20 s here, 60 s by default): the candidate's
+// runtime error, naming the rank and how it died; the harness group, left
+// mid-drive, is killed, and a fresh one drives the next candidate (the
+// evaluator's health-check path starts it).
+TEST_F(DriveTest, ACandidateThatDiesMidDriveIsReportedAtOnce) {
+  for (const auto& [behaviour, signal] :
+       {std::pair{"serve_segv", "signal 11"}, std::pair{"serve_abort", "signal 6"},
+        std::pair{"serve_error", "cudaErrorIllegalAddress"}}) {
+    SCOPED_TRACE(behaviour);
+    auto harness = StartGroup(kWorld);
+    ASSERT_TRUE(harness.ok()) << harness.status().ToString();
+    ASSERT_TRUE(StartCandidate(behaviour));
+    double took = 0;
+    auto t0 = std::chrono::steady_clock::now();
+    auto driven = Drive(**harness, /*call_deadline_s=*/20, &took);
+    ASSERT_FALSE(driven.ok());
+    EXPECT_EQ(driven.status().kind(), ErrorKind::kCancelled) << driven.status().ToString();
+    EXPECT_FALSE((*harness)->alive()) << "a harness group abandoned mid-drive must not be reused";
+    const DriveFailure f = JudgeFailedDrive(*candidate_, driven.status(), "timing");
+    const double total =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("[ %s ] the harness's wait ended after %.3f s, the verdict after %.3f s\n",
+                behaviour, took, total);
+    EXPECT_LT(took, 0.5);
+    EXPECT_LT(total, 1.0);
+    EXPECT_TRUE(f.served_failed);
+    EXPECT_EQ(f.status.kind(), ErrorKind::kRuntimeError) << f.status.ToString();
+    EXPECT_NE(VerdictFor(f.status.kind()), Verdict::kHarnessError);
+    EXPECT_EQ(candidate_->last_failure().rank, 1);
+    EXPECT_EQ(candidate_->last_failure().phase, "timing");
+    EXPECT_EQ(candidate_->last_failure().failed_ranks, std::vector<int>{1});
+    EXPECT_NE(f.status.message().find(signal), std::string::npos) << f.status.message();
+    if (std::string(behaviour) != "serve_error") {  // a kernel's error says only what it is
+      EXPECT_NE(f.status.message().find("candidate rank 1"), std::string::npos)
+          << f.status.message();
+    }
+    EXPECT_FALSE(candidate_->alive());
+
+    // The next evaluation: a fresh harness group drives a fresh candidate.
+    auto next = StartGroup(kWorld);
+    ASSERT_TRUE(next.ok()) << next.status().ToString();
+    ASSERT_TRUE(StartCandidate("ok"));
+    auto again = Drive(**next, 20, &took);
+    ASSERT_TRUE(again.ok()) << again.status().ToString();
+    EXPECT_EQ((*again)[1].body["calls"], kCalls);
+    auto served = candidate_->Collect(5, "timing");
+    EXPECT_TRUE(served.ok()) << served.status().ToString();
+  }
+}
+
+// A candidate that stays alive but does not answer a call still gets the
+// harness's own deadline, as before the watch: a timeout, with the harness
+// rank that waited named.
+TEST_F(DriveTest, ALiveButSilentCandidateStillGetsTheDeadline) {
+  auto harness = StartGroup(kWorld);
+  ASSERT_TRUE(harness.ok()) << harness.status().ToString();
+  ASSERT_TRUE(StartCandidate("serve_hang"));
+  double took = 0;
+  auto driven = Drive(**harness, /*call_deadline_s=*/0.5, &took);
+  ASSERT_FALSE(driven.ok());
+  EXPECT_EQ(driven.status().kind(), ErrorKind::kDeadlock) << driven.status().ToString();
+  EXPECT_GE(took, 0.5);
+  EXPECT_LT(took, 5.0);
+  EXPECT_EQ(candidate_->ExitedRank(), -1);
+  const DriveFailure f = JudgeFailedDrive(*candidate_, driven.status(), "timing");
+  EXPECT_FALSE(f.served_failed);
+  EXPECT_EQ(f.status.kind(), ErrorKind::kDeadlock);
+  EXPECT_EQ(VerdictFor(f.status.kind()), Verdict::kTimeout);
+  EXPECT_EQ((*harness)->last_failure().rank, 1);
+  EXPECT_FALSE(candidate_->alive());
+}
+
+// The harness's own failure while the candidate is alive and idle stays
+// the harness's: the candidate is heard for a second and has nothing to say.
+TEST_F(DriveTest, TheHarnesssOwnFailureIsNotPinnedOnALiveCandidate) {
+  setenv("KFORGE_WORKER_FAKE_0", "drive_harness_error", 1);
+  auto harness = StartGroup(kWorld);
+  unsetenv("KFORGE_WORKER_FAKE_0");
+  ASSERT_TRUE(harness.ok()) << harness.status().ToString();
+  ASSERT_TRUE(StartCandidate("ok"));
+  double took = 0;
+  auto driven = Drive(**harness, 5, &took);
+  ASSERT_FALSE(driven.ok());
+  EXPECT_EQ(driven.status().kind(), ErrorKind::kHarness) << driven.status().ToString();
+  const DriveFailure f = JudgeFailedDrive(*candidate_, driven.status(), "timing");
+  EXPECT_FALSE(f.served_failed);
+  EXPECT_EQ(f.status.kind(), ErrorKind::kHarness) << f.status.ToString();
+  EXPECT_EQ(VerdictFor(f.status.kind()), Verdict::kHarnessError);
+  EXPECT_FALSE(candidate_->alive());
+}
+
+// Nothing exits and every call is answered: the watch changes nothing.
+TEST_F(DriveTest, AnHonestCandidateIsDrivenToTheEnd) {
+  auto harness = StartGroup(kWorld);
+  ASSERT_TRUE(harness.ok()) << harness.status().ToString();
+  ASSERT_TRUE(StartCandidate("ok"));
+  double took = 0;
+  auto driven = Drive(**harness, 5, &took);
+  ASSERT_TRUE(driven.ok()) << driven.status().ToString();
+  for (int r = 0; r < kWorld; ++r) EXPECT_EQ((*driven)[r].body["calls"], kCalls);
+  EXPECT_TRUE((*harness)->alive());
+  auto served = candidate_->Collect(5, "timing");
+  EXPECT_TRUE(served.ok()) << served.status().ToString();
 }
 
 TEST_F(WorkerGroupTest, MissingWorkerBinaryIsAClearError) {
