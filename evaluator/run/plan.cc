@@ -1,5 +1,7 @@
 // Planning an evaluation and the harness group's part of it: the sizes, the
 // arenas and the baseline (docs/methodology.md).
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <filesystem>
 
@@ -73,17 +75,31 @@ Status PrepareHarness(EvalSession& s, const std::filesystem::path& baseline) {
   }
   const double dl = s.options->setup_deadline_s;
   WorkerGroup& h = *s.harness;
-  KF_ASSIGN_OR_RETURN(auto allocated, Exchange(s, h, alloc.ToJson(), dl, "setup"));
+  // No candidate code exists yet: whatever fails here is kforge's (most often
+  // sizes that do not fit the GPU, above all when ranks share one), never the
+  // kernel's.
+  auto allocated = Exchange(s, h, alloc.ToJson(), dl, "setup");
+  if (!allocated.ok()) {
+    const double gib = static_cast<double>(alloc.private_bytes + alloc.candidate_bytes) /
+                       static_cast<double>(1ull << 30);
+    return Error(ErrorKind::kHarness,
+                 fmt::format("the harness could not allocate {:.1f} GiB per rank for the "
+                             "evaluation's sizes ({} ranks{}): {} (evaluate fewer or smaller bench "
+                             "sizes with --bench-size, or on more GPUs)",
+                             gib, s.world, s.emulated ? " sharing one GPU" : "",
+                             allocated.status().message()));
+  }
   proto::PeersRequest peers;
   for (int r = 0; r < s.world; ++r) {
     KF_ASSIGN_OR_RETURN(
         proto::AllocReply a,
-        proto::AllocReply::Parse(allocated[r].body, "alloc reply of rank " + std::to_string(r)));
+        proto::AllocReply::Parse((*allocated)[r].body, "alloc reply of rank " + std::to_string(r)));
     peers.private_handles.push_back(a.private_handle);
     peers.candidate_handles.push_back(a.candidate_handle);
   }
   s.candidate_handles = peers.candidate_handles;
-  KF_RETURN_IF_ERROR(Exchange(s, h, peers.ToJson(), dl, "setup").status());
+  if (Status st = Exchange(s, h, peers.ToJson(), dl, "setup").status(); !st.ok())
+    return Error(ErrorKind::kHarness, "mapping the ranks' memory: " + st.message());
   auto loaded =
       h.All(proto::PathRequest{baseline.string()}.ToJson(proto::op::kLoadBaseline), dl, "load");
   if (!loaded.ok()) {
