@@ -104,9 +104,11 @@ Status RunSession(EvalSession& s, Attempt& a, const Objects& objects) {
     }
     if (st.ok()) st = BaselinesTimed(s, true);
     a.Mark("baseline_after");
-    if (st.ok() && !s.expert_report.is_null() && s.expert_report.contains("kernel")) {
+    if (st.ok() && ExpertToTime(*s.task, *s.options)) {
       TimeExpert(s, objects.expert);
       a.Mark("expert");
+    } else if (st.ok() && !s.options->expert && s.expert_report.contains("kernel")) {
+      s.expert_report["skipped"] = "left out (--no-expert)";
     }
     if (st.ok()) FinishTiming(s);
   }
