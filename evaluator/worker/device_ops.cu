@@ -241,9 +241,15 @@ Status MeasureFlagRoundTrip(int a, int b, int rounds, double* median_us) {
   KF_CUDA(cudaMallocManaged(&times, sizeof(unsigned long long) * static_cast<size_t>(rounds)));
   KF_CUDA(cudaMallocManaged(&failed, sizeof(int)));
   *failed = 0;
-  Status st = Status::Ok();
-  auto check = [&st](cudaError_t e, const char* what) {
-    if (st.ok() && e != cudaSuccess) st = CudaStatus(e, what);
+  // The first CUDA error, kept while the rest is still freed.
+  cudaError_t first = cudaSuccess;
+  const char* first_what = "";
+  auto ok = [&first] { return first == cudaSuccess; };
+  auto check = [&](cudaError_t e, const char* what) {
+    if (ok() && e != cudaSuccess) {
+      first = e;
+      first_what = what;
+    }
   };
   if (a == b) {
     PingPongKernel<<<2, 32>>>(ping, pong, rounds, 0, times, failed);
@@ -254,7 +260,7 @@ Status MeasureFlagRoundTrip(int a, int b, int rounds, double* median_us) {
     check(cudaStreamCreateWithFlags(&sa, cudaStreamNonBlocking), "cudaStreamCreate");
     KF_CUDA(cudaSetDevice(b));
     check(cudaStreamCreateWithFlags(&sb, cudaStreamNonBlocking), "cudaStreamCreate");
-    if (st.ok()) {
+    if (ok()) {
       PingPongKernel<<<1, 32, 0, sb>>>(ping, pong, rounds, 1, times, failed);
       check(cudaGetLastError(), "PingPongKernel");
       check(cudaSetDevice(a), "cudaSetDevice");
@@ -268,8 +274,8 @@ Status MeasureFlagRoundTrip(int a, int b, int rounds, double* median_us) {
     check(cudaSetDevice(a), "cudaSetDevice");
     if (sa) check(cudaStreamDestroy(sa), "cudaStreamDestroy");
   }
-  if (st.ok() && *failed) st = Error(ErrorKind::kInternal, "a flag round trip did not complete");
-  if (st.ok()) {
+  const bool timed_out = ok() && *failed != 0;
+  if (ok() && !timed_out) {
     std::vector<double> us;
     // The first rounds warm the path (TLBs, the peer mapping); they are left out.
     for (int i = rounds / 8; i < rounds; ++i) us.push_back(static_cast<double>(times[i]) / 1e3);
@@ -279,10 +285,12 @@ Status MeasureFlagRoundTrip(int a, int b, int rounds, double* median_us) {
   check(cudaFree(times), "cudaFree");
   check(cudaFree(failed), "cudaFree");
   check(cudaFree(pong), "cudaFree");
-  KF_CUDA(cudaSetDevice(b));
+  check(cudaSetDevice(b), "cudaSetDevice");
   check(cudaFree(ping), "cudaFree");
-  KF_CUDA(cudaSetDevice(a));
-  return st;
+  check(cudaSetDevice(a), "cudaSetDevice");
+  if (!ok()) return CudaStatus(first, first_what);
+  if (timed_out) return Error(ErrorKind::kInternal, "a flag round trip did not complete");
+  return Status::Ok();
 }
 
 }  // namespace kforge::worker
