@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <future>
+#include <map>
 
 #include "compile/policy.h"
 #include "kforge/core/fs.h"
@@ -157,6 +158,11 @@ class RealEvaluator final : public Evaluator {
     s.reference_object = objects.reference;
     s.expert_report = ExpertStatement(task);
     Status st = RunSession(s, a, objects);
+    // An expert object that failed its timed calls is not tried again by this
+    // evaluator: each try costs a harness group, and trusted code that failed
+    // once will fail again.
+    if (!objects.expert.object.empty() && s.expert_report.contains("skipped"))
+      failed_experts_[objects.expert.object] = s.expert_report["skipped"].get<std::string>();
     a.FinishFrom(s, st);
     return a.doc();
   }
@@ -237,6 +243,10 @@ class RealEvaluator final : public Evaluator {
         expert_object.error = "cannot read " + task.expert->kernel.string();
       } else if (!expert_compiled.status.ok()) {
         expert_object.error = "it does not compile: " + expert_compiled.status.message();
+      } else if (auto failed = failed_experts_.find(expert_compiled.shared_object);
+                 failed != failed_experts_.end()) {
+        expert_object.error =
+            "failed earlier in this evaluator, not tried again: " + failed->second;
       } else {
         expert_object.object = expert_compiled.shared_object;
       }
@@ -349,6 +359,7 @@ class RealEvaluator final : public Evaluator {
   std::filesystem::path worker_;
   CompilerSlot candidate_compiler_, trusted_compiler_;
   BaselineCache baselines_;
+  std::map<std::filesystem::path, std::string> failed_experts_;  // object -> why it was skipped
   std::optional<HardwareCard> card_;
   // Declared before group_: the workers (MPS clients) exit before the daemon.
   std::unique_ptr<MpsDaemon> mps_;
