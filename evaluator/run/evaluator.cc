@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <future>
 #include <map>
+#include <optional>
 
 #include "compile/policy.h"
 #include "kforge/core/fs.h"
@@ -196,22 +197,21 @@ class RealEvaluator final : public Evaluator {
     // (trusted, under the candidates' policy) after the reference, by its compiler.
     Compiler& trusted = CompilerFor(options, true);
     const bool expert = ExpertToTime(task, options);
-    std::string expert_source;
+    std::optional<CompileJob> expert_job;
     if (expert) {
-      auto read = ReadFile(task.expert->kernel);
-      expert_source = read.ok() ? *read : "";
+      if (auto read = ReadFile(task.expert->kernel); read.ok() && !read->empty()) {
+        expert_job = CompileJob{
+            *read,
+            task.key + "/" + fs::relative(task.expert->kernel, task.dir).generic_string(),
+            arch,
+            LibrariesFor(*read, task.policy, false),
+            {}};
+      }
     }
-    const CompileJob expert_job{
-        expert_source,
-        task.key + "/" +
-            fs::relative(task.expert ? task.expert->kernel : fs::path(), task.dir).generic_string(),
-        arch,
-        LibrariesFor(expert_source, task.policy, false),
-        {}};
     CompileResult expert_compiled;
     auto reference_done = std::async(std::launch::async, [&] {
       CompileResult r = trusted.Compile(reference_job);
-      if (expert && !expert_source.empty()) expert_compiled = trusted.Compile(expert_job);
+      if (expert_job) expert_compiled = trusted.Compile(*expert_job);
       return r;
     });
     std::vector<CompileResult> compiled;
@@ -239,7 +239,7 @@ class RealEvaluator final : public Evaluator {
     }
     ExpertObject expert_object;
     if (expert) {
-      if (expert_source.empty()) {
+      if (!expert_job) {
         expert_object.error = "cannot read " + task.expert->kernel.string();
       } else if (!expert_compiled.status.ok()) {
         expert_object.error = "it does not compile: " + expert_compiled.status.message();

@@ -26,7 +26,9 @@ bool ExpertToTime(const Task& task, const EvalOptions& options);
 // Times (or reuses) the expert at every bench size with a timed baseline; a
 // failure is written into s.expert_report ("skipped") and changes nothing else.
 void TimeExpert(EvalSession& s, const ExpertObject& expert);
-// The "expert" object of a timing entry (null when it was not timed there).
-nlohmann::json ExpertEntry(const SizePlan& plan, const TimingStats& candidate);
+// The "expert" object of a timing entry (null when it was not timed there),
+// beside the baseline's and the candidate's statistics at that size.
+nlohmann::json ExpertEntry(const SizePlan& plan, const TimingStats& baseline,
+                           const TimingStats& candidate);
 
 }  // namespace kforge::eval

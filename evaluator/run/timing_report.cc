@@ -147,7 +147,7 @@ void FinishTiming(EvalSession& s) {
         {"busbw_gbps", c > 0 ? p.perf_bytes / (c * 1e-6) / 1e9 * p.busbw_factor : 0},
         {"baseline_busbw_gbps", b > 0 ? p.perf_bytes / (b * 1e-6) / 1e9 * p.busbw_factor : 0},
         {"roofline", roofline},
-        {"expert", ExpertEntry(plan, cand)},
+        {"expert", ExpertEntry(plan, base, cand)},
         {"warnings", warnings}};
     s.timing.push_back(std::move(entry));
   }

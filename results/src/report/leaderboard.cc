@@ -33,6 +33,13 @@ std::string Num(std::optional<double> v, int digits) {
   return v ? fmt::format("{:.{}f}", *v, digits) : "";
 }
 
+// Whether any row's tasks had their expert kernel timed: the expert columns
+// and their note appear only then.
+bool AnyExpert(const Leaderboard& board) {
+  return std::any_of(board.rows.begin(), board.rows.end(),
+                     [](const GroupMetrics& r) { return r.expert_problems > 0; });
+}
+
 }  // namespace
 
 LeaderboardTable BuildLeaderboardTable(const Leaderboard& board, bool human) {
@@ -47,8 +54,7 @@ LeaderboardTable BuildLeaderboardTable(const Leaderboard& board, bool human) {
   for (int k : ks) t.header.push_back(fmt::format("fast1@{}", k));
   t.header.insert(t.header.end(), {"geomean_correct", "geomean_all"});
   // Against the tasks' expert kernels, where any was timed (docs/results.md).
-  const bool experts = std::any_of(board.rows.begin(), board.rows.end(),
-                                   [](const GroupMetrics& r) { return r.expert_problems > 0; });
+  const bool experts = AnyExpert(board);
   if (experts) t.header.insert(t.header.end(), {"expert_problems", "human_parity", "vs_expert"});
   t.header.insert(t.header.end(),
                   {"tokens_per_solved", "usd_per_solved", "usd_total", "wall_h", "not_evaluated"});
@@ -182,8 +188,7 @@ std::string RenderMarkdown(const Leaderboard& board) {
       "every problem, an incorrect one counted as 1.0x. Rows marked `emulated` ran with ranks "
       "sharing a GPU: "
       "their timings are not NVLink timings and are kept apart.\n";
-  if (std::any_of(board.rows.begin(), board.rows.end(),
-                  [](const GroupMetrics& r) { return r.expert_problems > 0; })) {
+  if (AnyExpert(board)) {
     out +=
         "\nexpert_problems: problems whose task has an expert kernel (the best known human "
         "kernel, timed beside the baseline); human_parity: share of them with a correct sample at "
