@@ -44,6 +44,7 @@ __global__ void CatSequence(const U* stage, U* y, Shards sh, int64_t batch, int6
 template <typename U>
 int Cat(const void* stage, void* y, const Shards& sh, int64_t batch, int64_t c, cudaStream_t s) {
   const int64_t rows = batch * sh.off[sh.world];
+  if (rows == 0 || c == 0) return 0;  // nothing to move (W = 1 with an empty shard)
   const unsigned tx = c >= 256 ? 256 : static_cast<unsigned>((c + 31) / 32 * 32), ty = 256 / tx;
   const int64_t gx = (c + tx - 1) / tx < 64 ? (c + tx - 1) / tx : 64;
   const int64_t gy = (rows + ty - 1) / ty < 65535 ? (rows + ty - 1) / ty : 65535;
