@@ -15,6 +15,7 @@
 #include "candidate.h"
 #include "harness.h"
 #include "probe.h"
+#include "protocol/wait.h"
 #include "sandbox/sandbox.h"
 #include "sandbox/self_test.h"
 
@@ -84,6 +85,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   g_rank = args.rank;
+  // Spin while waiting for a peer only where every rank's two processes have a core.
+  kforge::eval::proto::SetSpinLimit(
+      kforge::eval::proto::SpinLimitFor(args.world, kforge::eval::proto::UsableCpus()));
   if (args.role == "candidate") {
     if (args.mailbox_fd < 0 || args.candidate_dir.empty()) {
       std::fprintf(stderr, "kforge-worker: a candidate needs --mailbox-fd and --candidate-dir\n");

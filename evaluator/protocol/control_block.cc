@@ -1,13 +1,13 @@
 #include "protocol/control_block.h"
 
-#include <sched.h>
 #include <sys/mman.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <new>
+
+#include "protocol/wait.h"
 
 namespace kforge::eval {
 
@@ -65,27 +65,30 @@ ControlBlock& ControlBlock::operator=(ControlBlock&& other) noexcept {
 namespace {
 
 // A sense-reversing barrier over `size` arrivals on (count, generation).
-// Spins briefly (ranks usually arrive within microseconds), then yields, then
-// sleeps, so that a stuck peer does not burn a core for the whole deadline.
-Status Arrive(std::atomic<uint32_t>& count, std::atomic<uint32_t>& generation, uint32_t size,
-              const std::atomic<uint32_t>& abort) {
+// Spins while that is cheap (ranks usually arrive within microseconds), then
+// sleeps on the generation word (protocol/wait.h) until the last arrival
+// wakes everyone, re-checking the abort flag every sleep slice.
+// `sleepers` counts the waiters asleep, so that the last arrival makes the
+// wake-up call only when there is someone to wake.
+Status Arrive(std::atomic<uint32_t>& count, std::atomic<uint32_t>& generation,
+              std::atomic<uint32_t>& sleepers, uint32_t size, const std::atomic<uint32_t>& abort) {
   uint32_t gen = generation.load(std::memory_order_acquire);
   if (count.fetch_add(1, std::memory_order_acq_rel) + 1 == size) {
     count.store(0, std::memory_order_relaxed);
-    generation.fetch_add(1, std::memory_order_acq_rel);
+    generation.fetch_add(1, std::memory_order_seq_cst);
+    if (sleepers.load(std::memory_order_seq_cst) != 0) proto::FutexWakeAll(&generation);
     return Status::Ok();
   }
-  for (uint64_t i = 0; generation.load(std::memory_order_acquire) == gen; ++i) {
+  proto::Waiter waiter;
+  while (generation.load(std::memory_order_acquire) == gen) {
     if (abort.load(std::memory_order_relaxed)) {
       return Error(ErrorKind::kCancelled, "rank group aborted");
     }
-    if (i < 2000) continue;
-    if (i < 20000) {
-      sched_yield();
-    } else {
-      timespec ts{0, 50 * 1000};
-      nanosleep(&ts, nullptr);
-    }
+    if (waiter.Spin()) continue;
+    sleepers.fetch_add(1, std::memory_order_seq_cst);
+    if (generation.load(std::memory_order_seq_cst) == gen)
+      proto::FutexWait(&generation, gen, proto::SleepSlice());
+    sleepers.fetch_sub(1, std::memory_order_seq_cst);
   }
   return Status::Ok();
 }
@@ -94,7 +97,7 @@ Status Arrive(std::atomic<uint32_t>& count, std::atomic<uint32_t>& generation, u
 
 Status ControlBlock::Barrier() {
   ControlShared& s = *shared_;
-  return Arrive(s.barrier_count, s.barrier_generation, s.world, s.abort);
+  return Arrive(s.barrier_count, s.barrier_generation, s.barrier_sleepers, s.world, s.abort);
 }
 
 Status ControlBlock::GroupBarrier(int kind, int index, int size) {
@@ -103,7 +106,7 @@ Status ControlBlock::GroupBarrier(int kind, int index, int size) {
   }
   ControlShared& s = *shared_;
   return Arrive(s.group_count[kind][index], s.group_generation[kind][index],
-                static_cast<uint32_t>(size), s.abort);
+                s.group_sleepers[kind][index], static_cast<uint32_t>(size), s.abort);
 }
 
 void ControlBlock::RaiseAbort() { shared_->abort.store(1); }

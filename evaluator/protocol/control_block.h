@@ -34,6 +34,9 @@ struct ControlShared {
   // Barriers of sub-communicators: [group kind][group index].
   std::atomic<uint32_t> group_count[kMaxGroupKinds][kMaxWorldSize];
   std::atomic<uint32_t> group_generation[kMaxGroupKinds][kMaxWorldSize];
+  // Waiters asleep on each barrier's generation word (protocol/wait.h).
+  std::atomic<uint32_t> barrier_sleepers;
+  std::atomic<uint32_t> group_sleepers[kMaxGroupKinds][kMaxWorldSize];
 };
 
 class ControlBlock {

@@ -1,8 +1,6 @@
 #include "protocol/mailbox.h"
 
-#include <sched.h>
 #include <sys/mman.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <bit>
@@ -11,29 +9,26 @@
 #include <cstring>
 #include <new>
 
+#include "protocol/wait.h"
+
 namespace kforge::eval::proto {
 namespace {
 
-// Spin first (a call answers within microseconds and the timing depends on
-// noticing it at once), then yield, then sleep, so that a stuck peer does not
-// burn a core for the whole deadline.
-class Backoff {
- public:
-  void Pause() {
-    ++n_;
-    if (n_ < 200000) return;
-    if (n_ < 400000) {
-      sched_yield();
-      return;
-    }
-    timespec ts{0, 20 * 1000};
-    nanosleep(&ts, nullptr);
-  }
-  bool CheckClock() const { return (n_ & 1023) == 0; }
+// Sleeps on `word` (unless it moved on from `seen`), counted in `sleepers`
+// so that the other side knows to wake it. Wakes after a sleep slice anyway, so
+// that aborts and deadlines are noticed even if no one wakes it.
+void Sleep(std::atomic<uint32_t>& word, std::atomic<uint32_t>& sleepers, uint32_t seen) {
+  sleepers.fetch_add(1, std::memory_order_seq_cst);
+  if (word.load(std::memory_order_seq_cst) == seen) FutexWait(&word, seen, SleepSlice());
+  sleepers.fetch_sub(1, std::memory_order_seq_cst);
+}
 
- private:
-  uint64_t n_ = 0;
-};
+// After a store the other side may be sleeping on: bump the word, and wake
+// the sleepers if there are any (a system call only then).
+void Bump(std::atomic<uint32_t>& word, std::atomic<uint32_t>& sleepers) {
+  word.fetch_add(1, std::memory_order_seq_cst);
+  if (sleepers.load(std::memory_order_seq_cst) != 0) FutexWakeAll(&word);
+}
 
 }  // namespace
 
@@ -85,15 +80,20 @@ Mailbox& Mailbox::operator=(Mailbox&& o) noexcept {
 void Mailbox::Post(uint64_t seq, uint32_t set) {
   shared_->go_set.store(set, std::memory_order_relaxed);
   shared_->go_seq.store(seq, std::memory_order_release);
+  Bump(shared_->go_word, shared_->go_sleepers);
 }
 
-void Mailbox::Stop() { shared_->stop.store(1, std::memory_order_release); }
+void Mailbox::Stop() {
+  shared_->stop.store(1, std::memory_order_release);
+  Bump(shared_->go_word, shared_->go_sleepers);
+}
 
 Result<Mailbox::CallAnswer> Mailbox::WaitAnswer(uint64_t seq,
                                                 std::chrono::steady_clock::time_point deadline,
                                                 const std::atomic<uint32_t>* abort) const {
-  Backoff backoff;
+  Waiter waiter;
   while (true) {
+    const uint32_t word = shared_->done_word.load(std::memory_order_acquire);
     uint64_t done = shared_->done_seq.load(std::memory_order_acquire);
     if (done != seq && done + 1 != seq) {
       CallAnswer a;
@@ -115,25 +115,27 @@ Result<Mailbox::CallAnswer> Mailbox::WaitAnswer(uint64_t seq,
     if (abort != nullptr && abort->load(std::memory_order_relaxed) != 0) {
       return Error(ErrorKind::kCancelled, "rank group aborted");
     }
-    if (backoff.CheckClock() && std::chrono::steady_clock::now() > deadline) {
+    const bool spinning = waiter.Spin();
+    if ((!spinning || waiter.CheckClock()) && std::chrono::steady_clock::now() > deadline) {
       return Error(ErrorKind::kDeadlock,
                    "the candidate did not answer call " + std::to_string(seq));
     }
-    backoff.Pause();
+    if (!spinning) Sleep(shared_->done_word, shared_->done_sleepers, word);
   }
 }
 
 Result<Mailbox::Command> Mailbox::WaitCommand(uint64_t last_seq,
                                               const std::atomic<uint32_t>* abort) const {
-  Backoff backoff;
+  Waiter waiter;
   while (true) {
+    const uint32_t word = shared_->go_word.load(std::memory_order_acquire);
     if (shared_->stop.load(std::memory_order_acquire) != 0) return Command{true, 0, 0};
     uint64_t seq = shared_->go_seq.load(std::memory_order_acquire);
     if (seq > last_seq) return Command{false, seq, shared_->go_set.load(std::memory_order_relaxed)};
     if (abort != nullptr && abort->load(std::memory_order_relaxed) != 0) {
       return Error(ErrorKind::kCancelled, "rank group aborted");
     }
-    backoff.Pause();
+    if (!waiter.Spin()) Sleep(shared_->go_word, shared_->go_sleepers, word);
   }
 }
 
@@ -141,6 +143,7 @@ void Mailbox::Answer(uint64_t seq, int32_t status, double event_us) {
   shared_->status.store(status, std::memory_order_relaxed);
   shared_->claim_bits.store(std::bit_cast<uint64_t>(event_us), std::memory_order_relaxed);
   shared_->done_seq.store(seq, std::memory_order_release);
+  Bump(shared_->done_word, shared_->done_sleepers);
 }
 
 }  // namespace kforge::eval::proto

@@ -22,6 +22,13 @@ struct MailboxShared {
   std::atomic<uint64_t> done_seq;    // candidate: the last call it finished
   std::atomic<int32_t> status;       // candidate: 0, or its error for done_seq
   std::atomic<uint64_t> claim_bits;  // candidate: its event time (us) as double bits
+  // Futex words (protocol/wait.h): bumped with every post or stop, and with
+  // every answer; a side about to sleep on one counts itself in its sleepers
+  // so that the other side makes the wake-up call only when someone sleeps.
+  std::atomic<uint32_t> go_word;
+  std::atomic<uint32_t> go_sleepers;
+  std::atomic<uint32_t> done_word;
+  std::atomic<uint32_t> done_sleepers;
 };
 
 class Mailbox {
@@ -35,6 +42,8 @@ class Mailbox {
 
   int fd() const { return fd_; }
   bool valid() const { return shared_ != nullptr; }
+  // How many waiters for a post are asleep (protocol/wait.h); for tests.
+  uint32_t go_sleepers() const { return shared_->go_sleepers.load(); }
 
   // ---- harness side ----
   void Post(uint64_t seq, uint32_t set);
