@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <random>
 
 #include "kforge/core/log.h"
@@ -229,6 +231,24 @@ Status DriveFailed(EvalSession& s, ServedGroup& g, const SizePlan& plan, const S
   return GroupFailed(s, f.served_failed ? *g.group : *s.harness, f.status);
 }
 
+// KFORGE_TIMING_TRACE=FILE (diagnosis only): every driven block's wall and
+// claimed time per rank and call is appended to FILE as a JSON line.
+void TraceBlock(const ServedGroup& g, const SizePlan& plan,
+                const std::vector<std::vector<double>>& wall,
+                const std::vector<std::vector<double>>& claimed) {
+  const char* path = std::getenv("KFORGE_TIMING_TRACE");
+  if (path == nullptr || *path == '\0') return;
+  if (FILE* f = std::fopen(path, "a")) {
+    const std::string line = json{
+        {"size", plan.size.label},
+        {"side", g.who},
+        {"wall_us", wall},
+        {"claimed_us", claimed}}.dump();
+    std::fprintf(f, "%s\n", line.c_str());
+    std::fclose(f);
+  }
+}
+
 // One block of the drive: rounds over every set in a fresh random order,
 // fresh inputs and poison per round; the served group answers the calls
 // through its mailboxes. The first `warmup` calls are verified but not timed.
@@ -310,8 +330,13 @@ Status DriveBlock(EvalSession& s, ServedGroup& g, SizePlan& plan, int warmup, in
                  "outputs of timed calls at size " + plan.size.label +
                      " differ from the baseline's (every timed call is verified)");
   }
+  TraceBlock(g, plan, wall, claimed);
   for (auto [from, to] : {std::pair{&wall, &out->wall_us}, std::pair{&claimed, &out->claimed_us}}) {
     std::vector<double> block = MaxOverRanks(*from);
+    to->insert(to->end(), block.begin(), block.end());
+  }
+  for (auto [block, to] : {std::pair{CallGaps(wall, claimed, s.emulated), &out->gap_us},
+                           std::pair{WallSpread(wall), &out->spread_us}}) {
     to->insert(to->end(), block.begin(), block.end());
   }
   return Status::Ok();

@@ -128,9 +128,7 @@ Status StartServed(EvalSession& s, ServedGroup& sg, const fs::path& kernel_so) {
     wall.push_back(std::move(t.wall_us));
     claimed.push_back(std::move(t.event_us));
   }
-  std::vector<double> w = MaxOverRanks(wall), e = MaxOverRanks(claimed), gap;
-  for (size_t k = 0; k < w.size(); ++k) gap.push_back(w[k] - e[k]);
-  sg.overhead_us = std::max(0.0, Quantile(gap, 0.5));
+  sg.overhead_us = std::max(0.0, Quantile(CallGaps(wall, claimed, s.emulated), 0.5));
 
   KF_RETURN_IF_ERROR(
       Exchange(s, c, proto::PathRequest{copy.string()}.ToJson(proto::op::kLoad), dl, "load")

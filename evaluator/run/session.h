@@ -34,9 +34,13 @@ class BaselineCache;
 // each block.
 struct Side {
   std::vector<double> claimed_us, wall_us, sm_clock_mhz, temperature_c;
+  // Per call: the wall time the claims leave unexplained (run/stats.h
+  // CallGaps), and the spread of the ranks' wall times.
+  std::vector<double> gap_us, spread_us;
   void Append(const Side& more) {
     for (auto [to, from] :
          {std::pair{&claimed_us, &more.claimed_us}, std::pair{&wall_us, &more.wall_us},
+          std::pair{&gap_us, &more.gap_us}, std::pair{&spread_us, &more.spread_us},
           std::pair{&sm_clock_mhz, &more.sm_clock_mhz},
           std::pair{&temperature_c, &more.temperature_c}}) {
       to->insert(to->end(), from->begin(), from->end());

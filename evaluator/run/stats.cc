@@ -38,6 +38,44 @@ std::vector<double> MaxOverRanks(const std::vector<std::vector<double>>& by_rank
   return out;
 }
 
+namespace {
+size_t Calls(const std::vector<std::vector<double>>& a) {
+  size_t n = a.empty() ? 0 : a[0].size();
+  for (const auto& r : a) n = std::min(n, r.size());
+  return n;
+}
+}  // namespace
+
+std::vector<double> CallGaps(const std::vector<std::vector<double>>& wall,
+                             const std::vector<std::vector<double>>& claimed, bool shared_gpu) {
+  std::vector<double> out;
+  const size_t ranks = std::min(wall.size(), claimed.size());
+  if (ranks == 0) return out;
+  const size_t n = std::min(Calls(wall), Calls(claimed));
+  if (!shared_gpu) {
+    const std::vector<double> w = MaxOverRanks(wall), c = MaxOverRanks(claimed);
+    for (size_t i = 0; i < n; ++i) out.push_back(w[i] - c[i]);
+    return out;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    double gap = wall[0][i] - claimed[0][i];
+    for (size_t r = 1; r < ranks; ++r) gap = std::min(gap, wall[r][i] - claimed[r][i]);
+    out.push_back(gap);
+  }
+  return out;
+}
+
+std::vector<double> WallSpread(const std::vector<std::vector<double>>& wall) {
+  std::vector<double> out;
+  const size_t n = Calls(wall);
+  for (size_t i = 0; i < n; ++i) {
+    double lo = wall[0][i], hi = wall[0][i];
+    for (const auto& r : wall) lo = std::min(lo, r[i]), hi = std::max(hi, r[i]);
+    out.push_back(hi - lo);
+  }
+  return out;
+}
+
 nlohmann::json TimingStats::ToJson() const {
   return {{"median_us", median_us}, {"min_us", min_us},          {"p25_us", p25_us},
           {"p75_us", p75_us},       {"mean_us", mean_us},        {"cv", cv},

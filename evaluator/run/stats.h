@@ -23,4 +23,18 @@ TimingStats Summarize(const std::vector<double>& event_us, const std::vector<dou
 // Per-iteration maximum over ranks: by_rank[r][i] -> out[i].
 std::vector<double> MaxOverRanks(const std::vector<std::vector<double>>& by_rank);
 
+// Per call, the wall time the served processes' claims leave unexplained
+// (wall[r][i], claimed[r][i]: rank r's wall time and claim of call i).
+// Ranks on GPUs of their own run their kernels side by side: the slowest
+// rank's wall minus the largest claim. Ranks sharing one GPU (`shared_gpu`)
+// do not: where a kernel's ranks never wait for each other, the GPU runs one
+// rank's work after another's, and a rank's event window opens only when its
+// work starts, so the last rank's claim leaves out how long it queued. There
+// each rank is judged on its own wall and claim, and the call's gap is the
+// smallest of them (docs/methodology.md, "Which time counts").
+std::vector<double> CallGaps(const std::vector<std::vector<double>>& wall,
+                             const std::vector<std::vector<double>>& claimed, bool shared_gpu);
+// Per call, the latest rank's wall minus the earliest's.
+std::vector<double> WallSpread(const std::vector<std::vector<double>>& wall);
+
 }  // namespace kforge::eval

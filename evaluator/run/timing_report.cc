@@ -31,13 +31,8 @@ constexpr double kClockWarning = 0.03;
 constexpr double kImpossibleBelowFloor = 0.5;
 constexpr double kSuspectBelowFloor = 0.85;
 
-// The median of wall - claimed over the calls of one side (0 when empty).
-double MedianGap(const std::vector<double>& wall_us, const std::vector<double>& claimed_us) {
-  std::vector<double> gap;
-  for (size_t k = 0; k < std::min(wall_us.size(), claimed_us.size()); ++k)
-    gap.push_back(wall_us[k] - claimed_us[k]);
-  return gap.empty() ? 0 : Quantile(gap, 0.5);
-}
+// The median over the calls of one side (0 when empty).
+double Median(const std::vector<double>& v) { return v.empty() ? 0 : Quantile(v, 0.5); }
 
 }  // namespace
 
@@ -48,9 +43,9 @@ void FinishTiming(EvalSession& s) {
     const Problem& p = plan.problem;
     TimingStats base = Summarize(plan.baseline.side.claimed_us, plan.baseline.side.wall_us);
     TimingStats cand = Summarize(plan.candidate.claimed_us, plan.candidate.wall_us);
-    const double gap_us = MedianGap(plan.candidate.wall_us, plan.candidate.claimed_us);
-    const double reference_gap_us =
-        MedianGap(plan.baseline.side.wall_us, plan.baseline.side.claimed_us);
+    // Wall minus claim per call (run/stats.h CallGaps: per rank where ranks share a GPU).
+    const double gap_us = Median(plan.candidate.gap_us);
+    const double reference_gap_us = Median(plan.baseline.side.gap_us);
     const double path_us = std::max(s.candidate.overhead_us, reference_gap_us);
     const double allowed_us = path_us + kSlackUs + kSlackFraction * cand.median_us;
     json warnings = json::array();
@@ -130,6 +125,7 @@ void FinishTiming(EvalSession& s) {
         {"harness_overhead_us", s.candidate.overhead_us},
         {"wall_minus_claimed_us", gap_us},
         {"baseline_wall_minus_claimed_us", reference_gap_us},
+        {"rank_wall_spread_us", Median(plan.candidate.spread_us)},
         {"baseline_drift", drift},
         {"baseline_reused", plan.BaselineReused()
                                 ? json{{"age_s", plan.reused_baseline_age_s},

@@ -40,6 +40,14 @@ Status LaunchCompare(const void* got, const void* expected, int dtype, uint64_t 
 Status LaunchBytesDiffer(const void* a, const void* b, size_t bytes, DeviceCheck* result,
                          cudaStream_t s);
 
+// Reads `bytes` of `buf` (a multiple of 16, device memory) through L2, so
+// that whatever the harness wrote before (a call's staged inputs and poisoned
+// outputs) is written back and evicted: a timed call starts with an L2 that
+// holds none of its data, whichever order its inputs were made in
+// (docs/methodology.md, "Candidate"). `sink` is 4 bytes of device memory the
+// kernel writes only on a value that never occurs.
+Status LaunchL2Flush(const void* buf, size_t bytes, uint32_t* sink, cudaStream_t s);
+
 // An empty kernel: the calibration call of the timing path.
 Status LaunchNull(cudaStream_t s);
 

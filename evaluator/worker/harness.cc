@@ -24,6 +24,8 @@ HarnessWorker::~HarnessWorker() {
   emulated_.reset();
   private_peers_.Close();
   if (check_ != nullptr) cudaFree(check_);
+  if (flush_ != nullptr) cudaFree(flush_);
+  if (check_sink_ != nullptr) cudaFree(check_sink_);
 }
 
 int HarnessWorker::Run() {
@@ -81,6 +83,18 @@ Status HarnessWorker::Hello() {
   base_.emulated = args_.emulated;
   base_.stream = stream_;
   KF_RETURN_IF_ERROR(QueryGpuInfo(args_.device, &base_.gpu));
+  {
+    // Emulated ranks share one L2: each reads its share of twice its size.
+    const size_t share = args_.emulated ? static_cast<size_t>(std::max(args_.world, 1)) : 1;
+    flush_bytes_ = (2 * static_cast<size_t>(base_.gpu.l2_bytes) / share + 255) / 256 * 256;
+    void* sink = nullptr;
+    KF_CUDA(cudaMalloc(&sink, sizeof(uint32_t)));
+    check_sink_ = static_cast<uint32_t*>(sink);
+    if (flush_bytes_ > 0) {
+      KF_CUDA(cudaMalloc(&flush_, flush_bytes_));
+      KF_CUDA(cudaMemset(flush_, 0, flush_bytes_));
+    }
+  }
   proto::Hello h;
   h.role = "harness";
   h.rank = args_.rank;

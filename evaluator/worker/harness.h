@@ -46,7 +46,14 @@ class HarnessWorker {
   Result<json> Health();
   // harness_data.cc: inputs, expected outputs, poison, verification
   Result<json> Inputs(const eval::Message& m);
-  Status MakeInputs(const std::vector<eval::proto::SetSeed>& seeds);
+  // Fresh inputs into the private arena (the pristine copies), and into the
+  // candidate's arena too when `to_candidate` (correctness calls; timed
+  // calls get theirs from StageCall, just before the call).
+  Status MakeInputs(const std::vector<eval::proto::SetSeed>& seeds, bool to_candidate);
+  Status CopyInputsToCandidate(int set);
+  // A timed call's set, just before the call: its inputs into the candidate's
+  // arena, its outputs poisoned, and L2 flushed.
+  Status StageCall(int set, uint32_t poison);
   Result<json> BaselineRun(const eval::Message& m);
   Status RunBaseline(const std::vector<int>& sets);
   Result<json> Poison(const eval::Message& m);
@@ -83,6 +90,11 @@ class HarnessWorker {
   eval::proto::ArenaLayout candidate_layout_;
   int sets_ = 1;
   DeviceCheck* check_ = nullptr;  // device scratch for the checks: kMaxChecks entries
+  // Read before every timed call to evict the staged data from L2: twice the
+  // L2, shared out among the ranks of one GPU (zeros; check_sink_ is 4 bytes).
+  void* flush_ = nullptr;
+  size_t flush_bytes_ = 0;
+  uint32_t* check_sink_ = nullptr;
   uint32_t last_poison_ = 0xFFFFFFFFu;
 };
 

@@ -45,11 +45,11 @@ Result<json> HarnessWorker::Inputs(const eval::Message& m) {
   KF_ASSIGN_OR_RETURN(proto::InputsRequest req, proto::InputsRequest::Parse(m.body));
   if (!req.custom.empty())
     return Error(ErrorKind::kHarness, "custom input bytes are not supported");
-  KF_RETURN_IF_ERROR(MakeInputs(req.seeds));
+  KF_RETURN_IF_ERROR(MakeInputs(req.seeds, /*to_candidate=*/true));
   return json::object();
 }
 
-Status HarnessWorker::MakeInputs(const std::vector<proto::SetSeed>& seeds) {
+Status HarnessWorker::MakeInputs(const std::vector<proto::SetSeed>& seeds, bool to_candidate) {
   const eval::Problem& p = view_->problem;
   const proto::ArenaLayout& l = view_->layout;
   for (const proto::SetSeed& s : seeds) {
@@ -75,12 +75,33 @@ Status HarnessWorker::MakeInputs(const std::vector<proto::SetSeed>& seeds) {
         KF_CUDA(cudaMemcpyAsync(Private(l.input_off[s.set][i]), pristine, bytes,
                                 cudaMemcpyDeviceToDevice, stream_));
       }
-      KF_CUDA(cudaMemcpyAsync(Candidate(candidate_layout_.input_off[s.set][i]), pristine, bytes,
-                              cudaMemcpyDeviceToDevice, stream_));
     }
+    if (to_candidate) KF_RETURN_IF_ERROR(CopyInputsToCandidate(s.set));
   }
   KF_CUDA(cudaStreamSynchronize(stream_));
   return control_.Barrier();
+}
+
+Status HarnessWorker::CopyInputsToCandidate(int set) {
+  const eval::Problem& p = view_->problem;
+  const proto::ArenaLayout& l = view_->layout;
+  for (size_t i = 0; i < p.inputs.size(); ++i) {
+    KF_CUDA(cudaMemcpyAsync(Candidate(candidate_layout_.input_off[set][i]),
+                            Private(l.pristine_off[set][i]), p.inputs[i].NbytesOf(args_.rank),
+                            cudaMemcpyDeviceToDevice, stream_));
+  }
+  return Status::Ok();
+}
+
+Status HarnessWorker::StageCall(int set, uint32_t poison) {
+  KF_RETURN_IF_ERROR(CheckSet(set, sets_));
+  KF_RETURN_IF_ERROR(CopyInputsToCandidate(set));
+  KF_RETURN_IF_ERROR(PoisonSets({set}, poison));  // synchronises the stream
+  if (flush_ != nullptr) {
+    KF_RETURN_IF_ERROR(LaunchL2Flush(flush_, flush_bytes_, check_sink_, stream_));
+    KF_CUDA(cudaStreamSynchronize(stream_));
+  }
+  return Status::Ok();
 }
 
 Status HarnessWorker::RestoreInout(bool candidate, int set) {

@@ -76,12 +76,16 @@ Result<json> HarnessWorker::Calibrate(const eval::Message& m) {
 }
 
 // Per round: once every rank's calls of the last round have answered, fresh
-// inputs for the round's sets, the baseline's outputs for them (the expected
-// values), every output poisoned; then one candidate call
-// per entry of the round's order: all ranks post together, each rank's wall
-// time runs from its post to the candidate's answer, and the call's outputs
-// and inputs are verified right after, before the next call (which never
-// reuses a set within a round, so nothing can be cached).
+// inputs for the round's sets and the baseline's outputs for them (the
+// expected values), both in the private arena. Then one candidate call per
+// entry of the round's order: the call's set is staged (its inputs copied
+// into the candidate's arena, its outputs poisoned, L2 flushed), all ranks
+// post together, each rank's wall time runs from its post to the candidate's
+// answer, and the call's outputs and inputs are verified right after, before
+// the next call. No call's inputs exist where the candidate can read them
+// before that call is staged, so work done ahead of a call (in an earlier
+// call, or a host thread) can only be work on inputs that are already spent;
+// and a set never repeats within a round, so nothing can be cached.
 Result<json> HarnessWorker::Drive(const eval::Message& m) {
   if (!configured()) return Error(ErrorKind::kHarness, "drive before configure");
   KF_ASSIGN_OR_RETURN(proto::DriveRequest req, proto::DriveRequest::Parse(m.body, sets_));
@@ -104,12 +108,15 @@ Result<json> HarnessWorker::Drive(const eval::Message& m) {
     // peer's call can still be running when this rank's has answered: no
     // rank's inputs change before every rank is done with the last round.
     KF_RETURN_IF_ERROR(control_.Barrier());
-    KF_RETURN_IF_ERROR(MakeInputs(round.seeds));
+    KF_RETURN_IF_ERROR(MakeInputs(round.seeds, /*to_candidate=*/false));
     KF_RETURN_IF_ERROR(RunBaseline(sets));
-    KF_RETURN_IF_ERROR(PoisonSets(round.order, round.poison));
     for (int set : round.order) {
       // Clocks after the warm-up (an idle GPU's are low), and after the last call.
       if (call == req.warmup) ReadClocks(&reply.sm_clock_mhz, &reply.temperature_c);
+      // Every rank's last call has answered before any rank stages the next:
+      // staging (and the L2 flush above all) must not slow a peer's call.
+      KF_RETURN_IF_ERROR(control_.Barrier());
+      KF_RETURN_IF_ERROR(StageCall(set, round.poison));
       KF_RETURN_IF_ERROR(control_.Barrier());
       auto t0 = Clock::now();
       box.Post(seq, static_cast<uint32_t>(set));

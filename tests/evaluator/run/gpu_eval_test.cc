@@ -506,5 +506,24 @@ TEST_F(GpuEvalTest, ExploitKernelsAreRejectedForTheirReason) {
   unsetenv("KFORGE_TEST_API_KEY");
 }
 
+// A kernel that does later calls' work as soon as it sees their inputs
+// (tests/adversarial/kernels/work_ahead.cu) gains nothing: no call's inputs
+// reach the candidate before that call is staged.
+TEST_F(GpuEvalTest, WorkDoneAheadOfACallGainsNothing) {
+  const Task& t = Find("allreduce");
+  EvalOptions o;
+  o.bench_sizes = {t.bench_sizes.front().label};
+  const auto dir = std::filesystem::path(KFORGE_ADVERSARIAL_KERNELS);
+  auto honest = Eval(t, dir / "honest_naive.cu", 2, o);
+  auto ahead = Eval(t, dir / "work_ahead.cu", 2, o);
+  ASSERT_EQ(honest.value("status", ""), "passed") << RenderEvalReport(honest);
+  ASSERT_EQ(ahead.value("status", ""), "passed") << RenderEvalReport(ahead);
+  const double h = honest.value("speedup", 0.0), a = ahead.value("speedup", 0.0);
+  ASSERT_GT(h, 0);
+  // Before staging per call, it read 1.66x the honest kernel's speedup.
+  EXPECT_LT(a, 1.1 * h) << "work ahead " << a << " vs honest " << h;
+  std::printf("work ahead of a call: %.3f vs the honest kernel's %.3f\n", a, h);
+}
+
 }  // namespace
 }  // namespace kforge::eval

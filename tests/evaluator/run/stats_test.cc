@@ -29,5 +29,24 @@ TEST(StatsTest, MaxOverRanksTakesTheSlowestRankPerIteration) {
   EXPECT_EQ(m, (std::vector<double>{2, 9}));  // truncated to the shortest rank
 }
 
+// The call gaps of the wall-vs-claimed check, on a trace of the shape an H100
+// gave at W = 8 emulated (a one-shot all-reduce at 256 MiB, whose ranks never
+// wait for each other): rank 1's work queued behind rank 0's, so its claim
+// is short and its wall long, and the largest claim (rank 0's) explains
+// neither rank's wall.
+TEST(StatsTest, CallGapsJudgeRanksSharingAGpuOnTheirOwnWallAndClaim) {
+  const std::vector<std::vector<double>> wall = {{4700, 100}, {5700, 104}};
+  const std::vector<std::vector<double>> claimed = {{4650, 60}, {4700, 62}};
+  // Own GPUs: the slowest rank's wall minus the largest claim.
+  EXPECT_EQ(CallGaps(wall, claimed, false), (std::vector<double>{1000, 42}));
+  // Shared GPU: each rank's own gap, the smallest per call.
+  EXPECT_EQ(CallGaps(wall, claimed, true), (std::vector<double>{50, 40}));
+  EXPECT_EQ(WallSpread(wall), (std::vector<double>{1000, 4}));
+  // A process that forges every rank's claim leaves every gap wide.
+  const std::vector<std::vector<double>> forged = {{400, 6}, {400, 6}};
+  EXPECT_EQ(CallGaps(wall, forged, true), (std::vector<double>{4300, 94}));
+  EXPECT_TRUE(CallGaps({}, {}, true).empty());
+}
+
 }  // namespace
 }  // namespace kforge::eval
