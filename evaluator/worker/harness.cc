@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <string_view>
 
 #include "cuda_check.h"
 #include "device_ops.h"
@@ -84,9 +86,13 @@ Status HarnessWorker::Hello() {
   base_.stream = stream_;
   KF_RETURN_IF_ERROR(QueryGpuInfo(args_.device, &base_.gpu));
   {
-    // Emulated ranks share one L2: each reads its share of twice its size.
+    // Emulated ranks share one L2: each reads its share of as many bytes as
+    // it holds. KFORGE_WORKER_L2_FLUSH=0 leaves the flush out (diagnosis only).
     const size_t share = args_.emulated ? static_cast<size_t>(std::max(args_.world, 1)) : 1;
-    flush_bytes_ = (2 * static_cast<size_t>(base_.gpu.l2_bytes) / share + 255) / 256 * 256;
+    const char* flush = std::getenv("KFORGE_WORKER_L2_FLUSH");
+    const bool no_flush = flush != nullptr && std::string_view(flush) == "0";
+    flush_bytes_ =
+        no_flush ? 0 : (static_cast<size_t>(base_.gpu.l2_bytes) / share + 255) / 256 * 256;
     void* sink = nullptr;
     KF_CUDA(cudaMalloc(&sink, sizeof(uint32_t)));
     check_sink_ = static_cast<uint32_t*>(sink);

@@ -90,8 +90,9 @@ class HarnessWorker {
   eval::proto::ArenaLayout candidate_layout_;
   int sets_ = 1;
   DeviceCheck* check_ = nullptr;  // device scratch for the checks: kMaxChecks entries
-  // Read before every timed call to evict the staged data from L2: twice the
-  // L2, shared out among the ranks of one GPU (zeros; check_sink_ is 4 bytes).
+  // Read before every timed call to evict the staged data from L2: as many
+  // bytes as L2 holds, shared out among the ranks of one GPU (zeros;
+  // check_sink_ is 4 bytes).
   void* flush_ = nullptr;
   size_t flush_bytes_ = 0;
   uint32_t* check_sink_ = nullptr;
