@@ -47,8 +47,13 @@ MpsDaemon::~MpsDaemon() {
 }
 
 std::map<std::string, std::string> MpsDaemon::Env() const {
+  // No L2 set-aside for persisting accesses, whatever the operator's
+  // environment says: under MPS a client cannot change it (cudaDeviceSetLimit
+  // is refused), so a candidate's access-policy windows then persist nothing
+  // that could squeeze the baseline timed after it (docs/integrity.md).
   return {{"CUDA_MPS_PIPE_DIRECTORY", (dir_ / "pipe").string()},
-          {"CUDA_MPS_LOG_DIRECTORY", (dir_ / "log").string()}};
+          {"CUDA_MPS_LOG_DIRECTORY", (dir_ / "log").string()},
+          {"CUDA_DEVICE_DEFAULT_PERSISTING_L2_CACHE_PERCENTAGE_LIMIT", "0"}};
 }
 
 }  // namespace kforge::eval

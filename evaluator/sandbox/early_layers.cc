@@ -185,7 +185,10 @@ Policy CandidatePolicy(const std::string& candidate_dir, const std::string& mps_
   if (const char* home = std::getenv("CUDA_HOME")) p.read_paths.push_back(home);
   p.read_paths.push_back("/usr/local/cuda");
   // Opening a GPU device node for ioctl needs write access; NCCL and CUDA IPC
-  // use /dev/shm; the MPS client talks through sockets in its directory.
+  // use /dev/shm. The MPS client talks through sockets in its directory,
+  // which needs no write access (connecting is not a file write): the
+  // directory is read-only, so a candidate can neither write the control
+  // daemon's pipe nor plant files beside its sockets.
   p.write_paths = {"/dev/null", "/dev/shm"};
   if (DIR* d = opendir("/dev")) {
     while (dirent* e = readdir(d)) {
@@ -205,7 +208,7 @@ Policy CandidatePolicy(const std::string& candidate_dir, const std::string& mps_
     p.read_paths.push_back(d);
   for (const std::string& d : Split(EnvOrEmpty("KFORGE_SANDBOX_EXTRA_WRITE"), ':'))
     p.write_paths.push_back(d);
-  if (!mps_dir.empty()) p.write_paths.push_back(mps_dir);
+  if (!mps_dir.empty()) p.read_paths.push_back(mps_dir);
   return p;
 }
 

@@ -38,6 +38,17 @@ void ReadClocks(std::vector<double>* clock, std::vector<double>* temp) {
   }
 }
 
+// L2 lines a served process marked persisting (stream access-policy
+// windows) go back to normal, and where this context may set the L2
+// set-aside (not under MPS, whose daemon kforge starts with none), it is
+// set to none: nothing a candidate configured outlives it into the
+// baseline's drive. Refusals are expected and cleared.
+void ResetPersistingL2() {
+  (void)cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, 0);
+  (void)cudaCtxResetPersistingL2Cache();
+  (void)cudaGetLastError();
+}
+
 Clock::time_point DeadlineIn(double seconds) {
   return Clock::now() + std::chrono::microseconds(static_cast<int64_t>(seconds * 1e6));
 }
@@ -88,6 +99,7 @@ Result<json> HarnessWorker::Calibrate(const eval::Message& m) {
 // and a set never repeats within a round, so nothing can be cached.
 Result<json> HarnessWorker::Drive(const eval::Message& m) {
   if (!configured()) return Error(ErrorKind::kHarness, "drive before configure");
+  ResetPersistingL2();
   KF_ASSIGN_OR_RETURN(proto::DriveRequest req, proto::DriveRequest::Parse(m.body, sets_));
   KF_ASSIGN_OR_RETURN(proto::Mailbox box, MailboxFrom(m));
   proto::DriveReply reply;

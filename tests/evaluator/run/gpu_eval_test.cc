@@ -482,6 +482,7 @@ TEST_F(GpuEvalTest, ExploitKernelsAreRejectedForTheirReason) {
       {"elf_walk_collective.cu", "policy_violation", ""},
       {"lossy_above_check.cu", "mismatch", ""},
       {"nccl_absent.cu", "passed", ""},
+      {"mps_pipe_probe.cu", "passed", ""},
   };
   const Task& t = Find("allreduce");
   for (const Exploit& e : cases) {
@@ -506,23 +507,31 @@ TEST_F(GpuEvalTest, ExploitKernelsAreRejectedForTheirReason) {
   unsetenv("KFORGE_TEST_API_KEY");
 }
 
-// A kernel that does later calls' work as soon as it sees their inputs
-// (tests/adversarial/kernels/work_ahead.cu) gains nothing: no call's inputs
-// reach the candidate before that call is staged.
-TEST_F(GpuEvalTest, WorkDoneAheadOfACallGainsNothing) {
+// Exploits that pass but must gain nothing over the honest control:
+// work_ahead.cu does later calls' work as soon as it sees their inputs (no
+// call's inputs reach the candidate before that call is staged); l2_persist.cu
+// marks its own buffer persisting in L2 to squeeze the baseline timed after
+// it (no set-aside under kforge's MPS daemon; the harness resets persisting
+// lines before every drive).
+TEST_F(GpuEvalTest, ExploitsThatPassGainNothing) {
   const Task& t = Find("allreduce");
   EvalOptions o;
   o.bench_sizes = {t.bench_sizes.front().label};
   const auto dir = std::filesystem::path(KFORGE_ADVERSARIAL_KERNELS);
   auto honest = Eval(t, dir / "honest_naive.cu", 2, o);
-  auto ahead = Eval(t, dir / "work_ahead.cu", 2, o);
   ASSERT_EQ(honest.value("status", ""), "passed") << RenderEvalReport(honest);
-  ASSERT_EQ(ahead.value("status", ""), "passed") << RenderEvalReport(ahead);
-  const double h = honest.value("speedup", 0.0), a = ahead.value("speedup", 0.0);
+  const double h = honest.value("speedup", 0.0);
   ASSERT_GT(h, 0);
-  // Before staging per call, it read 1.66x the honest kernel's speedup.
-  EXPECT_LT(a, 1.1 * h) << "work ahead " << a << " vs honest " << h;
-  std::printf("work ahead of a call: %.3f vs the honest kernel's %.3f\n", a, h);
+  for (const char* file : {"work_ahead.cu", "l2_persist.cu"}) {
+    auto doc = Eval(t, dir / file, 2, o);
+    ASSERT_EQ(doc.value("status", ""), "passed") << file << "\n" << RenderEvalReport(doc);
+    const double a = doc.value("speedup", 0.0);
+    // work_ahead.cu read 1.66x the honest kernel's speedup when a round's inputs were staged at
+    // once.
+    EXPECT_LT(a, 1.1 * h) << file << " " << a << " vs honest " << h;
+    std::printf("%-16s %.3f vs the honest kernel's %.3f (baseline drift %+.3f)\n", file, a, h,
+                doc["timing"][0].value("baseline_drift", 0.0));
+  }
 }
 
 }  // namespace
