@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 #include "run/session.h"
 
 namespace kforge::eval {
@@ -123,6 +125,8 @@ void ClaimPerCall(EvalSession& s, double claimed_us) {
   plan.baseline.side.claimed_us = std::vector<double>(10, 150.0);
   plan.candidate.claimed_us = std::vector<double>(10, claimed_us);
   plan.candidate.wall_us = std::vector<double>(10, claimed_us + 1.0);
+  plan.candidate.gap_us = std::vector<double>(10, 1.0);
+  plan.baseline.side.gap_us = std::vector<double>(10, 1.0);
   s.plans.push_back(std::move(plan));
 }
 
@@ -185,6 +189,40 @@ TEST(TimingReport, ReportsEachMediansIntervalAndWarnsWhenTheCapRanOut) {
   ASSERT_EQ(e["warnings"].size(), 1u);
   EXPECT_NE(e["warnings"][0].get<std::string>().find("candidate's median is known to"),
             std::string::npos);
+}
+
+// The wall-vs-claim check reads each call's gap (run/stats.h CallGaps): one
+// beyond the reference's own gap, the calibrated overhead, 3 us and 3% of the
+// claim is an integrity finding; one inside it is none.
+TEST(TimingReport, AGapBeyondTheReferencesOwnIsATimingFinding) {
+  for (const auto& [gap, flagged] : {std::pair{1.0 + 3.0 + 3.0, false}, std::pair{12.0, true}}) {
+    EvalSession s;
+    ClaimPerCall(s, 125.0);  // 3% of the claim: 3.75 us
+    s.candidate.overhead_us = 1.0;
+    s.plans[0].candidate.gap_us.assign(10, gap);
+    FinishTiming(s);
+    EXPECT_EQ(s.integrity.size(), flagged ? 1u : 0u) << gap;
+    if (flagged) {
+      EXPECT_EQ(s.integrity[0]["check"], "timing");
+    }
+    EXPECT_DOUBLE_EQ(s.timing[0]["wall_minus_claimed_us"].get<double>(), gap);
+  }
+}
+
+TEST(TimingReport, MoreThanFourRanksOnOneGpuAreMarkedIndicative) {
+  for (const auto& [world, emulated, marked] :
+       {std::tuple{8, true, true}, std::tuple{4, true, false}, std::tuple{8, false, false}}) {
+    EvalSession s;
+    ClaimPerCall(s, 125.0);
+    s.world = world;
+    s.emulated = emulated;
+    s.plans[0].problem.world = world;
+    FinishTiming(s);
+    bool found = false;
+    for (const auto& w : s.timing[0]["warnings"])
+      found = found || w.get<std::string>().find("share one GPU") != std::string::npos;
+    EXPECT_EQ(found, marked) << "W=" << world << " emulated=" << emulated;
+  }
 }
 
 }  // namespace
