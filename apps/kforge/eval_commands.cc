@@ -28,6 +28,7 @@ struct EvalArgs {
   int trials = 5;
   double timing_precision = 0.005;
   double timing_cap_s = 0.5;
+  double candidate_budget_s = eval::EvalOptions{}.candidate_budget_s;
   bool no_timing = false;
   bool compile_only = false;
   bool trusted = false;
@@ -46,6 +47,7 @@ Result<eval::EvalOptions> OptionsFromArgs(const EvalArgs& a) {
   o.trials = a.trials;
   o.timing_precision = a.timing_precision;
   o.timing_cap_s = a.timing_cap_s;
+  o.candidate_budget_s = a.candidate_budget_s;
   o.timing = !a.no_timing;
   o.compile_only = a.compile_only;
   o.trusted = a.trusted;
@@ -155,6 +157,11 @@ void AddEval(CLI::App& app, int& exit_code) {
   cmd->add_option("--timing-cap", args->timing_cap_s,
                   "wall seconds at most per bench size and side (baseline, candidate)")
       ->check(CLI::Range(0.01, 600.0))
+      ->capture_default_str();
+  cmd->add_option("--candidate-budget", args->candidate_budget_s,
+                  "wall seconds the kernel's own calls may take over the whole evaluation "
+                  "(kf_setup, correctness and timed calls); past it, a timeout")
+      ->check(CLI::Range(1.0, 86400.0))
       ->capture_default_str();
   cmd->add_flag("--no-timing", args->no_timing, "correctness only");
   cmd->add_flag("--profile", args->profile,

@@ -68,7 +68,10 @@ Status Prepare(EvalSession& s, SizePlan& plan, ServedGroup& g) {
   }
   KF_RETURN_IF_ERROR(
       Exchange(s, *g.group, ConfigureMessage(s, plan, g.collectives), dl, "setup").status());
-  KF_RETURN_IF_ERROR(Exchange(s, *g.group, json{{"op", proto::op::kSetup}}, dl, "setup").status());
+  // The served group's kf_setup: the candidate's counts against its budget.
+  CandidateTime clock(s, !g.trusted());
+  KF_RETURN_IF_ERROR(
+      Exchange(s, *g.group, json{{"op", proto::op::kSetup}}, clock.Deadline(dl), "setup").status());
   return Status::Ok();
 }
 
@@ -90,8 +93,10 @@ Status CandidateCall(EvalSession& s, uint32_t poison) {
   KF_RETURN_IF_ERROR(
       Exchange(s, *s.harness, SetsMessage(proto::op::kPoison, {0}, poison), dl, "correctness")
           .status());
-  KF_RETURN_IF_ERROR(
-      Exchange(s, *s.candidate.group, proto::RunRequest{0}.ToJson(), dl, "correctness").status());
+  CandidateTime clock(s, true);
+  KF_RETURN_IF_ERROR(Exchange(s, *s.candidate.group, proto::RunRequest{0}.ToJson(),
+                              clock.Deadline(dl), "correctness")
+                         .status());
   return Status::Ok();
 }
 
@@ -259,7 +264,11 @@ Status DriveBlock(EvalSession& s, ServedGroup& g, SizePlan& plan, int warmup, in
   proto::DriveRequest drive;
   drive.first_seq = g.next_seq;
   drive.warmup = warmup;
-  drive.call_deadline_s = s.options->check_deadline_s;
+  // The candidate's calls count against its budget; trusted groups' do not.
+  // (Counted until this function returns, its failures judged first.)
+  CandidateTime clock(s, !g.trusted());
+  const auto deadline = [&](double phase_s) { return clock.Deadline(phase_s); };
+  drive.call_deadline_s = deadline(s.options->check_deadline_s);
   std::mt19937_64 shuffle(s.NewSeed());
   for (int done = 0; done < total;) {
     proto::DriveRequest::Round round;
@@ -283,9 +292,9 @@ Status DriveBlock(EvalSession& s, ServedGroup& g, SizePlan& plan, int warmup, in
   // The served group is watched while the harness drives it: a process of
   // it that exits ends the wait at once, not at the per-call deadline.
   auto driven = s.harness->Each(std::vector<json>(s.world, drive.ToJson()), fds,
-                                s.options->timing_deadline_s, "timing", &served_group);
+                                deadline(s.options->timing_deadline_s), "timing", &served_group);
   if (!driven.ok()) return DriveFailed(s, g, plan, driven.status());
-  auto served = served_group.Collect(s.options->check_deadline_s, "timing");
+  auto served = served_group.Collect(deadline(s.options->check_deadline_s), "timing");
   if (!served.ok()) return GroupFailed(s, served_group, served.status());
   if (profile != nullptr) *profile = (*served)[0].body;
 

@@ -20,10 +20,36 @@ EvalSession::~EvalSession() {
   StopServed(*this, reference);
 }
 
+CandidateTime::CandidateTime(EvalSession& s, bool counts)
+    : s_(s), counts_(counts), start_(std::chrono::steady_clock::now()) {}
+
+CandidateTime::~CandidateTime() {
+  if (counts_) {
+    s_.candidate_spent_s +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    s_.budget_cut_deadline = false;
+  }
+}
+
+double CandidateTime::Deadline(double phase_s) {
+  if (!counts_) return phase_s;
+  const double left = s_.options->candidate_budget_s - s_.candidate_spent_s;
+  if (left < phase_s) s_.budget_cut_deadline = true;
+  // Never zero: a spent budget still lets the exchange end as a timeout.
+  return std::max(std::min(phase_s, left), 0.05);
+}
+
 Status GroupFailed(EvalSession& s, const WorkerGroup& g, const Status& st) {
   const GroupFailure& f = g.last_failure();
   if (st.kind() == ErrorKind::kDeadlock) {
     s.failure = {{"phase", f.phase}, {"deadline_s", f.deadline_s}, {"hung_ranks", f.hung_ranks}};
+    if (s.budget_cut_deadline) {
+      s.failure["candidate_budget_s"] = s.options->candidate_budget_s;
+      return Error(ErrorKind::kDeadlock,
+                   fmt::format("{} (the kernel's calls used up their budget of {:.0f} s of wall "
+                               "time for the whole evaluation)",
+                               st.message(), s.options->candidate_budget_s));
+    }
   } else {
     s.failure = {{"phase", f.phase.empty() ? "setup" : f.phase},
                  {"rank", f.rank},

@@ -9,8 +9,10 @@
 // is a difference between the kernels (docs/methodology.md).
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -149,6 +151,12 @@ struct EvalSession {
   // printable, and only ever in the document (WorkerGroup::CapturedOutput).
   nlohmann::json candidate_output = nlohmann::json::array();
   int trials_passed = 0;
+  // Wall seconds spent so far in exchanges that wait on the candidate's code
+  // (EvalOptions::candidate_budget_s; CandidateTime).
+  double candidate_spent_s = 0;
+  // The exchange under way had its deadline cut to what was left of the
+  // budget: its timeout is the budget's (GroupFailed says so).
+  bool budget_cut_deadline = false;
 
   // A task's own reference (trusted) may use what its task forbids candidates.
   bool CandidateMayUseCollectives() const {
@@ -206,7 +214,27 @@ void FinishTiming(EvalSession& s);
 nlohmann::json ConfigureMessage(const EvalSession& s, const SizePlan& plan, bool collectives);
 nlohmann::json InputsMessage(EvalSession& s, const std::vector<int>& sets);
 
-// Turns a failed group exchange into the result's error/timeout object.
+// Counts the wall time of one exchange that waits on the candidate's code
+// (its kf_setup, a correctness call, a drive of its timed calls) against
+// EvalOptions::candidate_budget_s, and gives it the deadline that leaves:
+// the smaller of its phase's own and what is left of the budget. For a
+// trusted group (`counts` false) it counts nothing and changes no deadline.
+class CandidateTime {
+ public:
+  CandidateTime(EvalSession& s, bool counts);
+  ~CandidateTime();
+  CandidateTime(const CandidateTime&) = delete;
+  CandidateTime& operator=(const CandidateTime&) = delete;
+  double Deadline(double phase_s);
+
+ private:
+  EvalSession& s_;
+  bool counts_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+// Turns a failed group exchange into the result's error/timeout object (a
+// timeout once the candidate's budget is spent says so).
 Status GroupFailed(EvalSession& s, const WorkerGroup& g, const Status& st);
 // One message to every rank of `g` and their replies; a failure fills the
 // result's error object (GroupFailed).

@@ -47,6 +47,12 @@ struct EvalOptions {
   double setup_deadline_s = 60;
   double check_deadline_s = 60;
   double timing_deadline_s = 300;
+  // The wall time the candidate's own calls (its kf_setup, correctness calls
+  // and timed calls) may take over the whole evaluation, counted from the
+  // first: every exchange with it gets the smaller of its phase's deadline
+  // and what is left, so a kernel that stalls just under every per-call
+  // deadline costs at most this, and gets a timeout.
+  double candidate_budget_s = 120;
   double compile_timeout_s = 180;
   // Not empty: trial 0 of every check size writes each rank's inputs, outputs
   // and the oracle's expected outputs here as .npy with a manifest.json.
