@@ -14,9 +14,11 @@
 #include "json_output.h"
 #include "kforge/core/fs.h"
 #include "kforge/evaluator/task_select.h"
+#include "kforge/results/breach_export.h"
 #include "kforge/results/compare.h"
 #include "kforge/results/fixture.h"
 #include "kforge/results/leaderboard.h"
+#include "kforge/results/redteam_board.h"
 #include "kforge/results/samples.h"
 #include "kforge/results/server.h"
 #include "kforge/results/show.h"
@@ -84,6 +86,7 @@ void AddLeaderboard(CLI::App& app, int& exit_code) {
     std::vector<std::string> runs;
     std::string format = "md", by = "model,strategy", out, runs_root = "runs",
                 emulated = "separate";
+    bool redteam = false;
   };
   auto o = std::make_shared<Opts>();
   auto* cmd = app.add_subcommand("leaderboard", "Rank models/strategies over one or more runs");
@@ -97,9 +100,18 @@ void AddLeaderboard(CLI::App& app, int& exit_code) {
   cmd->add_option("-o,--out", o->out, "write to this file instead of stdout");
   cmd->add_option("--runs-root", o->runs_root, "where run names are looked up")
       ->capture_default_str();
+  auto* redteam = cmd->add_flag("--redteam", o->redteam,
+                                "red-team runs only: attempts and breaches per model and task");
+  cmd->get_option("--by")->excludes(redteam);
+  cmd->get_option("--emulated")->excludes(redteam);
   cmd->callback([o, &exit_code] {
     auto run = [&]() -> Status {
       KF_ASSIGN_OR_RETURN(LeaderboardFormat format, ParseLeaderboardFormat(o->format));
+      if (o->redteam) {
+        KF_ASSIGN_OR_RETURN(auto dirs, RunDirs(o->runs, o->runs_root));
+        KF_ASSIGN_OR_RETURN(RedTeamBoard board, LoadRedTeamBoard(dirs));
+        return WriteOutput(o->out, RenderRedTeam(board, format));
+      }
       MetricsOptions options;
       KF_ASSIGN_OR_RETURN(options.group_by, ParseGroupBy(o->by));
       if (o->emulated == "exclude") {
@@ -174,10 +186,29 @@ void AddCompare(CLI::App& app, int& exit_code) {
   });
 }
 
+// `kforge show RUN --export-breach N`: the breach's kernel under a header the
+// fixer completes (kforge/results/breach_export.h).
+Status ExportBreach(const RunStore& store, const ShowOptions& select, int turn,
+                    const std::string& to, const std::string& json) {
+  KF_ASSIGN_OR_RETURN(BreachExport e, PrepareBreachExport(store, select, turn));
+  KF_ASSIGN_OR_RETURN(fs::path path, WriteBreachExport(e, to));
+  if (!json.empty()) {
+    KF_RETURN_IF_ERROR(WriteJson(json, BreachExportJson(e, path)));
+    if (json == "-") return Status::Ok();
+  }
+  std::printf(
+      "wrote %s\nnext: say in its header what it does and replace %s on its Expected: line with "
+      "the verdict the fixed evaluator must give; then fix the evaluator and add the file to its "
+      "test (docs/integrity.md, \"kforge red-teams kforge\")\n",
+      path.c_str(), kExpectedPlaceholder);
+  return Status::Ok();
+}
+
 void AddShow(CLI::App& app, int& exit_code) {
   struct Opts {
-    std::string run, runs_root = "runs", json;
+    std::string run, runs_root = "runs", json, to = "tests/adversarial/kernels";
     ShowOptions show;
+    int export_breach = 0;
   };
   auto o = std::make_shared<Opts>();
   auto* cmd = app.add_subcommand("show", "Print a run's sessions turn by turn");
@@ -186,17 +217,26 @@ void AddShow(CLI::App& app, int& exit_code) {
   cmd->add_option("--model", o->show.model, "only this model");
   cmd->add_option("--strategy", o->show.strategy, "only this strategy");
   cmd->add_option("--sample", o->show.sample, "only this sample index");
+  cmd->add_option("--session", o->show.session, "only this session (its id, as show prints it)");
   cmd->add_flag("--full", o->show.full, "print prompts, replies and kernels whole");
+  auto* export_breach = cmd->add_option(
+      "--export-breach", o->export_breach,
+      "write the red-team breach at this turn (from 1, as show prints it) as an exploit kernel");
+  cmd->add_option("--to", o->to, "where --export-breach writes")
+      ->capture_default_str()
+      ->needs(export_breach);
   AddJsonOption(cmd, o->json);
   cmd->add_option("--runs-root", o->runs_root, "where run names are looked up")
       ->capture_default_str();
-  cmd->callback([o, &exit_code] {
+  cmd->callback([o, export_breach, &exit_code] {
     auto run = [&]() -> Status {
       KF_ASSIGN_OR_RETURN(fs::path dir, ResolveRunDir(o->run, o->runs_root));
       KF_ASSIGN_OR_RETURN(auto store, RunStore::Open(dir, true));
       if (!o->show.task.empty()) {
         KF_ASSIGN_OR_RETURN(o->show.task, ResolveStoredTask(*store, o->show.task));
       }
+      if (export_breach->count() > 0)
+        return ExportBreach(*store, o->show, o->export_breach, o->to, o->json);
       if (!o->json.empty()) {
         KF_ASSIGN_OR_RETURN(nlohmann::json doc, RenderShowJson(*store, o->show));
         KF_RETURN_IF_ERROR(WriteJson(o->json, doc));

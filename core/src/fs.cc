@@ -51,7 +51,10 @@ mode_t PublishedMode() {
   return 0666 & ~mask;
 }
 
-Status WriteAtomic(const fs::path& path, std::string_view content, bool published) {
+// `replace`: rename(2) over any file at `path`; else link(2), which fails
+// when `path` exists, so the file is created whole or not at all.
+Status WriteAtomic(const fs::path& path, std::string_view content, bool published,
+                   bool replace = true) {
   if (path.has_parent_path()) KF_RETURN_IF_ERROR(MakeDirs(path.parent_path()));
   std::string tmpl = path.string() + ".tmp-XXXXXX";
   std::vector<char> buf(tmpl.begin(), tmpl.end());
@@ -78,6 +81,15 @@ Status WriteAtomic(const fs::path& path, std::string_view content, bool publishe
   }
   fsync(fd);
   close(fd);
+  if (!replace) {
+    const int rc = link(buf.data(), path.c_str());
+    const int err = errno;
+    unlink(buf.data());
+    if (rc == 0) return Status::Ok();
+    if (err == EEXIST)
+      return Error(ErrorKind::kInvalidInput, path.string() + " exists; not overwritten");
+    return Error(ErrorKind::kIo, path.string() + ": " + std::strerror(err));
+  }
   if (rename(buf.data(), path.c_str()) != 0) {
     int err = errno;
     unlink(buf.data());
@@ -94,6 +106,10 @@ Status WriteFileAtomic(const fs::path& path, std::string_view content) {
 
 Status WritePublishedFile(const fs::path& path, std::string_view content) {
   return WriteAtomic(path, content, true);
+}
+
+Status WriteNewPublishedFile(const fs::path& path, std::string_view content) {
+  return WriteAtomic(path, content, true, /*replace=*/false);
 }
 
 fs::path DefaultCacheDir() {

@@ -41,6 +41,25 @@ TEST(FsTest, PublishedFilesFollowTheUmaskAtomicWritesStayPrivate) {
   fs::remove_all(*dir);
 }
 
+// A new file is written whole with the published mode; an existing one is
+// never replaced, and the error names it. No temporary file is left behind.
+TEST(FsTest, ANewFileNeverReplacesAnExistingOne) {
+  auto dir = MakeTempDir("kforge-fs-test");
+  ASSERT_TRUE(dir.ok());
+  namespace fs = std::filesystem;
+  const fs::path path = *dir / "exploit.cu";
+  ASSERT_TRUE(WriteNewPublishedFile(path, "first").ok());
+  const Status again = WriteNewPublishedFile(path, "second");
+  ASSERT_FALSE(again.ok());
+  EXPECT_EQ(again.kind(), ErrorKind::kInvalidInput);
+  EXPECT_NE(again.message().find(path.string() + " exists"), std::string::npos) << again.message();
+  EXPECT_EQ(*ReadFile(path), "first");
+  int files = 0;
+  for (const auto& e : fs::directory_iterator(*dir)) files += e.is_regular_file() ? 1 : 0;
+  EXPECT_EQ(files, 1);
+  fs::remove_all(*dir);
+}
+
 TEST(FsTest, ReadingAMissingFileIsNotFound) {
   auto r = ReadFile("/nonexistent/kforge/file");
   ASSERT_FALSE(r.ok());

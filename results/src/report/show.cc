@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <string_view>
 
+#include "kforge/results/breaches.h"
 #include "report/line_diff.h"
 
 namespace kforge::results {
@@ -32,37 +33,38 @@ std::string Indented(const std::string& text, bool full, int max_lines) {
   return out.empty() ? "    (empty)\n" : out;
 }
 
-bool Selected(const SessionRecord& s, const ShowOptions& o) {
-  return (o.task.empty() || s.key.task == o.task) && (o.model.empty() || s.key.model == o.model) &&
-         (o.strategy.empty() || s.key.strategy == o.strategy) &&
-         (o.sample < 0 || s.key.sample == o.sample);
-}
-
 Status NoMatch(const RunStore& store, const ShowOptions& o) {
-  return Error(ErrorKind::kNotFound, "no session matches" +
-                                         (o.task.empty() ? std::string() : " task " + o.task) +
-                                         " in " + store.dir().string());
+  std::string asked;
+  if (!o.task.empty()) asked += " task " + o.task;
+  if (!o.model.empty()) asked += " model " + o.model;
+  if (!o.strategy.empty()) asked += " strategy " + o.strategy;
+  if (o.sample >= 0) asked += fmt::format(" sample {}", o.sample);
+  if (o.session >= 0) asked += fmt::format(" session {}", o.session);
+  return Error(ErrorKind::kNotFound, "no session matches" + asked + " in " + store.dir().string());
 }
 
 nlohmann::json OrNull(const std::optional<double>& v) {
   return v ? nlohmann::json(*v) : nlohmann::json(nullptr);
 }
 
-// A red-team run's breaches of one session (agent/src/breach.h): its
-// `redteam_breach` events, [{turn (from 1), verdict, reasons[]}].
+// A red-team run's breaches of one session (kforge/results/breaches.h),
+// [{turn (from 1), verdict, reasons[]}].
 nlohmann::json SessionBreaches(const std::vector<EventRecord>& events, int64_t session_id) {
   nlohmann::json out = nlohmann::json::array();
-  for (const auto& e : events) {
-    if (e.kind != "redteam_breach" || !e.detail.is_object()) continue;
-    if (e.detail.value("session", int64_t{-1}) != session_id) continue;
-    out.push_back({{"turn", e.detail.value("turn", 0) + 1},
-                   {"verdict", e.detail.value("verdict", std::string())},
-                   {"reasons", e.detail.value("reasons", nlohmann::json::array())}});
+  for (const auto& b : BreachesOf(events)) {
+    if (b.session_id != session_id) continue;
+    out.push_back({{"turn", b.turn}, {"verdict", b.verdict}, {"reasons", b.reasons}});
   }
   return out;
 }
 
 }  // namespace
+
+bool ShowSelects(const SessionRecord& s, const ShowOptions& o) {
+  return (o.task.empty() || s.key.task == o.task) && (o.model.empty() || s.key.model == o.model) &&
+         (o.strategy.empty() || s.key.strategy == o.strategy) &&
+         (o.sample < 0 || s.key.sample == o.sample) && (o.session < 0 || s.id == o.session);
+}
 
 Result<nlohmann::json> RenderShowJson(const RunStore& store, const ShowOptions& o) {
   using nlohmann::json;
@@ -72,7 +74,7 @@ Result<nlohmann::json> RenderShowJson(const RunStore& store, const ShowOptions& 
     KF_ASSIGN_OR_RETURN(auto list, store.ListSessions(run.id));
     KF_ASSIGN_OR_RETURN(auto events, store.ListEvents(run.id));
     for (const auto& s : list) {
-      if (!Selected(s, o)) continue;
+      if (!ShowSelects(s, o)) continue;
       KF_ASSIGN_OR_RETURN(auto turns, store.ListTurns(s.id));
       KF_ASSIGN_OR_RETURN(auto evals, store.ListEvaluations(s.id));
       json jturns = json::array();
@@ -138,7 +140,7 @@ Result<std::string> RenderShowText(const RunStore& store, const ShowOptions& o) 
     KF_ASSIGN_OR_RETURN(auto sessions, store.ListSessions(run.id));
     KF_ASSIGN_OR_RETURN(auto events, store.ListEvents(run.id));
     for (const auto& s : sessions) {
-      if (!Selected(s, o)) continue;
+      if (!ShowSelects(s, o)) continue;
       ++shown;
       out += fmt::format("=== run {} · session {} · {} · {} · {} · sample {} · world {} · {} ===\n",
                          run.name, s.id, s.key.model, s.key.task, s.key.strategy, s.key.sample,

@@ -14,42 +14,14 @@
 #include "kforge/evaluator/evaluate.h"
 #include "kforge/evaluator/task.h"
 #include "kforge/evaluator/task_select.h"
+#include "kforge/testing/exploit_header.h"
 #include "kforge/testing/test_util.h"
 
 namespace kforge::eval {
 namespace {
 
 namespace fs = std::filesystem;
-
-struct Expectation {
-  std::string status, text;
-};
-
-// The header comment's lines joined with spaces, then `Expected: STATUS ("TEXT")`.
-Result<Expectation> ExpectationOf(const std::string& source) {
-  std::string header;
-  size_t at = 0;
-  while (at < source.size() && source.compare(at, 2, "//") == 0) {
-    size_t end = source.find('\n', at);
-    if (end == std::string::npos) end = source.size();
-    header += source.substr(at + 2, end - at - 2) + " ";
-    at = end + 1;
-  }
-  const size_t e = header.find("Expected: ");
-  if (e == std::string::npos)
-    return Error(ErrorKind::kInvalidInput, "no `Expected: ` in the header");
-  Expectation x;
-  size_t s = e + 10;
-  while (s < header.size() && header[s] == ' ') ++s;
-  while (s < header.size() &&
-         (std::isalpha(static_cast<unsigned char>(header[s])) || header[s] == '_'))
-    x.status += header[s++];
-  const size_t open = header.find("(\"", s), close = header.find("\")", open);
-  if (x.status.empty() || open == std::string::npos || close == std::string::npos)
-    return Error(ErrorKind::kInvalidInput, "the header needs `Expected: <status> (\"<text>\")`");
-  x.text = header.substr(open + 2, close - open - 2);
-  return x;
-}
+using testing::ExpectationOf;
 
 TEST(AdversarialStatic, EveryKernelIsRefusedForItsOwnReason) {
   auto tasks = LoadTasks(TasksDir(""));
@@ -68,7 +40,7 @@ TEST(AdversarialStatic, EveryKernelIsRefusedForItsOwnReason) {
     SCOPED_TRACE(k.filename().string());
     auto source = ReadFile(k);
     ASSERT_TRUE(source.ok());
-    auto expected = ExpectationOf(*source);
+    auto expected = ExpectationOf(*source, /*with_text=*/true);
     ASSERT_TRUE(expected.ok()) << expected.status().message();
     EvalOptions o;
     o.compile_only = true;
@@ -91,12 +63,48 @@ TEST(AdversarialStatic, EveryKernelIsRefusedForItsOwnReason) {
 // The header parser itself: a header without the expectation is an error, so
 // a kernel cannot silently drop out of the check.
 TEST(AdversarialStatic, HeaderWithoutAnExpectationIsAnError) {
-  EXPECT_FALSE(ExpectationOf("// Exploit: nothing said\nint x;\n").ok());
-  EXPECT_FALSE(ExpectationOf("// Expected: mismatch\nint x;\n").ok());
-  auto x = ExpectationOf("// Exploit: a.\n// Expected: policy_violation\n// (\"calls fork\").\n");
+  EXPECT_FALSE(ExpectationOf("// Exploit: nothing said\nint x;\n", true).ok());
+  EXPECT_FALSE(ExpectationOf("// Expected: mismatch\nint x;\n", true).ok());
+  EXPECT_FALSE(ExpectationOf("// Expected: mismatched (\"x\")\nint x;\n", true).ok());
+  auto x =
+      ExpectationOf("// Exploit: a.\n// Expected: policy_violation\n// (\"calls fork\").\n", true);
   ASSERT_TRUE(x.ok()) << x.status().message();
   EXPECT_EQ(x->status, "policy_violation");
   EXPECT_EQ(x->text, "calls fork");
+}
+
+// A breach exported by `kforge show --export-breach` says `Expected: FIXME`
+// until its fixer states the verdict; the parser refuses it, whatever
+// follows (CliTest.ExportBreach* checks the exported file itself).
+TEST(AdversarialStatic, AnExportedBreachsFixmeIsAnError) {
+  const std::string exported =
+      "// Exploit: found by a red-team run.\n"
+      "// Expected: FIXME (found as passed): the fixer replaces FIXME (\"x\").\n\nint x;\n";
+  for (bool with_text : {true, false}) {
+    auto x = ExpectationOf(exported, with_text);
+    ASSERT_FALSE(x.ok());
+    EXPECT_NE(x.status().message().find("still FIXME"), std::string::npos) << x.status().message();
+  }
+}
+
+// Every exploit kernel, in both folders, states the verdict it must get: the
+// GPU test names its files in a table, so an exported breach left
+// `Expected: FIXME` there would otherwise go unnoticed on a CPU machine.
+TEST(AdversarialKernels, EveryHeaderStatesTheVerdictItMustGet) {
+  int kernels = 0;
+  for (const char* dir : {KFORGE_ADVERSARIAL_KERNELS, KFORGE_STATIC_EXPLOITS}) {
+    for (const auto& e : fs::directory_iterator(dir)) {
+      if (e.path().extension() != ".cu") continue;
+      SCOPED_TRACE(e.path().string());
+      auto source = ReadFile(e.path());
+      ASSERT_TRUE(source.ok()) << source.status().ToString();
+      const bool static_dir = std::string(dir) == KFORGE_STATIC_EXPLOITS;
+      auto expected = ExpectationOf(*source, static_dir);
+      EXPECT_TRUE(expected.ok()) << e.path().string() << ": " << expected.status().message();
+      ++kernels;
+    }
+  }
+  EXPECT_GE(kernels, 32);
 }
 
 }  // namespace

@@ -22,6 +22,11 @@ Status WriteFileAtomic(const std::filesystem::path& path, std::string_view conte
 // would give it, 0666 less the umask.
 Status WritePublishedFile(const std::filesystem::path& path, std::string_view content);
 
+// WritePublishedFile that never replaces a file: when `path` exists (even if
+// it appears while this writes) it is left as it was and the error,
+// kInvalidInput, names it. The new file appears whole or not at all.
+Status WriteNewPublishedFile(const std::filesystem::path& path, std::string_view content);
+
 Status MakeDirs(const std::filesystem::path& path);
 
 // $XDG_CACHE_HOME/kforge, else $HOME/.cache/kforge, else /tmp/kforge-cache.

@@ -1,6 +1,7 @@
 // `kforge show`: a run's sessions turn by turn, as plain text.
 #pragma once
 
+#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -14,9 +15,13 @@ struct ShowOptions {
   std::string model;     // "" = every model
   std::string strategy;  // "" = every strategy
   int sample = -1;       // -1 = every sample
+  int64_t session = -1;  // -1 = every session; else the one of this id (show prints it)
   bool full = false;     // print prompts, replies and kernels whole (else the first lines)
   int max_lines = 40;
 };
+
+// Whether `options` select session `s` (task, model, strategy, sample, id).
+bool ShowSelects(const SessionRecord& s, const ShowOptions& options);
 
 // For each matching session: its key and state, then every turn's prompt,
 // reply, kernel (the first in full, later ones as a diff to the previous
