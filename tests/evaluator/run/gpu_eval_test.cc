@@ -534,5 +534,48 @@ TEST_F(GpuEvalTest, ExploitsThatPassGainNothing) {
   }
 }
 
+// The timing check's slack (the path's gap + 3 us + 3% of the claim) is what
+// a kernel can hide outside its event window: slack_harvest.cu leaves 2.5%
+// of its elements to a private stream that runs after the window closes. At
+// a large size (where the median is known to 0.5%) it must pass without a
+// finding and gain at most the stated slack.
+TEST_F(GpuEvalTest, SlackHarvestingGainsAtMostTheStatedSlack) {
+  const Task& t = Find("allreduce");
+  EvalOptions o;
+  o.bench_sizes = {t.bench_sizes[1].label};  // 256 MiB
+  const auto dir = std::filesystem::path(KFORGE_ADVERSARIAL_KERNELS);
+  auto honest = Eval(t, dir / "honest_naive.cu", 2, o);
+  auto harvest = Eval(t, dir / "slack_harvest.cu", 2, o);
+  ASSERT_EQ(honest.value("status", ""), "passed") << RenderEvalReport(honest);
+  ASSERT_EQ(harvest.value("status", ""), "passed") << RenderEvalReport(harvest);
+  const double h = honest.value("speedup", 0.0), a = harvest.value("speedup", 0.0);
+  ASSERT_GT(h, 0);
+  EXPECT_LT(a / h, 1.05) << "slack harvest " << a << " vs honest " << h;
+  std::printf(
+      "slack harvest at %s: %.3f vs the honest kernel's %.3f (gain %+.1f%%; wall - claim %.1f us, "
+      "reference's %.1f us)\n",
+      o.bench_sizes[0].c_str(), a, h, 100 * (a / h - 1),
+      harvest["timing"][0].value("wall_minus_claimed_us", 0.0),
+      harvest["timing"][0].value("baseline_wall_minus_claimed_us", 0.0));
+}
+
+// A kernel that answers every call 0.3 s late, inside every per-call
+// deadline, runs out of the evaluation's budget of call time (3 s here) and
+// gets a timeout that names it, instead of costing minutes of deadlines.
+TEST_F(GpuEvalTest, AKernelThatStallsUnderEveryDeadlineRunsOutOfBudget) {
+  const Task& t = Find("allreduce");
+  EvalOptions o;
+  o.candidate_budget_s = 3;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto doc =
+      Eval(t, std::filesystem::path(KFORGE_ADVERSARIAL_KERNELS) / "stall_under_deadline.cu", 2, o);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(doc.value("status", ""), "timeout") << RenderEvalReport(doc);
+  EXPECT_NE(doc.value("message", "").find("budget"), std::string::npos) << doc.value("message", "");
+  EXPECT_EQ(doc["timeout"].value("candidate_budget_s", 0.0), 3.0) << doc["timeout"].dump();
+  EXPECT_LT(took, 60.0);
+  std::printf("stalling kernel: %s after %.1f s\n", doc.value("status", "").c_str(), took);
+}
+
 }  // namespace
 }  // namespace kforge::eval
