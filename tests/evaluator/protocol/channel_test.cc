@@ -6,6 +6,7 @@
 
 #include <thread>
 
+#include "barrier_rounds.h"
 #include "protocol/control_block.h"
 
 namespace kforge::eval {
@@ -73,40 +74,9 @@ TEST(ChannelTest, APartialFrameSurvivesATimeout) {
 }
 
 TEST(ControlBlockTest, BarrierHoldsEveryProcessUntilAllArrive) {
-  constexpr int kWorld = 4, kRounds = 200;
-  auto block = ControlBlock::Create(kWorld);
+  auto block = ControlBlock::Create(4);
   ASSERT_TRUE(block.ok());
-  // Each process increments a shared counter then meets the others; after the
-  // barrier of round k every process must see exactly (k+1)*kWorld increments.
-  auto* counter = reinterpret_cast<std::atomic<uint32_t>*>(&block->shared()->p2p[0][0]);
-  counter->store(0);
-  std::vector<pid_t> kids;
-  for (int r = 1; r < kWorld; ++r) {
-    pid_t pid = fork();
-    if (pid == 0) {
-      for (int k = 0; k < kRounds; ++k) {
-        counter->fetch_add(1);
-        if (!block->Barrier().ok()) _exit(2);
-        if (counter->load() < static_cast<uint32_t>((k + 1) * kWorld)) _exit(3);
-        if (!block->Barrier().ok()) _exit(2);
-      }
-      _exit(0);
-    }
-    kids.push_back(pid);
-  }
-  bool ok = true;
-  for (int k = 0; k < kRounds; ++k) {
-    counter->fetch_add(1);
-    ASSERT_TRUE(block->Barrier().ok());
-    ok = ok && counter->load() >= static_cast<uint32_t>((k + 1) * kWorld);
-    ASSERT_TRUE(block->Barrier().ok());
-  }
-  EXPECT_TRUE(ok);
-  for (pid_t pid : kids) {
-    int status = 0;
-    waitpid(pid, &status, 0);
-    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-  }
+  EXPECT_TRUE(BarrierRounds(*block, 4, 200));
 }
 
 TEST(ControlBlockTest, AbortReleasesAWaitingRank) {

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <thread>
 
+#include "barrier_rounds.h"
 #include "protocol/control_block.h"
 #include "protocol/mailbox.h"
 
@@ -124,46 +125,18 @@ TEST(Wait, ASleepingHarnessStillMeetsItsDeadlineAndAnAbort) {
 
 TEST(Wait, SleepingRanksPassTheBarrierTogether) {
   SpinLimitScope scope(0ns, kLongSlice);
-  constexpr int kWorld = 4, kRounds = 50;
+  constexpr int kWorld = 4;
   auto block = ControlBlock::Create(kWorld);
   ASSERT_TRUE(block.ok());
-  auto* counter = reinterpret_cast<std::atomic<uint32_t>*>(&block->shared()->p2p[0][0]);
-  counter->store(0);
-  std::vector<pid_t> kids;
-  for (int r = 1; r < kWorld; ++r) {
-    pid_t pid = fork();
-    if (pid == 0) {
-      for (int k = 0; k < kRounds; ++k) {
-        counter->fetch_add(1);
-        if (!block->Barrier().ok()) _exit(2);
-        if (counter->load() < static_cast<uint32_t>((k + 1) * kWorld)) _exit(3);
-        if (!block->Barrier().ok()) _exit(2);
-      }
-      _exit(0);
-    }
-    kids.push_back(pid);
-  }
-  bool ok = true, slept = false;
+  bool slept = false;
   const auto t0 = std::chrono::steady_clock::now();
-  for (int k = 0; k < kRounds; ++k) {
-    // Arrive last, after the others have gone to sleep (at least once).
-    if (k == 0) {
-      slept = Eventually([&] { return block->shared()->barrier_sleepers.load() == kWorld - 1; });
-    }
-    counter->fetch_add(1);
-    ASSERT_TRUE(block->Barrier().ok());
-    ok = ok && counter->load() >= static_cast<uint32_t>((k + 1) * kWorld);
-    ASSERT_TRUE(block->Barrier().ok());
-  }
+  // Arrive last in the first round, once the others have gone to sleep.
+  EXPECT_TRUE(BarrierRounds(*block, kWorld, 50, [&] {
+    slept = Eventually([&] { return block->shared()->barrier_sleepers.load() == kWorld - 1; });
+  }));
   EXPECT_TRUE(slept) << "the other ranks never slept on the barrier";
   // 100 barriers, each woken by its last arrival, not by a three-second slice.
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 3s);
-  EXPECT_TRUE(ok);
-  for (pid_t pid : kids) {
-    int status = 0;
-    waitpid(pid, &status, 0);
-    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-  }
 }
 
 }  // namespace
