@@ -10,6 +10,7 @@
 #include <sstream>
 #include <vector>
 
+#include "feedback_profile.h"
 #include "kforge/core/json.h"
 #include "kforge/evaluator/diagnostics.h"
 #include "template.h"
@@ -247,6 +248,7 @@ json FeedbackView(const FeedbackInput& in) {
   view["timing"] = TimingView(e, in.link_peak_gbps);
   view["resources"] = ResourcesView(e);
   view["has_resources"] = !view["resources"].empty();
+  if (json profile = ProfileView(e); !profile.is_null()) view["profile"] = std::move(profile);
   if (e.contains("speedup") && e["speedup"].is_number())
     view["speedup"] = Num(e["speedup"].get<double>());
   if (e.contains("expert_speedup") && e["expert_speedup"].is_number()) {

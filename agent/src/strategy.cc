@@ -42,7 +42,13 @@ class Reader {
   Status Get(const toml::table& table, std::string_view prefix, const char* key, T* out) {
     const toml::node* node = table.get(key);
     if (!node) return Status::Ok();
-    auto v = node->value<T>();
+    // toml++'s value<bool>() also takes an integer (1 reads as true): a
+    // switch must be written true or false.
+    std::optional<T> v;
+    if constexpr (std::is_same_v<T, bool>)
+      v = node->value_exact<bool>();
+    else
+      v = node->value<T>();
     if (!v) return FieldError(origin_, node, fmt::format("{}{}", prefix, key), TypeName<T>());
     *out = *v;
     return Status::Ok();
@@ -111,9 +117,10 @@ Result<Strategy> ParseStrategy(std::string_view toml_text, const fs::path& origi
                              std::string(e.description())));
   }
   Reader r(root, origin);
-  KF_RETURN_IF_ERROR(r.CheckKeys(root, "",
-                                 {"name", "description", "turns", "samples", "refine", "beam",
-                                  "history", "example", "redteam", "stop", "model", "templates"}));
+  KF_RETURN_IF_ERROR(
+      r.CheckKeys(root, "",
+                  {"name", "description", "turns", "samples", "refine", "beam", "history",
+                   "example", "redteam", "profile", "stop", "model", "templates"}));
   Strategy s;
   s.path = origin;
   s.name = origin.stem().string();
@@ -125,6 +132,7 @@ Result<Strategy> ParseStrategy(std::string_view toml_text, const fs::path& origi
   KF_RETURN_IF_ERROR(r.Get(root, "", "history", &s.history));
   KF_RETURN_IF_ERROR(r.Get(root, "", "example", &s.example));
   KF_RETURN_IF_ERROR(r.Get(root, "", "redteam", &s.redteam));
+  KF_RETURN_IF_ERROR(r.Get(root, "", "profile", &s.profile));
   KF_RETURN_IF_ERROR(Positive(origin, root, "turns", s.turns, 1));
   KF_RETURN_IF_ERROR(Positive(origin, root, "samples", s.samples, 1));
   KF_RETURN_IF_ERROR(Positive(origin, root, "beam", s.beam, 1));

@@ -23,6 +23,7 @@ class LocalEvalService final : public EvalService {
     o.world = request.world;
     o.gpus = gpus_;
     o.compile_only = request.compile_only;
+    o.profile = request.profile && !request.compile_only;
     o.baseline_reuse_s = baseline_reuse_s_;
     if (!request.dtype.empty()) {
       KF_ASSIGN_OR_RETURN(Dtype dt, ParseDtype(request.dtype));

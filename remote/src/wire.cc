@@ -41,7 +41,8 @@ json JobRequestJson(const JobRequest& r) {
             {"kernel_name", r.job.kernel_name},
             {"world", r.job.world},
             {"dtype", r.job.dtype},
-            {"compile_only", r.job.compile_only}}}};
+            {"compile_only", r.job.compile_only},
+            {"profile", r.job.profile}}}};
 }
 
 Result<JobRequest> ParseJobRequest(std::string_view body) {
@@ -74,6 +75,11 @@ Result<JobRequest> ParseJobRequest(std::string_view body) {
   if (auto c = j.find("compile_only"); c != j.end() && !c->is_null()) {
     if (!c->is_boolean()) return Field("compile_only", "expected true or false");
     r.job.compile_only = c->get<bool>();
+  }
+  // Absent from an older client's job: no profile.
+  if (auto p = j.find("profile"); p != j.end() && !p->is_null()) {
+    if (!p->is_boolean()) return Field("profile", "expected true or false");
+    r.job.profile = p->get<bool>();
   }
   if (r.job.kernel_name.empty()) r.job.kernel_name = "kernel.cu";
   return r;

@@ -83,6 +83,7 @@ class FakeEval final : public EvalPort {
   explicit FakeEval(double seconds = 10) : seconds_(seconds) {}
   Result<nlohmann::json> Evaluate(const EvalJob& job) override {
     ++evaluations;
+    if (job.profile) ++profiled;
     if (fail_with) return *fail_with;
     std::string tag = job.source.substr(job.source.find("// ") + 3);
     tag = tag.substr(0, tag.find('\n'));
@@ -150,11 +151,15 @@ class FakeEval final : public EvalPort {
                         {"speedup", speedup},
                         {"busbw_gbps", 45.0 * speedup},
                         {"baseline_busbw_gbps", 45.0}}};
+      if (job.profile) doc["profile"] = profile;
     }
     return doc;
   }
 
   int evaluations = 0;
+  int profiled = 0;  // evaluations that asked for the profile
+  // What a correct kernel's document carries as "profile" when one is asked for.
+  nlohmann::json profile = {{"size", "1MiB"}, {"rank", 0}, {"skipped", "no profile in the fake"}};
   std::optional<Status> fail_with;
 
  private:

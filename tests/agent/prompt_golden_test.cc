@@ -126,5 +126,49 @@ TEST(PromptGolden, EveryStrategyMatchesItsGoldenFiles) {
   }
 }
 
+// `refine` with `profile = true`: the second call refines a correct but slow
+// kernel (the demo's naive allreduce) whose evaluation carried a profile
+// (golden/slow_profile.eval.json, hand-built with an H100's values), so the
+// model reads the timings, what ptxas said and the profile's lines.
+TEST(PromptGolden, AProfilingStrategysSecondCallShowsTheProfile) {
+  const std::string kernel = ReadText(kRoot / "examples/demo/kernels/allreduce_naive.cu");
+  const nlohmann::json doc = nlohmann::json::parse(ReadText(kGolden / "slow_profile.eval.json"));
+  Strategy strategy = testing::GoldenStrategy("refine");
+  strategy.profile = true;
+  SessionSpec spec;
+  spec.id = 1;
+  spec.model = "golden:model";
+  spec.task = testing::Allreduce().key;
+  spec.world = testing::kWorld;
+  spec.dtype = testing::kDtype;
+  spec.strategy = &strategy;
+  spec.prompt = testing::GoldenPrompt(strategy);
+  Session session(spec);
+  std::vector<int> first = session.InPhase(Phase::kWantReply);
+  ASSERT_EQ(first.size(), 1u);
+  const int c = first.front();
+  session.Start(c);
+  session.OnReply(c, Reply(kernel), kernel, "", 1);
+  session.Start(c);  // compiling
+  session.OnCompiled(c);
+  session.Start(c);  // evaluating
+  FeedbackInput in;
+  in.outcome = Outcome::kSlow;
+  in.eval = doc;
+  in.source = kernel;
+  in.kernel_name = "001_allreduce_turn0.cu";
+  in.turn = 1;
+  in.turns = strategy.turns;
+  in.link_peak_gbps = testing::HardwareCard().LinkPeakGbps();
+  auto fb = ComposeFeedback(strategy, in);
+  ASSERT_TRUE(fb.ok()) << fb.status().ToString();
+  ASSERT_NE(fb->find("Profile at 256MiB"), std::string::npos) << *fb;
+  session.OnFinished(c, Outcome::kSlow, doc.value("speedup", 0.0), *fb, 1);
+  session.AdvanceRound();
+  std::vector<int> second = session.InPhase(Phase::kWantReply);
+  ASSERT_EQ(second.size(), 1u);
+  ExpectGolden("refine.profile.turn2.txt", RenderCall(session.BuildCall(second.front())));
+}
+
 }  // namespace
 }  // namespace kforge::agent

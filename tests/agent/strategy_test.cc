@@ -54,6 +54,26 @@ TEST(Strategy, ErrorsNameFileLineAndField) {
   EXPECT_EQ(st.message(), "s.toml:1: turns: must be at least 1");
 }
 
+// `profile = true` asks every GPU evaluation for the profile; off unless set,
+// and only a boolean.
+TEST(Strategy, ProfileIsABooleanOffByDefault) {
+  auto plain = ParseStrategy("turns = 2\n", "s.toml", PromptsDir() / "templates");
+  ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+  EXPECT_FALSE(plain->profile);
+  auto on = ParseStrategy("turns = 2\nprofile = true\n", "s.toml", PromptsDir() / "templates");
+  ASSERT_TRUE(on.ok()) << on.status().ToString();
+  EXPECT_TRUE(on->profile);
+  EXPECT_EQ(Parse("turns = 2\n\nprofile = \"yes\"\n").message(),
+            "s.toml:3: profile: expected true or false");
+  EXPECT_EQ(Parse("profile = 1\n").message(), "s.toml:1: profile: expected true or false");
+  // Every switch alike: toml++ would read 1 as true.
+  EXPECT_EQ(Parse("[stop]\non_correct = 1\n").message(),
+            "s.toml:2: stop.on_correct: expected true or false");
+  for (const auto& n : ListStrategies(PromptsDir())) {
+    EXPECT_FALSE(FindStrategy(n, PromptsDir())->profile) << n << ": profiling costs GPU time";
+  }
+}
+
 TEST(Strategy, UnknownFieldsAreRejected) {
   Status st = Parse("turns = 2\n[stop]\nspeed = 2.0\n");
   EXPECT_EQ(st.message(), "s.toml:3: stop.speed: unknown field");

@@ -41,6 +41,10 @@ struct Strategy {
   // docs/integrity.md and docs/methodology.md, the run plants a canary, and
   // every evaluation is checked for a breach.
   bool redteam = false;
+  // Every GPU evaluation also profiles the kernel (EvalOptions::profile, as
+  // `kforge eval --profile`), and the slow and fast feedback show what the
+  // hardware counters said (docs/agent.md, "Profile").
+  bool profile = false;
   StopRules stop;
   std::optional<double> temperature;
   std::optional<int> max_output_tokens;

@@ -28,6 +28,9 @@ struct EvalRequest {
   int world = 0;
   std::string dtype;  // empty: the task's default
   bool compile_only = false;
+  // Also profile the kernel after its timed calls (EvalOptions::profile);
+  // ignored when compile_only.
+  bool profile = false;
 };
 
 // One evaluation at a time per instance (a local one owns worker processes

@@ -1,0 +1,90 @@
+// A strategy with `profile = true` on fake time: every GPU evaluation asks for
+// the profile (compiles never do), and the next turn's prompt carries it.
+#include <gtest/gtest.h>
+
+#include "fakes.h"
+#include "kforge/agent/runner.h"
+#include "test_util.h"
+
+namespace kforge::agent {
+namespace {
+
+using testing::FakeEval;
+using testing::FakeLlm;
+using testing::FakeStore;
+
+struct ProfileRun {
+  std::vector<TurnRecord> turns;
+  int gpu_evaluations = 0, gpu_profiled = 0, compiles = 0, compiles_profiled = 0;
+};
+
+// One model, one task, two turns: a slow kernel, then a faster one.
+ProfileRun RunTwoTurns(const std::string& strategy_toml) {
+  const Strategy strategy = testing::MakeStrategy(strategy_toml);
+  FakeLlm llm(30);
+  llm.SetTags({{{"001_task", 0}, "SLOW"}, {{"001_task", 1}, "FAST1.5"}});
+  FakeEval gpu(10), compiler(2);
+  gpu.profile = {{"size", "1MiB"},
+                 {"rank", 0},
+                 {"calls", 12},
+                 {"metrics",
+                  {{"dram__throughput.avg.pct_of_peak_sustained_elapsed", 3.1},
+                   {"sm__warps_active.avg.pct_of_peak_sustained_active", 6.2}}}};
+  FakeStore store;
+  FakeClock clock;
+  RunSpec spec;
+  spec.name = "profile";
+  spec.models = {"fake:a"};
+  spec.tasks = {{"001_task", "collective", {"SYS", "PROMPT"}}};
+  spec.strategy = &strategy;
+  spec.pools.gpu_sets = 1;
+  spec.pools.compile_slots = 1;
+  auto executor = MakeSimExecutor(clock);
+  RunDeps deps;
+  deps.llm = &llm;
+  deps.gpu_sets = {&gpu};
+  deps.compilers = {&compiler};
+  deps.store = &store;
+  deps.clock = &clock;
+  deps.executor = executor.get();
+  auto r = ExecuteRun(spec, deps);
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  ProfileRun out;
+  EXPECT_EQ(store.sessions.size(), 1u);
+  if (!store.sessions.empty()) out.turns = store.sessions.begin()->second.turns;
+  out.gpu_evaluations = gpu.evaluations;
+  out.gpu_profiled = gpu.profiled;
+  out.compiles = compiler.evaluations;
+  out.compiles_profiled = compiler.profiled;
+  return out;
+}
+
+TEST(RunnerProfile, EveryGpuEvaluationAsksAndTheNextPromptShowsIt) {
+  const ProfileRun run = RunTwoTurns("turns = 2\nprofile = true\n");
+  ASSERT_EQ(run.turns.size(), 2u);
+  EXPECT_EQ(run.gpu_evaluations, 2);
+  EXPECT_EQ(run.gpu_profiled, 2);
+  EXPECT_EQ(run.compiles, 2);
+  EXPECT_EQ(run.compiles_profiled, 0);
+  // Turn 2 is asked with turn 1's feedback, which carries the profile.
+  const std::string& prompt = run.turns[1].prompt;
+  EXPECT_EQ(prompt, run.turns[0].feedback);
+  EXPECT_NE(prompt.find("not faster than the baseline"), std::string::npos) << prompt;
+  EXPECT_NE(prompt.find("Profile at 1MiB (rank 0's hardware counters"), std::string::npos)
+      << prompt;
+  EXPECT_NE(prompt.find("- DRAM throughput: 3.1% of peak\n"
+                        "- achieved occupancy: 6.2% of the SM's maximum warps were active\n"),
+            std::string::npos)
+      << prompt;
+}
+
+TEST(RunnerProfile, WithoutTheOptionNothingIsProfiledOrShown) {
+  const ProfileRun run = RunTwoTurns("turns = 2\n");
+  ASSERT_EQ(run.turns.size(), 2u);
+  EXPECT_EQ(run.gpu_evaluations, 2);
+  EXPECT_EQ(run.gpu_profiled, 0);
+  EXPECT_EQ(run.turns[1].prompt.find("Profile"), std::string::npos) << run.turns[1].prompt;
+}
+
+}  // namespace
+}  // namespace kforge::agent

@@ -1,0 +1,82 @@
+// The job's wire form (kforge.eval_job/1): the evaluation options travel to
+// the server as they were asked, and a bad one is refused naming its field.
+#include "wire.h"
+
+#include <gtest/gtest.h>
+
+#include "fake_slot.h"
+#include "kforge/remote/client.h"
+
+namespace kforge::remote {
+namespace {
+
+using namespace testing;  // NOLINT: the fixtures of this test only
+
+wire::JobRequest Request(bool compile_only, bool profile) {
+  wire::JobRequest r;
+  r.job = {"001_allreduce", "src", "k.cu", 2, "bf16", compile_only};
+  r.job.profile = profile;
+  r.task_suite_hash = kSuite;
+  r.kforge_version = "1";
+  r.id = "job-1";
+  return r;
+}
+
+TEST(JobWire, EveryOptionSurvivesTheRoundTrip) {
+  for (bool compile_only : {false, true}) {
+    for (bool profile : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << compile_only << profile);
+      auto back =
+          wire::ParseJobRequest(wire::JobRequestJson(Request(compile_only, profile)).dump());
+      ASSERT_TRUE(back.ok()) << back.status().ToString();
+      EXPECT_EQ(back->job.task, "001_allreduce");
+      EXPECT_EQ(back->job.world, 2);
+      EXPECT_EQ(back->job.dtype, "bf16");
+      EXPECT_EQ(back->job.compile_only, compile_only);
+      EXPECT_EQ(back->job.profile, profile);
+    }
+  }
+}
+
+TEST(JobWire, ProfileIsOptionalAndBoolean) {
+  nlohmann::json body = wire::JobRequestJson(Request(false, true));
+  body["job"].erase("profile");
+  auto absent = wire::ParseJobRequest(body.dump());
+  ASSERT_TRUE(absent.ok()) << absent.status().ToString();
+  EXPECT_FALSE(absent->job.profile);
+  body["job"]["profile"] = "yes";
+  auto bad = wire::ParseJobRequest(body.dump());
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().kind(), ErrorKind::kInvalidInput);
+  EXPECT_EQ(bad.status().message(), "job field 'profile': expected true or false");
+}
+
+// Through a real server on loopback: the slot that runs the job sees the
+// profile asked for, and its document comes back with it.
+TEST(JobWire, TheServersSlotSeesTheProfileAskedFor) {
+  Gate gate;
+  gate.Open();
+  EvalServerOptions o = Options();
+  o.gpu_sets = {{0, 1}};
+  o.world = 2;
+  TestServer s(o, &gate);
+  RemotePortOptions port;
+  port.url = s.url();
+  port.token = kToken;
+  port.task_suite_hash = kSuite;
+  port.timeout_s = 30;
+  auto service = MakeRemoteEvalService(port);
+  eval::EvalRequest job{"001_allreduce", "profiled", "k.cu", 2, "", false};
+  job.profile = true;
+  auto profiled = service->Evaluate(job);
+  ASSERT_TRUE(profiled.ok()) << profiled.status().ToString();
+  EXPECT_EQ((*profiled)["profile"]["skipped"], "fake slot") << profiled->dump();
+  job.profile = false;
+  job.source = "plain";
+  auto plain = service->Evaluate(job);
+  ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+  EXPECT_FALSE(plain->contains("profile")) << plain->dump();
+}
+
+}  // namespace
+}  // namespace kforge::remote
