@@ -20,25 +20,6 @@ EvalSession::~EvalSession() {
   StopServed(*this, reference);
 }
 
-CandidateTime::CandidateTime(EvalSession& s, bool counts)
-    : s_(s), counts_(counts), start_(std::chrono::steady_clock::now()) {}
-
-CandidateTime::~CandidateTime() {
-  if (counts_) {
-    s_.candidate_spent_s +=
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-    s_.budget_cut_deadline = false;
-  }
-}
-
-double CandidateTime::Deadline(double phase_s) {
-  if (!counts_) return phase_s;
-  const double left = s_.options->candidate_budget_s - s_.candidate_spent_s;
-  if (left < phase_s) s_.budget_cut_deadline = true;
-  // Never zero: a spent budget still lets the exchange end as a timeout.
-  return std::max(std::min(phase_s, left), 0.05);
-}
-
 Status GroupFailed(EvalSession& s, const WorkerGroup& g, const Status& st) {
   const GroupFailure& f = g.last_failure();
   if (st.kind() == ErrorKind::kDeadlock) {
