@@ -12,7 +12,6 @@
 #include <chrono>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <optional>
 #include <random>
 #include <string>
 #include <vector>
