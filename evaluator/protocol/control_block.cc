@@ -75,8 +75,7 @@ Status Arrive(std::atomic<uint32_t>& count, std::atomic<uint32_t>& generation,
   uint32_t gen = generation.load(std::memory_order_acquire);
   if (count.fetch_add(1, std::memory_order_acq_rel) + 1 == size) {
     count.store(0, std::memory_order_relaxed);
-    generation.fetch_add(1, std::memory_order_seq_cst);
-    if (sleepers.load(std::memory_order_seq_cst) != 0) proto::FutexWakeAll(&generation);
+    proto::Bump(generation, sleepers);
     return Status::Ok();
   }
   proto::Waiter waiter;
@@ -84,11 +83,7 @@ Status Arrive(std::atomic<uint32_t>& count, std::atomic<uint32_t>& generation,
     if (abort.load(std::memory_order_relaxed)) {
       return Error(ErrorKind::kCancelled, "rank group aborted");
     }
-    if (waiter.Spin()) continue;
-    sleepers.fetch_add(1, std::memory_order_seq_cst);
-    if (generation.load(std::memory_order_seq_cst) == gen)
-      proto::FutexWait(&generation, gen, proto::SleepSlice());
-    sleepers.fetch_sub(1, std::memory_order_seq_cst);
+    if (!waiter.Spin()) proto::SleepOn(generation, sleepers, gen);
   }
   return Status::Ok();
 }

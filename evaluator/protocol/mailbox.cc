@@ -12,25 +12,6 @@
 #include "protocol/wait.h"
 
 namespace kforge::eval::proto {
-namespace {
-
-// Sleeps on `word` (unless it moved on from `seen`), counted in `sleepers`
-// so that the other side knows to wake it. Wakes after a sleep slice anyway, so
-// that aborts and deadlines are noticed even if no one wakes it.
-void Sleep(std::atomic<uint32_t>& word, std::atomic<uint32_t>& sleepers, uint32_t seen) {
-  sleepers.fetch_add(1, std::memory_order_seq_cst);
-  if (word.load(std::memory_order_seq_cst) == seen) FutexWait(&word, seen, SleepSlice());
-  sleepers.fetch_sub(1, std::memory_order_seq_cst);
-}
-
-// After a store the other side may be sleeping on: bump the word, and wake
-// the sleepers if there are any (a system call only then).
-void Bump(std::atomic<uint32_t>& word, std::atomic<uint32_t>& sleepers) {
-  word.fetch_add(1, std::memory_order_seq_cst);
-  if (sleepers.load(std::memory_order_seq_cst) != 0) FutexWakeAll(&word);
-}
-
-}  // namespace
 
 Result<Mailbox> Mailbox::Create() {
   int fd = memfd_create("kforge-mailbox", MFD_CLOEXEC);
@@ -120,7 +101,7 @@ Result<Mailbox::CallAnswer> Mailbox::WaitAnswer(uint64_t seq,
       return Error(ErrorKind::kDeadlock,
                    "the candidate did not answer call " + std::to_string(seq));
     }
-    if (!spinning) Sleep(shared_->done_word, shared_->done_sleepers, word);
+    if (!spinning) SleepOn(shared_->done_word, shared_->done_sleepers, word);
   }
 }
 
@@ -135,7 +116,7 @@ Result<Mailbox::Command> Mailbox::WaitCommand(uint64_t last_seq,
     if (abort != nullptr && abort->load(std::memory_order_relaxed) != 0) {
       return Error(ErrorKind::kCancelled, "rank group aborted");
     }
-    if (!waiter.Spin()) Sleep(shared_->go_word, shared_->go_sleepers, word);
+    if (!waiter.Spin()) SleepOn(shared_->go_word, shared_->go_sleepers, word);
   }
 }
 

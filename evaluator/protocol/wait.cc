@@ -77,6 +77,17 @@ void FutexWakeAll(const std::atomic<uint32_t>* word) {
           0);
 }
 
+void SleepOn(std::atomic<uint32_t>& word, std::atomic<uint32_t>& sleepers, uint32_t seen) {
+  sleepers.fetch_add(1, std::memory_order_seq_cst);
+  if (word.load(std::memory_order_seq_cst) == seen) FutexWait(&word, seen, SleepSlice());
+  sleepers.fetch_sub(1, std::memory_order_seq_cst);
+}
+
+void Bump(std::atomic<uint32_t>& word, std::atomic<uint32_t>& sleepers) {
+  word.fetch_add(1, std::memory_order_seq_cst);
+  if (sleepers.load(std::memory_order_seq_cst) != 0) FutexWakeAll(&word);
+}
+
 Waiter::Waiter() : until_(std::chrono::steady_clock::now() + SpinLimit()) {}
 
 bool Waiter::Spin() {

@@ -39,6 +39,13 @@ void FutexWait(const std::atomic<uint32_t>* word, uint32_t expected,
 // Wakes every process sleeping on `word`.
 void FutexWakeAll(const std::atomic<uint32_t>* word);
 
+// The two sides of a wait on a shared word, with a count of its sleepers so
+// that the waking side makes the system call only when someone sleeps:
+// SleepOn sleeps (at most a sleep slice) unless `word` moved on from `seen`;
+// Bump moves `word` on and wakes its sleepers.
+void SleepOn(std::atomic<uint32_t>& word, std::atomic<uint32_t>& sleepers, uint32_t seen);
+void Bump(std::atomic<uint32_t>& word, std::atomic<uint32_t>& sleepers);
+
 // One wait: spins until the spin limit has passed since it was made, then
 // says it is time to sleep.
 class Waiter {
