@@ -33,6 +33,8 @@ constexpr std::string_view kNoEnvironment =
 constexpr std::string_view kNoLoading =
     "a kernel may not load code or look up symbols at run time (it could reach anything the rules "
     "forbid)";
+constexpr std::string_view kNoMappings =
+    "a kernel may not change GPU memory mappings (the harness maps its inputs read-only)";
 constexpr std::string_view kNoDeviceState =
     "a kernel may not change device-wide settings: they outlive the call and change the conditions "
     "the "
@@ -98,6 +100,8 @@ constexpr std::array kAlwaysForbidden = {
     Rule{"signal", false, kNoHandlers},
     Rule{"sigaction", false, kNoHandlers},
     Rule{"mprotect", false, kNoProtection},
+    Rule{"cuMemSetAccess", true, kNoMappings},
+    Rule{"cuMemRetainAllocationHandle", true, kNoMappings},
     Rule{"pkey_mprotect", false, kNoProtection},
     Rule{"syscall", false, "raw system calls bypass every other rule"},
     Rule{"setenv", false, kNoEnvironment},

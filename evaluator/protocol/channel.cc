@@ -7,11 +7,14 @@
 #include <cerrno>
 #include <cstring>
 
+#include "kforge/abi_limits.h"
+
 namespace kforge::eval {
 namespace {
 
 constexpr size_t kMaxFrame = 256u << 20;
-constexpr int kMaxFds = 16;
+// Two per rank (a split candidate arena's descriptors, protocol/messages.h), and a few more.
+constexpr int kMaxFds = 2 * KF_MAX_RANKS + 4;
 
 }  // namespace
 

@@ -77,30 +77,49 @@ struct Hello {
 
 // The two arenas of this rank, sized by the coordinator for every problem of
 // the evaluation (ComputeLayout's totals).
+// `candidate_readonly_bytes` > 0 asks for a split candidate arena: the
+// candidates' inputs in its first part, which candidate processes map
+// read-only (CUDA VMM), the rest read-write.
 struct AllocRequest {
-  size_t private_bytes = 0, candidate_bytes = 0;
+  size_t private_bytes = 0, candidate_bytes = 0, candidate_readonly_bytes = 0;
   nlohmann::json ToJson() const;
   static Result<AllocRequest> Parse(const nlohmann::json& j);
+};
+
+// How other processes map one rank's candidate arena: through CUDA IPC
+// (`ipc_handle`, read-write), or split (`readonly_bytes` > 0, CUDA VMM): two
+// descriptors travel beside the message, and [0, readonly_bytes) is mapped
+// read-only.
+struct ArenaShare {
+  std::string ipc_handle;  // hex; empty when split
+  size_t bytes = 0, readonly_bytes = 0;
+  bool split() const { return readonly_bytes > 0; }
+  nlohmann::json ToJson() const;
+  static Result<ArenaShare> Parse(const nlohmann::json& j, const std::string& what);
 };
 
 // The problem the next calls are about, and its layout in the arenas.
 struct ConfigureRequest {
   Problem problem;
   int sets = 1;
-  bool emulated = false;     // the emulated collectives' staging areas
-  bool collectives = false;  // candidate: the task lets it call the harness collectives
+  bool emulated = false;      // the emulated collectives' staging areas
+  bool collectives = false;   // candidate: the task lets it call the harness collectives
+  size_t readonly_bytes = 0;  // the candidate arena's read-only part (0: not split)
   nlohmann::json ToJson() const;
   static Result<ConfigureRequest> Parse(const nlohmann::json& j);
 };
+// A split candidate arena's two descriptors come with the reply.
 struct AllocReply {
-  std::string private_handle, candidate_handle;  // CUDA IPC handles, hex
-  size_t private_bytes = 0, candidate_bytes = 0;
+  std::string private_handle;  // CUDA IPC handle, hex
+  size_t private_bytes = 0;
+  ArenaShare candidate;
+  std::string readonly_refused;  // a split was asked for and not made: why
   nlohmann::json ToJson() const;
   static Result<AllocReply> Parse(const nlohmann::json& j, const std::string& what);
 };
 
 struct PeersRequest {
-  std::vector<std::string> private_handles, candidate_handles;  // [rank]
+  std::vector<std::string> private_handles;  // [rank]
   nlohmann::json ToJson() const;
   static Result<PeersRequest> Parse(const nlohmann::json& j);
 };
@@ -207,8 +226,9 @@ struct DriveReply {
 // enters its sandbox; the reply carries the sandbox report and, as a
 // descriptor, its seccomp listener.
 struct AttachRequest {
-  std::vector<std::string> candidate_handles;  // [rank]
-  std::string nccl_id;                         // hex; empty: no NCCL in this process
+  std::vector<ArenaShare> arenas;  // [rank]; a split one's two descriptors come in rank order
+  std::string nccl_id;             // hex; empty: no NCCL in this process
+  size_t Descriptors() const;      // how many descriptors the request carries
   nlohmann::json ToJson() const;
   static Result<AttachRequest> Parse(const nlohmann::json& j);
 };

@@ -32,6 +32,14 @@ Attempt::Attempt(const Task& task, const std::string& source, const std::string&
             {"kforge", {{"version", Version()}, {"commit", GitCommit()}}}}),
       compile_only_(compile_only) {}
 
+std::string ExplainFault(const std::string& message, bool inputs_read_only) {
+  if (!inputs_read_only || (message.find("IllegalAddress") == std::string::npos &&
+                            message.find("illegal memory access") == std::string::npos)) {
+    return message;
+  }
+  return message + " (the kernel's inputs are mapped read-only: a store to one faults like this)";
+}
+
 void Attempt::Mark(const std::string& phase) {
   auto now = std::chrono::steady_clock::now();
   phases_[phase] = std::chrono::duration<double>(now - last_).count();
@@ -58,6 +66,12 @@ void Attempt::FinishFrom(const EvalSession& s, const Status& st) {
   if (!s.profile.is_null()) doc_["profile"] = s.profile;
   if (!s.expert_report.is_null()) doc_["expert"] = s.expert_report;
   doc_["integrity"] = {{"harness_overhead_us", s.candidate.overhead_us}, {"findings", s.integrity}};
+  const bool read_only = !s.candidate_arenas.empty() && s.candidate_arenas[0].split();
+  if (!s.candidate_arenas.empty()) {
+    json inputs = {{"read_only", read_only}, {"mapping", read_only ? "cuda_vmm" : "cuda_ipc"}};
+    if (!s.readonly_refused.empty()) inputs["reason"] = s.readonly_refused;
+    doc_["integrity"]["inputs"] = inputs;
+  }
   if (!s.failure.is_null())
     doc_[st.kind() == ErrorKind::kDeadlock ? "timeout" : "error"] = s.failure;
   // Whatever else happened, a kernel whose process broke the sandbox or the
@@ -71,7 +85,10 @@ void Attempt::FinishFrom(const EvalSession& s, const Status& st) {
   if (!st.ok()) {
     if (st.kind() == ErrorKind::kHarness)
       LogWarn("evaluator", "{}", PrintableText(st.message(), /*keep_newlines=*/false));
-    Finish(st.kind(), std::string(VerdictName(VerdictFor(st.kind()))) + ": " + st.message());
+    const std::string why = st.kind() == ErrorKind::kRuntimeError
+                                ? ExplainFault(st.message(), read_only)
+                                : st.message();
+    Finish(st.kind(), std::string(VerdictName(VerdictFor(st.kind()))) + ": " + why);
     return;
   }
   std::string msg = "passed: " + std::to_string(s.trials_passed) + " trials over " +

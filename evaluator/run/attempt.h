@@ -17,6 +17,11 @@ struct EvalSession;
 // The dtype an evaluation runs at: the one asked for, else the task's first.
 Result<Dtype> ChosenDtype(const Task& task, const EvalOptions& options);
 
+// A runtime error's message, with a word on the read-only inputs where the
+// kernel faulted on an address while they were mapped read-only (a store to
+// an input faults the same way as any illegal address).
+std::string ExplainFault(const std::string& message, bool inputs_read_only);
+
 class Attempt {
  public:
   Attempt(const Task& task, const std::string& source, const std::string& name, Dtype dtype,

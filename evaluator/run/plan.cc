@@ -1,6 +1,7 @@
 // Planning an evaluation and the harness group's part of it: the sizes, the
 // arenas and the baseline (docs/methodology.md).
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -18,6 +19,7 @@ using nlohmann::json;
 EvalSession::~EvalSession() {
   StopServed(*this, candidate);
   StopServed(*this, reference);
+  for (int fd : candidate_arena_fds) close(fd);
 }
 
 Status GroupFailed(EvalSession& s, const WorkerGroup& g, const Status& st) {
@@ -72,13 +74,20 @@ Status PlanSizes(EvalSession& s) {
 }
 
 Status PrepareHarness(EvalSession& s, const std::filesystem::path& baseline) {
+  // The candidate arena is split: every size's inputs (those that are not
+  // also outputs) fit its first part, which candidates map read-only.
   proto::AllocRequest alloc;
+  for (const SizePlan& plan : s.plans) {
+    alloc.candidate_readonly_bytes = std::max(alloc.candidate_readonly_bytes,
+                                              proto::ReadOnlyInputBytes(plan.problem, plan.sets));
+  }
   for (const SizePlan& plan : s.plans) {
     alloc.private_bytes = std::max(
         alloc.private_bytes, proto::ComputeLayout(plan.problem, plan.sets, s.emulated, true).total);
     alloc.candidate_bytes =
-        std::max(alloc.candidate_bytes,
-                 proto::ComputeLayout(plan.problem, plan.sets, s.emulated, false).total);
+        std::max(alloc.candidate_bytes, proto::ComputeLayout(plan.problem, plan.sets, s.emulated,
+                                                             false, alloc.candidate_readonly_bytes)
+                                            .total);
   }
   const double dl = s.options->setup_deadline_s;
   WorkerGroup& h = *s.harness;
@@ -98,13 +107,23 @@ Status PrepareHarness(EvalSession& s, const std::filesystem::path& baseline) {
   }
   proto::PeersRequest peers;
   for (int r = 0; r < s.world; ++r) {
+    Message& m = (*allocated)[r];
+    // The descriptors are the session's from here on, whatever follows.
+    s.candidate_arena_fds.insert(s.candidate_arena_fds.end(), m.fds.begin(), m.fds.end());
+    const size_t fds = m.fds.size();
+    m.fds.clear();
     KF_ASSIGN_OR_RETURN(
         proto::AllocReply a,
-        proto::AllocReply::Parse((*allocated)[r].body, "alloc reply of rank " + std::to_string(r)));
+        proto::AllocReply::Parse(m.body, "alloc reply of rank " + std::to_string(r)));
+    if (fds != (a.candidate.split() ? 2u : 0u) ||
+        (r > 0 && a.candidate.readonly_bytes != s.candidate_arenas[0].readonly_bytes)) {
+      return Error(ErrorKind::kHarness, "alloc reply of rank " + std::to_string(r) +
+                                            ": its candidate arena is not shared like rank 0's");
+    }
     peers.private_handles.push_back(a.private_handle);
-    peers.candidate_handles.push_back(a.candidate_handle);
+    s.candidate_arenas.push_back(a.candidate);
+    if (r == 0) s.readonly_refused = a.readonly_refused;
   }
-  s.candidate_handles = peers.candidate_handles;
   if (Status st = Exchange(s, h, peers.ToJson(), dl, "setup").status(); !st.ok())
     return Error(ErrorKind::kHarness, "mapping the ranks' memory: " + st.message());
   auto loaded =
@@ -122,6 +141,7 @@ json ConfigureMessage(const EvalSession& s, const SizePlan& plan, bool collectiv
   c.sets = plan.sets;
   c.emulated = s.emulated;
   c.collectives = collectives;
+  c.readonly_bytes = s.candidate_arenas.empty() ? 0 : s.candidate_arenas[0].readonly_bytes;
   return c.ToJson();
 }
 

@@ -82,11 +82,14 @@ Status StartServed(EvalSession& s, ServedGroup& sg, const fs::path& kernel_so) {
 
   // The sandbox is complete once the arenas are mapped (seccomp comes last).
   // Its report is believed: no candidate code has run in the process yet.
-  proto::AttachRequest attach{s.candidate_handles, nccl_id};
-  KF_ASSIGN_OR_RETURN(auto attached, Exchange(s, c, attach.ToJson(), dl, "sandbox"));
+  proto::AttachRequest attach{s.candidate_arenas, nccl_id};
+  auto attached =
+      c.Each(std::vector<json>(s.world, attach.ToJson()),
+             std::vector<std::vector<int>>(s.world, s.candidate_arena_fds), dl, "sandbox");
+  if (!attached.ok()) return GroupFailed(s, c, attached.status());
   sg.supervisor = std::make_unique<sandbox::Supervisor>();
   for (int r = 0; r < s.world; ++r) {
-    Message& m = attached[r];
+    Message& m = (*attached)[r];
     sandbox::Report report = sandbox::Report::FromJson(m.body.value("sandbox", json::object()));
     if (!sg.trusted() &&
         (r == 0 || (!report.Complete() && s.sandbox_report.value("complete", true)))) {

@@ -19,6 +19,7 @@
 #include "kforge/evaluator/evaluate.h"
 #include "kforge/evaluator/task.h"
 #include "protocol/mailbox.h"
+#include "protocol/messages.h"
 #include "run/roofline.h"
 #include "run/timing_rule.h"
 #include "run/worker_group.h"
@@ -134,7 +135,12 @@ struct EvalSession {
 
   std::vector<SizePlan> plans;
   WorkerGroup* harness = nullptr;
-  std::vector<std::string> candidate_handles;  // [rank], from the harness's alloc
+  // The candidate arenas as the harness shares them ([rank], from its alloc),
+  // the descriptors of split ones (two per rank in rank order, owned: closed
+  // with the session), and why they are not split when they could have been.
+  std::vector<proto::ArenaShare> candidate_arenas;
+  std::vector<int> candidate_arena_fds;
+  std::string readonly_refused;
   ServedGroup reference{"reference"}, candidate{"candidate"}, expert{"expert"};
   // The result's "expert": the task's [expert] and what became of it (timed,
   // reused, skipped and why, or none and why); null when the task states none.

@@ -95,10 +95,31 @@ Status CandidateWorker::Hello() {
 Result<json> CandidateWorker::Attach(const eval::Message& m, std::vector<int>* fds) {
   if (sealed_) return Error(ErrorKind::kHarness, "attach twice");
   KF_ASSIGN_OR_RETURN(proto::AttachRequest req, proto::AttachRequest::Parse(m.body));
-  if (static_cast<int>(req.candidate_handles.size()) != args_.world) {
-    return Error(ErrorKind::kHarness, "attach: one arena handle per rank is required");
+  if (static_cast<int>(req.arenas.size()) != args_.world) {
+    return Error(ErrorKind::kHarness, "attach: one arena per rank is required");
   }
-  KF_RETURN_IF_ERROR(arenas_.Open(req.candidate_handles, -1, nullptr));
+  if (m.fds.size() != req.Descriptors()) {
+    return Error(ErrorKind::kHarness, "attach: two descriptors per split arena are required");
+  }
+  // Offsets are the same on every rank, so every rank's read-only part is too.
+  readonly_bytes_ = req.arenas[0].readonly_bytes;
+  std::vector<ArenaRef> refs;
+  size_t next_fd = 0;
+  for (const proto::ArenaShare& a : req.arenas) {
+    if (a.readonly_bytes != readonly_bytes_) {
+      return Error(ErrorKind::kHarness, "attach: the ranks' arenas are split differently");
+    }
+    ArenaRef r{a.ipc_handle, a.bytes, a.readonly_bytes};
+    if (a.split()) {
+      r.readonly_fd = m.fds[next_fd++];
+      r.writable_fd = m.fds[next_fd++];
+    }
+    refs.push_back(std::move(r));
+  }
+  // Mapped read-only, the inputs' part cannot be written from this process:
+  // a kernel's store to it faults, and the driver calls that could change
+  // the mapping are refused at compile time (compile/policy.cc).
+  KF_RETURN_IF_ERROR(arenas_.Open(refs, -1, nullptr));
   if (!req.nccl_id.empty()) {
     if (!args_.nccl)
       return Error(ErrorKind::kHarness, "attach: NCCL for a candidate started without --nccl");
@@ -128,7 +149,11 @@ Result<json> CandidateWorker::Configure(const eval::Message& m) {
   if (kernel_.set_up()) KF_RETURN_IF_ERROR(kernel_.Teardown());
   ProblemView v;
   v.problem = std::move(req.problem);
-  v.layout = proto::ComputeLayout(v.problem, req.sets, args_.emulated, /*pristine=*/false);
+  if (req.readonly_bytes != readonly_bytes_) {
+    return Error(ErrorKind::kHarness, "configure: not the arenas' read-only part");
+  }
+  v.layout = proto::ComputeLayout(v.problem, req.sets, args_.emulated, /*pristine=*/false,
+                                  req.readonly_bytes);
   v.params = proto::KernelParams(v.problem);
   v.groups = GroupViews(v.problem, args_.rank);
   sets_ = req.sets;

@@ -56,6 +56,7 @@ class CandidateWorker {
   cudaEvent_t start_ = nullptr, stop_ = nullptr;
   ContextBase base_;
   PeerArenas arenas_;
+  size_t readonly_bytes_ = 0;  // every arena's read-only part (0: shared through CUDA IPC)
   std::unique_ptr<CollectiveBackend> nccl_, emulated_;
   KernelModule kernel_;
   std::optional<ProblemView> view_;

@@ -48,7 +48,8 @@ int HarnessWorker::Run() {
          KF_ASSIGN_OR_RETURN(std::string id, NcclUniqueId());
          return json{{"id", HexEncode(id.data(), id.size())}};
        }},
-      {proto::op::kAlloc, Bind(this, &HarnessWorker::Alloc)},
+      {proto::op::kAlloc,
+       [this](const eval::Message& m, std::vector<int>* fds) { return Alloc(m, fds); }},
       {proto::op::kPeers, Bind(this, &HarnessWorker::Peers)},
       {proto::op::kConfigure, Bind(this, &HarnessWorker::Configure)},
       {proto::op::kLoadBaseline, Bind(this, &HarnessWorker::LoadBaseline)},
@@ -133,7 +134,7 @@ Result<json> HarnessWorker::NcclInit(const eval::Message& m) {
   return json{{"backend", "nccl"}};
 }
 
-Result<json> HarnessWorker::Alloc(const eval::Message& m) {
+Result<json> HarnessWorker::Alloc(const eval::Message& m, std::vector<int>* fds) {
   KF_ASSIGN_OR_RETURN(proto::AllocRequest req, proto::AllocRequest::Parse(m.body));
   view_.reset();
   private_peers_.Close();
@@ -143,14 +144,46 @@ Result<json> HarnessWorker::Alloc(const eval::Message& m) {
     private_ = DeviceArena();
     KF_ASSIGN_OR_RETURN(private_, DeviceArena::Allocate(req.private_bytes));
   }
-  if (candidate_.bytes() < req.candidate_bytes) {
+  // The candidate's inputs go in a part it maps read-only, where this device
+  // can share memory that way (CUDA VMM); else the arena is one cudaMalloc
+  // shared through CUDA IPC, read-write, and the reply says why.
+  const size_t ro = req.candidate_readonly_bytes;
+  int device = 0;
+  KF_CUDA(cudaGetDevice(&device));
+  if (ro > 0 && !vmm_checked_) {
+    vmm_checked_ = true;
+    vmm_refused_ = VmmUnsupportedReason(device);
+  }
+  const bool split = ro > 0 && vmm_refused_.empty();
+  const size_t have_ro = candidate_.readonly_bytes();
+  const bool fits = split
+                        ? have_ro >= ro && candidate_.bytes() - have_ro >= req.candidate_bytes - ro
+                        : have_ro == 0 && candidate_.bytes() >= req.candidate_bytes;
+  if (!fits) {
     candidate_ = DeviceArena();
-    KF_ASSIGN_OR_RETURN(candidate_, DeviceArena::Allocate(req.candidate_bytes));
+    if (split) {
+      auto a = DeviceArena::Split(device, ro, req.candidate_bytes);
+      if (a.ok()) {
+        candidate_ = std::move(a).value();
+      } else {
+        vmm_refused_ = a.status().message();
+      }
+    }
+    if (candidate_.base() == nullptr) {
+      KF_ASSIGN_OR_RETURN(candidate_, DeviceArena::Allocate(req.candidate_bytes));
+    }
   } else {
     KF_CUDA(cudaMemset(candidate_.base(), 0, candidate_.bytes()));
   }
-  proto::AllocReply reply{private_.handle(), candidate_.handle(), private_.bytes(),
-                          candidate_.bytes()};
+  proto::AllocReply reply;
+  reply.private_handle = private_.handle();
+  reply.private_bytes = private_.bytes();
+  reply.candidate = {candidate_.handle(), candidate_.bytes(), candidate_.readonly_bytes()};
+  if (ro > 0 && !reply.candidate.split()) reply.readonly_refused = vmm_refused_;
+  if (reply.candidate.split()) {
+    KF_ASSIGN_OR_RETURN(std::vector<int> exported, candidate_.ExportFds());
+    fds->insert(fds->end(), exported.begin(), exported.end());
+  }
   return reply.ToJson();
 }
 
@@ -174,8 +207,13 @@ Result<json> HarnessWorker::Configure(const eval::Message& m) {
   v.layout = proto::ComputeLayout(v.problem, req.sets, args_.emulated, /*pristine=*/true);
   v.params = proto::KernelParams(v.problem);
   v.groups = GroupViews(v.problem, args_.rank);
-  candidate_layout_ = proto::ComputeLayout(v.problem, req.sets, args_.emulated, /*pristine=*/false);
-  if (v.layout.total > private_.bytes() || candidate_layout_.total > candidate_.bytes()) {
+  if (req.readonly_bytes != candidate_.readonly_bytes()) {
+    return Error(ErrorKind::kHarness, "configure: not the candidate arena's read-only part");
+  }
+  candidate_layout_ = proto::ComputeLayout(v.problem, req.sets, args_.emulated, /*pristine=*/false,
+                                           req.readonly_bytes);
+  if (v.layout.total > private_.bytes() || candidate_layout_.total > candidate_.bytes() ||
+      candidate_layout_.readonly_used > candidate_layout_.readonly_bytes) {
     return Error(ErrorKind::kHarness, "configure: the problem does not fit the arenas");
   }
   sets_ = req.sets;

@@ -1,6 +1,7 @@
 // The harness worker: the trusted process of one rank. It owns the rank's GPU
 // memory (a private arena the candidate never sees, and the candidate arena it
-// lends the candidate worker through CUDA IPC), generates inputs, runs the
+// lends the candidate worker: its inputs read-only through CUDA VMM where the
+// device allows, else all of it through CUDA IPC), generates inputs, runs the
 // baseline (the task's reference, trusted code), poisons and verifies the
 // candidate's outputs, and keeps the clock of every timed call. It never loads
 // a candidate's code (protocol/messages.h).
@@ -36,7 +37,7 @@ class HarnessWorker {
   Status Hello();
   // harness.cc: memory, problems, the baseline
   Result<json> NcclInit(const eval::Message& m);
-  Result<json> Alloc(const eval::Message& m);
+  Result<json> Alloc(const eval::Message& m, std::vector<int>* fds);
   Result<json> Peers(const eval::Message& m);
   Result<json> Configure(const eval::Message& m);
   Result<json> LoadBaseline(const eval::Message& m);
@@ -97,6 +98,10 @@ class HarnessWorker {
   size_t flush_bytes_ = 0;
   uint32_t* check_sink_ = nullptr;
   uint32_t last_poison_ = 0xFFFFFFFFu;
+  // Whether this device can give the candidate read-only inputs (CUDA VMM):
+  // asked once; empty when it can, else why not.
+  bool vmm_checked_ = false;
+  std::string vmm_refused_;
 };
 
 }  // namespace kforge::worker

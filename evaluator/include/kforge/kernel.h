@@ -18,9 +18,11 @@
  * allocated with the same size on every rank, with rank r's buffer mapped into
  * every rank's address space at t.peers[r] (t.peers[ctx->rank] == t.data). A
  * kernel may load from and store to peers' buffers directly (NVLink P2P).
- * Buffers are 256-byte aligned. Inputs must not be modified (the harness
- * checks), except those the task declares in-place (kf_tensor.inout = 1): the
- * harness restores their contents before every call and checks them after it. Outputs are poisoned
+ * Buffers are 256-byte aligned. Inputs must not be modified: where the GPU
+ * allows, they are mapped read-only (a store to one faults), and the harness
+ * checks them after every call. Inputs the task declares in-place
+ * (kf_tensor.inout = 1) are writable: the harness restores their contents
+ * before every call and checks them after it. Outputs are poisoned
  * with a fresh, unpredictable pattern before every call, timed calls included, and every call's
  * outputs are checked. The harness rotates several copies of the inputs and
  * outputs between timed calls (to keep them out of L2): read every pointer from ctx in each kf_run,

@@ -102,12 +102,15 @@ TEST(PolicyTest, EscapesAreAlwaysForbidden) {
                 "sigqueue",
                 "pidfd_getfd",
                 "unshare",
-                "umount2"};
+                "umount2",
+                "cuMemSetAccess",
+                "cuMemRetainAllocationHandle"};
   std::vector<std::string> v = CheckPolicy(s, "", Allow(true, true, true));
   EXPECT_EQ(v.size(), s.imported.size()) << Joined(v);
   for (const std::string& name : s.imported)
     EXPECT_TRUE(Contains(v, "calls " + name + ": ")) << name;
   EXPECT_TRUE(Contains(v, "calls cuMulticastCreate: NVLink multicast is disabled"));
+  EXPECT_TRUE(Contains(v, "calls cuMemSetAccess: a kernel may not change GPU memory mappings"));
   // Repeated imports are reported once; ordinary runtime calls pass.
   s.imported = {"dlopen",
                 "dlopen",

@@ -45,5 +45,47 @@ TEST(LayoutTest, RegionsDoNotOverlapAndNoStagingWithoutEmulation) {
   EXPECT_GE(l.total, l.pad_off + l.pad_bytes);
 }
 
+// A split candidate arena: every set's inputs that are not also outputs lie
+// in the read-only part, and nothing the kernel writes does; without a split
+// the layout is the one every worker has always computed.
+TEST(LayoutTest, ASplitArenaHoldsEveryReadOnlyInputInItsPartAndNothingWritable) {
+  Problem p = WithTensorAndWorkspace(3 * kMiB + 100, kMiB);
+  ConcreteTensor acc;
+  acc.name = "acc";
+  acc.nbytes = kMiB;
+  acc.inout = true;
+  p.inputs.push_back(acc);
+  ConcreteTensor acc_out = acc;
+  acc_out.inout_of = 1;
+  p.outputs.push_back(acc_out);
+  const int sets = 3;
+  const size_t need = proto::ReadOnlyInputBytes(p, sets);
+  EXPECT_GE(need, 3 * (3 * kMiB + 100));
+  EXPECT_LT(need, 3 * (3 * kMiB + 100) + 3 * proto::kArenaAlign);
+  const size_t part = 10 * kMiB;  // rounded up to a granularity, as the harness does
+  proto::ArenaLayout l = proto::ComputeLayout(p, sets, /*staging=*/true, /*pristine=*/false, part);
+  EXPECT_EQ(l.readonly_bytes, part);
+  EXPECT_LE(l.readonly_used, part);
+  for (int s = 0; s < sets; ++s) {
+    EXPECT_LE(l.input_off[s][0] + p.inputs[0].nbytes, part) << "set " << s;
+    EXPECT_GE(l.input_off[s][1], part) << "the in-place input of set " << s;
+    EXPECT_EQ(l.output_off[s][1], l.input_off[s][1]);
+    EXPECT_GE(l.output_off[s][0], part);
+    for (int t = 0; t < s; ++t) EXPECT_NE(l.input_off[s][0], l.input_off[t][0]);
+  }
+  EXPECT_GE(l.workspace_off, part);
+  EXPECT_GE(l.pad_off, part);
+  EXPECT_GE(l.staging_off, part);
+  EXPECT_GE(l.total, l.staging_off + l.staging_bytes);
+
+  const proto::ArenaLayout plain = proto::ComputeLayout(p, sets, true, false);
+  const proto::ArenaLayout zero = proto::ComputeLayout(p, sets, true, false, 0);
+  EXPECT_EQ(plain.input_off, zero.input_off);
+  EXPECT_EQ(plain.output_off, zero.output_off);
+  EXPECT_EQ(plain.total, zero.total);
+  EXPECT_EQ(plain.input_off[0][0], 0u);
+  EXPECT_EQ(plain.input_off[0][1], plain.input_off[0][0] + 3 * kMiB + 256);
+}
+
 }  // namespace
 }  // namespace kforge::eval

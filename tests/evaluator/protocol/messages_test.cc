@@ -1,5 +1,5 @@
-// The timing messages between the coordinator and the harness: what a drive
-// reply may carry, and what a malformed one is refused for.
+// The messages between the coordinator and the workers: what a drive reply
+// and a shared arena may carry, and what a malformed one is refused for.
 #include "protocol/messages.h"
 
 #include <gtest/gtest.h>
@@ -100,6 +100,55 @@ TEST(ServeRequestTest, ProfileIsOptionalAndMustBeABool) {
   EXPECT_TRUE(asked->profile);
   EXPECT_EQ(asked->calls, 12);
   EXPECT_FALSE(ServeRequest::Parse({{"op", "serve"}, {"calls", 3}, {"profile", 1}}).ok());
+}
+
+TEST(ArenaShareTest, AnArenaIsSharedEitherThroughIpcOrSplit) {
+  ArenaShare ipc{"00ff", 4u << 20, 0};
+  ArenaShare split{"", 6u << 20, 2u << 20};
+  for (const ArenaShare& a : {ipc, split}) {
+    auto back = ArenaShare::Parse(a.ToJson(), "share");
+    ASSERT_TRUE(back.ok()) << back.status().message();
+    EXPECT_EQ(back->ipc_handle, a.ipc_handle);
+    EXPECT_EQ(back->bytes, a.bytes);
+    EXPECT_EQ(back->readonly_bytes, a.readonly_bytes);
+    EXPECT_EQ(back->split(), a.readonly_bytes > 0);
+  }
+  // Neither, both, or a read-only part that is the whole arena.
+  EXPECT_FALSE(ArenaShare::Parse(ArenaShare{"", 4u << 20, 0}.ToJson(), "share").ok());
+  EXPECT_FALSE(ArenaShare::Parse(ArenaShare{"00ff", 6u << 20, 2u << 20}.ToJson(), "share").ok());
+  EXPECT_FALSE(ArenaShare::Parse(ArenaShare{"", 2u << 20, 2u << 20}.ToJson(), "share").ok());
+}
+
+TEST(ArenaShareTest, AnAttachCountsTwoDescriptorsPerSplitArena) {
+  AttachRequest a;
+  a.arenas = {{"", 6u << 20, 2u << 20}, {"", 6u << 20, 2u << 20}, {"", 6u << 20, 2u << 20}};
+  a.nccl_id = "ab";
+  auto back = AttachRequest::Parse(a.ToJson());
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(back->arenas.size(), 3u);
+  EXPECT_EQ(back->Descriptors(), 6u);
+  EXPECT_EQ(back->nccl_id, "ab");
+  a.arenas = {{"00ff", 4u << 20, 0}};
+  EXPECT_EQ(a.Descriptors(), 0u);
+}
+
+TEST(ArenaShareTest, AnAllocReplySaysWhyItsArenaIsNotSplit) {
+  AllocReply r;
+  r.private_handle = "aa";
+  r.private_bytes = 1u << 20;
+  r.candidate = {"bb", 4u << 20, 0};
+  r.readonly_refused = "the device cannot export memory as POSIX file descriptors";
+  auto back = AllocReply::Parse(r.ToJson(), "alloc");
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(back->candidate.ipc_handle, "bb");
+  EXPECT_EQ(back->readonly_refused, r.readonly_refused);
+  // A read-only part larger than the arena asked for is refused.
+  AllocRequest q{1u << 20, 4u << 20, 6u << 20};
+  EXPECT_FALSE(AllocRequest::Parse(q.ToJson()).ok());
+  q.candidate_readonly_bytes = 2u << 20;
+  auto asked = AllocRequest::Parse(q.ToJson());
+  ASSERT_TRUE(asked.ok());
+  EXPECT_EQ(asked->candidate_readonly_bytes, 2u << 20);
 }
 
 }  // namespace

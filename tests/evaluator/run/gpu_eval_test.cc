@@ -507,6 +507,27 @@ TEST_F(GpuEvalTest, ExploitKernelsAreRejectedForTheirReason) {
   unsetenv("KFORGE_TEST_API_KEY");
 }
 
+// Inputs are mapped read-only into the candidate's processes (CUDA VMM): an
+// honest kernel passes under that mapping, and one that uses its input as
+// scratch space and restores it before returning faults at its first store.
+TEST_F(GpuEvalTest, InputsAreReadOnlyAndAStoreToOneFaults) {
+  const Task& t = Find("allreduce");
+  EvalOptions o;
+  o.bench_sizes = {t.bench_sizes.front().label};
+  const auto dir = std::filesystem::path(KFORGE_ADVERSARIAL_KERNELS);
+  auto honest = Eval(t, dir / "honest_naive.cu", 2, o);
+  EXPECT_EQ(honest.value("status", ""), "passed") << RenderEvalReport(honest);
+  const auto& inputs = honest["integrity"]["inputs"];
+  EXPECT_EQ(inputs.value("read_only", false), true) << inputs.dump();
+  EXPECT_EQ(inputs.value("mapping", ""), "cuda_vmm") << inputs.dump();
+  auto scratch = Eval(t, dir / "inputs_as_scratch.cu", 2, o);
+  EXPECT_EQ(scratch.value("status", ""), "runtime_error") << RenderEvalReport(scratch);
+  EXPECT_NE(scratch.value("message", "").find("mapped read-only"), std::string::npos)
+      << scratch.value("message", "");
+  std::printf("inputs: %s; inputs_as_scratch.cu: %s\n", inputs.dump().c_str(),
+              scratch.value("message", "").substr(0, 200).c_str());
+}
+
 // Exploits that pass but must gain nothing over the honest control:
 // work_ahead.cu does later calls' work as soon as it sees their inputs (no
 // call's inputs reach the candidate before that call is staged); l2_persist.cu
@@ -547,9 +568,20 @@ TEST_F(GpuEvalTest, SlackHarvestingGainsAtMostTheStatedSlack) {
   auto honest = Eval(t, dir / "honest_naive.cu", 2, o);
   auto harvest = Eval(t, dir / "slack_harvest.cu", 2, o);
   ASSERT_EQ(honest.value("status", ""), "passed") << RenderEvalReport(honest);
-  ASSERT_EQ(harvest.value("status", ""), "passed") << RenderEvalReport(harvest);
-  const double h = honest.value("speedup", 0.0), a = harvest.value("speedup", 0.0);
+  const double h = honest.value("speedup", 0.0);
   ASSERT_GT(h, 0);
+  // Hiding work outside the window either costs more than the slack (the
+  // timing check refuses it) or gains less than it.
+  const std::string status = harvest.value("status", "");
+  if (status == "integrity_violation") {
+    const std::string findings = harvest["integrity"].dump();
+    EXPECT_NE(findings.find("timing"), std::string::npos) << findings;
+    std::printf("slack harvest at %s: refused by the timing check (%s)\n", o.bench_sizes[0].c_str(),
+                harvest.value("message", "").c_str());
+    return;
+  }
+  ASSERT_EQ(status, "passed") << RenderEvalReport(harvest);
+  const double a = harvest.value("speedup", 0.0);
   EXPECT_LT(a / h, 1.05) << "slack harvest " << a << " vs honest " << h;
   std::printf(
       "slack harvest at %s: %.3f vs the honest kernel's %.3f (gain %+.1f%%; wall - claim %.1f us, "
