@@ -191,12 +191,14 @@ Result<ArenaShare> ArenaShare::Parse(const json& j, const std::string& what) {
 }
 
 json ConfigureRequest::ToJson() const {
-  return {{"op", op::kConfigure},
-          {"problem", ProblemToJson(problem)},
-          {"sets", sets},
-          {"emulated", emulated},
-          {"collectives", collectives},
-          {"readonly_bytes", readonly_bytes}};
+  json j = {{"op", op::kConfigure},
+            {"problem", ProblemToJson(problem)},
+            {"sets", sets},
+            {"emulated", emulated},
+            {"collectives", collectives},
+            {"readonly_bytes", readonly_bytes}};
+  if (!rms_vs_baseline.empty()) j["rms_vs_baseline"] = rms_vs_baseline;
+  return j;
 }
 
 Result<ConfigureRequest> ConfigureRequest::Parse(const json& j) {
@@ -206,9 +208,15 @@ Result<ConfigureRequest> ConfigureRequest::Parse(const json& j) {
   r.Bool("emulated", &c.emulated);
   r.Bool("collectives", &c.collectives);
   r.Size("readonly_bytes", &c.readonly_bytes, size_t{1} << 42);
+  if (r.Has("rms_vs_baseline")) r.Doubles("rms_vs_baseline", &c.rms_vs_baseline);
   const json* p = r.Object("problem");
   if (!r.ok()) return r.status();
   KF_ASSIGN_OR_RETURN(c.problem, ProblemFromJson(*p));
+  if (!c.rms_vs_baseline.empty() && c.rms_vs_baseline.size() != c.problem.outputs.size())
+    return Error(ErrorKind::kHarness, "configure: rms_vs_baseline needs one bound per output");
+  for (double b : c.rms_vs_baseline) {
+    if (b < 0) return Error(ErrorKind::kHarness, "configure: a negative rms_vs_baseline");
+  }
   return c;
 }
 
@@ -303,12 +311,17 @@ Result<VerifyReply> VerifyReply::Parse(const json& j, const std::string& what) {
   return v;
 }
 
-json ReadOutputsRequest::ToJson() const { return {{"op", op::kReadOutputs}, {"set", set}}; }
+json ReadOutputsRequest::ToJson() const {
+  json j = {{"op", op::kReadOutputs}, {"set", set}};
+  if (baseline) j["baseline"] = true;
+  return j;
+}
 
 Result<ReadOutputsRequest> ReadOutputsRequest::Parse(const json& j, int max_sets) {
   WireReader r(j, "read_outputs");
   ReadOutputsRequest q;
   r.Int("set", &q.set, 0, max_sets - 1);
+  if (r.Has("baseline")) r.Bool("baseline", &q.baseline);
   if (!r.ok()) return r.status();
   return q;
 }

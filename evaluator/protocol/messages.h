@@ -105,6 +105,11 @@ struct ConfigureRequest {
   bool emulated = false;      // the emulated collectives' staging areas
   bool collectives = false;   // candidate: the task lets it call the harness collectives
   size_t readonly_bytes = 0;  // the candidate arena's read-only part (0: not split)
+  // Harness only: per output (Problem::outputs order), the relative RMS bound
+  // its outputs meet against the baseline's (task/compare.h AgainstBaseline,
+  // from the baseline's error the coordinator measured against the oracle).
+  // Empty: every output gets AgainstBaseline's bound without a measurement.
+  std::vector<double> rms_vs_baseline;
   nlohmann::json ToJson() const;
   static Result<ConfigureRequest> Parse(const nlohmann::json& j);
 };
@@ -167,6 +172,9 @@ struct VerifyReply {
 
 struct ReadOutputsRequest {
   int set = 0;
+  // The baseline's outputs of the set (in the private arena) instead of the
+  // candidate's; its inputs are not checked then.
+  bool baseline = false;
   nlohmann::json ToJson() const;
   static Result<ReadOutputsRequest> Parse(const nlohmann::json& j, int max_sets);
 };

@@ -54,14 +54,20 @@ Result<std::vector<std::vector<char>>> OutputsFrom(const Message& m,
   return out;
 }
 
+// Whether the harness's baseline runs at this size: at bench sizes it
+// computes the expected outputs; at a check size, its error against the
+// oracle (baseline_error.cc).
+bool HarnessBaselineRuns(const SizePlan& plan) {
+  return !plan.check || MeasuresBaselineError(plan);
+}
+
 // The harness and the served group see the size's problem, and both
-// kf_setups run (the harness's baseline only at bench sizes, where it
-// computes the expected outputs).
+// kf_setups run (the harness's where its baseline runs).
 Status Prepare(EvalSession& s, SizePlan& plan, ServedGroup& g) {
   const double dl = s.options->setup_deadline_s;
   KF_RETURN_IF_ERROR(
-      Exchange(s, *s.harness, ConfigureMessage(s, plan, true), dl, "setup").status());
-  if (!plan.check) {
+      Exchange(s, *s.harness, HarnessConfigureMessage(s, plan), dl, "setup").status());
+  if (HarnessBaselineRuns(plan)) {
     KF_RETURN_IF_ERROR(
         Exchange(s, *s.harness, json{{"op", proto::op::kSetup}}, dl, "setup").status());
   }
@@ -78,7 +84,7 @@ Status Release(EvalSession& s, const SizePlan& plan, ServedGroup& g) {
   const double dl = s.options->setup_deadline_s;
   KF_RETURN_IF_ERROR(
       Exchange(s, *g.group, json{{"op", proto::op::kTeardown}}, dl, "teardown").status());
-  if (!plan.check) {
+  if (HarnessBaselineRuns(plan)) {
     KF_RETURN_IF_ERROR(
         Exchange(s, *s.harness, json{{"op", proto::op::kTeardown}}, dl, "teardown").status());
   }
@@ -99,6 +105,35 @@ Status CandidateCall(EvalSession& s, uint32_t poison) {
   return Status::Ok();
 }
 
+// The raw outputs of every rank of set 0 from the harness: the candidate's,
+// or the baseline's. `changed` (candidate only) gets the inputs it modified.
+Result<std::vector<std::vector<std::vector<char>>>> ReadAll(EvalSession& s, bool baseline,
+                                                            json* changed) {
+  proto::ReadOutputsRequest req;
+  req.baseline = baseline;
+  KF_ASSIGN_OR_RETURN(
+      auto read, Exchange(s, *s.harness, req.ToJson(), s.options->check_deadline_s, "correctness"));
+  std::vector<std::vector<std::vector<char>>> outputs;
+  Status failed = Status::Ok();
+  for (int r = 0; r < s.world; ++r) {
+    auto reply = proto::ReadOutputsReply::Parse(read[r].body, "outputs");
+    if (reply.ok() && failed.ok()) {
+      for (const auto& name : reply->inputs_changed)
+        changed->push_back(json{{"rank", r}, {"input", name}});
+      auto o = OutputsFrom(read[r], *reply);
+      if (o.ok())
+        outputs.push_back(std::move(o).value());
+      else
+        failed = o.status();
+    } else if (failed.ok()) {
+      failed = reply.status();
+    }
+    for (int fd : read[r].fds) close(fd);
+  }
+  if (!failed.ok()) return failed;
+  return outputs;
+}
+
 }  // namespace
 
 Status RunCheckSize(EvalSession& s, SizePlan& plan) {
@@ -113,23 +148,22 @@ Status RunCheckSize(EvalSession& s, SizePlan& plan) {
     proto::InputsRequest in;
     in.seeds.push_back({0, seed});
     KF_RETURN_IF_ERROR(Exchange(s, *s.harness, in.ToJson(), dl, "correctness").status());
+    // The baseline on the same inputs, in the private arena, before any
+    // candidate code runs on them: its error against the oracle.
+    std::vector<std::vector<std::vector<char>>> baseline;
+    json unused = json::array();
+    if (HarnessBaselineRuns(plan)) {
+      KF_RETURN_IF_ERROR(
+          Exchange(s, *s.harness, SetsMessage(proto::op::kBaselineRun, {0}), dl, "baseline")
+              .status());
+      KF_ASSIGN_OR_RETURN(baseline, ReadAll(s, true, &unused));
+    }
     const uint32_t poison = s.NewPoison();
     KF_RETURN_IF_ERROR(CandidateCall(s, poison));
-    KF_ASSIGN_OR_RETURN(auto read, Exchange(s, *s.harness, proto::ReadOutputsRequest{0}.ToJson(),
-                                            dl, "correctness"));
 
     json check = {{"size", plan.size.label}, {"kind", "check"}, {"trial", trial}};
     json changed = json::array();
-    std::vector<std::vector<std::vector<char>>> outputs;
-    for (int r = 0; r < s.world; ++r) {
-      KF_ASSIGN_OR_RETURN(auto reply, proto::ReadOutputsReply::Parse(read[r].body, "outputs"));
-      for (const auto& name : reply.inputs_changed)
-        changed.push_back(json{{"rank", r}, {"input", name}});
-      auto o = OutputsFrom(read[r], reply);
-      for (int fd : read[r].fds) close(fd);
-      if (!o.ok()) return o.status();
-      outputs.push_back(std::move(o).value());
-    }
+    KF_ASSIGN_OR_RETURN(auto outputs, ReadAll(s, false, &changed));
     KF_RETURN_IF_ERROR(GenerateAllInputsInto(p, seed, &inputs));
     std::vector<std::vector<const void*>> ptrs(s.world);
     for (int r = 0; r < s.world; ++r) {
@@ -144,6 +178,8 @@ Status RunCheckSize(EvalSession& s, SizePlan& plan) {
       if (Status st = DumpTrial(s.options->dump_dir, dump); !st.ok())
         return Error(ErrorKind::kIo, "--dump: " + st.message());
     }
+    if (!baseline.empty())
+      check["baseline_rms_vs_oracle"] = RecordBaselineError(s, plan, baseline, io);
     json mismatches = json::array();
     for (int r = 0; r < s.world; ++r) {
       for (size_t o = 0; o < p.outputs.size(); ++o) {
@@ -190,7 +226,8 @@ Status BenchCorrectness(EvalSession& s, SizePlan& plan) {
                 {"kind", "bench"},
                 {"trial", 0},
                 {"passed", mismatches.empty() && changed.empty()},
-                {"mismatches", mismatches}};
+                {"mismatches", mismatches},
+                {"vs_baseline", VsBaselineReport(s, plan.problem)}};
   if (!changed.empty()) check["inputs_changed"] = changed;
   s.checks.push_back(check);
   if (!check["passed"].get<bool>()) {

@@ -145,6 +145,16 @@ json ConfigureMessage(const EvalSession& s, const SizePlan& plan, bool collectiv
   return c.ToJson();
 }
 
+json HarnessConfigureMessage(const EvalSession& s, const SizePlan& plan) {
+  proto::ConfigureRequest c;
+  c.problem = plan.problem;
+  c.sets = plan.sets;
+  c.emulated = s.emulated;
+  c.collectives = true;
+  if (!plan.check) c.rms_vs_baseline = RmsVsBaseline(s, plan.problem);
+  return c.ToJson();
+}
+
 json InputsMessage(EvalSession& s, const std::vector<int>& sets) {
   proto::InputsRequest in;
   for (int set : sets) in.seeds.push_back({set, s.NewSeed()});

@@ -117,6 +117,13 @@ struct ServedGroup {
   bool alive() const { return group && group->alive(); }
 };
 
+// The baseline's largest relative RMS error against the oracle for one
+// output, over the check sizes and trials of this evaluation, and where.
+struct BaselineError {
+  double rms_vs_oracle = -1;  // < 0: not measured (task/compare.h kNotMeasured)
+  std::string size;
+};
+
 struct EvalSession {
   const Task* task = nullptr;
   Dtype dtype{};
@@ -156,6 +163,9 @@ struct EvalSession {
   // printable, and only ever in the document (WorkerGroup::CapturedOutput).
   nlohmann::json candidate_output = nlohmann::json::array();
   int trials_passed = 0;
+  // [output]: the baseline's error against the oracle, measured at the check
+  // sizes (baseline_error.cc); empty until one was.
+  std::vector<BaselineError> baseline_error;
   // Wall seconds spent so far in exchanges that wait on the candidate's code
   // (EvalOptions::candidate_budget_s; CandidateTime).
   double candidate_spent_s = 0;
@@ -217,6 +227,9 @@ void FinishTiming(EvalSession& s);
 
 // Messages both groups get: the problem of a size, fresh inputs for sets.
 nlohmann::json ConfigureMessage(const EvalSession& s, const SizePlan& plan, bool collectives);
+// The harness's configure: the same, with the RMS bounds against the baseline
+// (RmsVsBaseline) at a bench size.
+nlohmann::json HarnessConfigureMessage(const EvalSession& s, const SizePlan& plan);
 nlohmann::json InputsMessage(EvalSession& s, const std::vector<int>& sets);
 
 // Counts the wall time of one exchange that waits on the candidate's code
@@ -245,6 +258,22 @@ Status GroupFailed(EvalSession& s, const WorkerGroup& g, const Status& st);
 // result's error object (GroupFailed).
 Result<std::vector<Message>> Exchange(EvalSession& s, WorkerGroup& g, const nlohmann::json& msg,
                                       double deadline_s, const std::string& phase);
+
+// baseline_error.cc. Whether a check size runs the baseline to measure its
+// error against the oracle (an output with an RMS bound and enough elements).
+bool MeasuresBaselineError(const SizePlan& plan);
+// Compares the baseline's outputs of one trial ([rank][output], raw bytes)
+// with the oracle's and keeps the largest error per output in
+// s.baseline_error; returns {output: this trial's largest over ranks}.
+nlohmann::json RecordBaselineError(EvalSession& s, const SizePlan& plan,
+                                   const std::vector<std::vector<std::vector<char>>>& baseline,
+                                   const OracleIo& io);
+// Per output of `p`, the RMS bound against the baseline's outputs
+// (task/compare.h AgainstBaseline with the measured error); empty when
+// nothing was measured (the harness then applies the unmeasured bound).
+std::vector<double> RmsVsBaseline(const EvalSession& s, const Problem& p);
+// The `vs_baseline` entry of a bench size's check (docs/eval-result.md).
+nlohmann::json VsBaselineReport(const EvalSession& s, const Problem& p);
 
 // Compares one rank's output (raw bytes) with the oracle's expectation; null
 // when it passes, else a `mismatches` entry of docs/eval-result.md.

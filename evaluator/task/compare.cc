@@ -185,9 +185,15 @@ CompareReport CompareOutputRows(const ConcreteTensor& out, const void* got,
   return report;
 }
 
-Tolerance AgainstBaseline(const Tolerance& t) {
+double BaselineRmsBound(double rms, double baseline_rms) {
+  const double widest = rms * std::numbers::sqrt2;
+  if (!(baseline_rms >= 0) || !std::isfinite(baseline_rms)) return widest;
+  return std::min(widest, std::hypot(rms, baseline_rms));
+}
+
+Tolerance AgainstBaseline(const Tolerance& t, double baseline_rms) {
   Tolerance wide = t;
-  wide.rms = t.rms * std::numbers::sqrt2;
+  wide.rms = BaselineRmsBound(t.rms, baseline_rms);
   return wide;
 }
 

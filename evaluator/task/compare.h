@@ -61,11 +61,28 @@ CompareReport CompareOutput(const ConcreteTensor& out, const void* got,
 // The tolerance an output meets against another computation of it (the
 // baseline's output, at bench sizes) instead of the exact oracle. Element-wise
 // bounds stay: they already cover the baseline's own rounding. The relative
-// RMS bound is what one computation may be off from the exact value; two
-// independent ones differ by about sqrt(2) times that, so it is widened by
-// sqrt(2). An int8 transport (0.0065 off) against NCCL's W=8 ring (0.0037)
-// is 0.0075 apart, above 0.00467 * sqrt(2) = 0.0066; two bf16 rings are 0.0052.
-Tolerance AgainstBaseline(const Tolerance& t);
+// RMS bound `rms` is what one computation may be off from the exact value; a
+// candidate off by c and a baseline off by b, independently, differ by about
+// sqrt(c^2 + b^2). With `baseline_rms`, the baseline's own relative RMS error
+// against the oracle measured in this evaluation (BaselineRmsBound), the bound
+// is sqrt(rms^2 + baseline_rms^2); without one (kNotMeasured), the baseline is
+// taken to be as far off as `rms` allows: rms * sqrt(2). Either way it is never
+// above rms * sqrt(2), so a measurement can only tighten it.
+//
+// Why not rms + baseline_rms (the triangle inequality, which holds whatever
+// the errors' correlation): it is too wide to refuse an int8 transport. At
+// W=8 against a baseline that sums in f32 (0.00163 off), 013's int8 partials
+// are 0.00680 from it, inside 0.00521 + 0.00163 = 0.00684 but outside
+// sqrt(0.00521^2 + 0.00163^2) = 0.00546; against NCCL's ring (0.00405 off)
+// the triangle would even pass int8 (0.00774) under 0.00926, where
+// rms * sqrt(2) = 0.00737 refuses it. Honest sums keep a margin of 1.2x or
+// more: a bf16 ring against the f32 baseline is 0.0044 from it.
+// ReductionTransport.MeasuredBaselineErrorRefusesInt8AtEveryW.
+inline constexpr double kNotMeasured = -1;
+Tolerance AgainstBaseline(const Tolerance& t, double baseline_rms = kNotMeasured);
+
+// The RMS bound of AgainstBaseline alone (0 when `rms` is 0: no RMS bound).
+double BaselineRmsBound(double rms, double baseline_rms);
 
 // The relative RMS of CompareReport::rms_rel_err from its two sums.
 double RmsRelErr(double sq_err, double sq_expected);

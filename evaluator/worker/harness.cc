@@ -217,6 +217,7 @@ Result<json> HarnessWorker::Configure(const eval::Message& m) {
     return Error(ErrorKind::kHarness, "configure: the problem does not fit the arenas");
   }
   sets_ = req.sets;
+  rms_vs_baseline_ = std::move(req.rms_vs_baseline);
   view_ = std::move(v);
   // The candidate's signal pad starts zeroed for every problem (its kf_setup
   // may rely on it, as the documentation promises).

@@ -90,6 +90,9 @@ class HarnessWorker {
   std::optional<ProblemView> view_;  // the configured problem, private layout
   eval::proto::ArenaLayout candidate_layout_;
   int sets_ = 1;
+  // Per output, the RMS bound against the baseline's outputs (configure's
+  // rms_vs_baseline); empty: eval::AgainstBaseline without a measurement.
+  std::vector<double> rms_vs_baseline_;
   DeviceCheck* check_ = nullptr;  // device scratch for the checks: kMaxChecks entries
   // Read before every timed call to evict the staged data from L2: as many
   // bytes as L2 holds, shared out among the ranks of one GPU (zeros;

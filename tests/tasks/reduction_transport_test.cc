@@ -73,10 +73,17 @@ std::vector<double> RingSums(const Partials& parts, int shift) {
 
 // A transport that ships every partial through `quantise` with one scale per
 // 128-element block and sums the dequantised values in f32.
+// `own` >= 0: that rank's partial stays where it is and is added exactly,
+// as a transport that quantises only what it moves does.
 template <typename Quantise>
-std::vector<double> QuantisedSums(const Partials& parts, Quantise quantise) {
+std::vector<double> QuantisedSums(const Partials& parts, Quantise quantise, int own = -1) {
   std::vector<double> sums(parts[0].size(), 0.0);
-  for (const std::vector<double>& part : parts) {
+  for (size_t q = 0; q < parts.size(); ++q) {
+    const std::vector<double>& part = parts[q];
+    if (static_cast<int>(q) == own) {
+      for (size_t j = 0; j < part.size(); ++j) sums[j] = static_cast<float>(sums[j] + part[j]);
+      continue;
+    }
     for (size_t b0 = 0; b0 < part.size(); b0 += 128) {
       const size_t b1 = std::min(b0 + 128, part.size());
       double amax = 0;
@@ -269,6 +276,121 @@ TEST(ReductionTransport, FusedBf16ReductionsRefuseInt8AndFp8TransportAtEveryW) {
           f32_rep.rms_rel_err, i8_rep.rms_rel_err, static_cast<long long>(i8_rep.bad_count),
           f8_rep.rms_rel_err, ring_vs.rms_rel_err, i8_vs.rms_rel_err, i8_vs_f32.rms_rel_err,
           vs.tolerance.rms);
+    }
+  }
+}
+
+// At the bench sizes the timed calls meet the baseline's outputs, and the RMS
+// bound there adds the baseline's own error against the oracle, measured in
+// the evaluation (task/compare.h AgainstBaseline). The baseline sums in f32
+// (the emulated backend's collectives) or as NCCL's ring does (bf16 at every
+// step); its error is measured on other inputs (as at a check size), and the
+// outputs meet the baseline's on these. Against the f32 baseline at W=8, int8
+// was inside rms * sqrt(2) (docs/integrity.md); with the measured error it is
+// refused at every W, and the honest sums still pass against either baseline.
+TEST(ReductionTransport, MeasuredBaselineErrorRefusesInt8AtEveryW) {
+  std::vector<Case> cases(std::begin(kCases), std::end(kCases));
+  cases.push_back({"001_allreduce", "aligned",
+                   [](const Problem&, const OracleIo& io, int) {
+                     Partials parts;
+                     for (int q = 0; q < io.world; ++q)
+                       parts.emplace_back(io.in(q, "x").begin(), io.in(q, "x").end());
+                     return parts;
+                   },
+                   Identity});
+  for (const Case& c : cases) {
+    Result<Task> t = LoadTask(std::filesystem::path(KFORGE_TEST_TASKS_DIR) / c.key);
+    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    const SizeSpec* size = nullptr;
+    for (const SizeSpec& s : t->check_sizes) {
+      if (s.label == c.size) size = &s;
+    }
+    ASSERT_NE(size, nullptr) << c.key;
+    for (int w : {2, 4, 8}) {
+      Result<Problem> p = Instantiate(*t, w, Dtype::kBF16, *size, true);
+      ASSERT_TRUE(p.ok()) << p.status().ToString();
+      const int r = w - 1;
+      const ConcreteTensor& y = p->outputs[0];
+      ConcreteTensor local = y;
+      local.shape = y.ShapeOf(r);
+      local.numel = y.NumelOf(r);
+      local.nbytes = y.NbytesOf(r);
+      local.rank_shapes.clear();
+      ASSERT_GE(local.numel, kRmsMinElements) << c.key;
+      CompareContext ctx;
+      ctx.world = w;
+      ctx.rank = r;
+      // The baseline's error against the oracle, on the inputs of another seed.
+      Result<OracleIo> check_io = BuildOracleIo(*p, 9000 + w, {});
+      ASSERT_TRUE(check_io.ok());
+      ASSERT_TRUE(RunOracle(*p, *check_io).ok());
+      const Partials check_parts = c.partials(*p, *check_io, r);
+      const Finish check_finish = c.finish(*p, *check_io, r);
+      const std::vector<double>& check_exact = check_io->outputs[r][0].data;
+      const double f32_err =
+          CompareOutput(local, ToBf16(check_finish(ExactSums(check_parts))).data(), check_exact,
+                        ctx)
+              .rms_rel_err;
+      const double ring_err =
+          CompareOutput(local, ToBf16(check_finish(RingSums(check_parts, 1))).data(), check_exact,
+                        ctx)
+              .rms_rel_err;
+      // The timed call's inputs.
+      Result<OracleIo> io = BuildOracleIo(*p, 4242 + w, {});
+      ASSERT_TRUE(io.ok());
+      ASSERT_TRUE(RunOracle(*p, *io).ok());
+      const Partials parts = c.partials(*p, *io, r);
+      const Finish finish = c.finish(*p, *io, r);
+      const auto ring = ToBf16(finish(RingSums(parts, 0)));
+      const auto f32 = ToBf16(finish(ExactSums(parts)));
+      const auto int8 = ToBf16(finish(QuantisedSums(parts, Int8)));
+      // Only the W-1 partials that travel, in int8 (tests/adversarial/kernels/int8_above_check.cu).
+      const auto int8_moved = ToBf16(finish(QuantisedSums(parts, Int8, r)));
+      const auto fp8 = ToBf16(finish(QuantisedSums(parts, Fp8E4M3)));
+      struct Baseline {
+        const char* name;
+        std::vector<double> out;
+        double err;
+      };
+      const Baseline baselines[] = {{"f32", Widen(f32), f32_err},
+                                    {"ring", Widen(ToBf16(finish(RingSums(parts, 1)))), ring_err}};
+      for (const Baseline& b : baselines) {
+        ConcreteTensor vs = local;
+        vs.tolerance = AgainstBaseline(y.tolerance, b.err);
+        ConcreteTensor old = local;
+        old.tolerance = AgainstBaseline(y.tolerance);
+        EXPECT_LE(vs.tolerance.rms, old.tolerance.rms) << c.key;
+        const std::string what = std::string(c.key) + " W=" + std::to_string(w) + " against a " +
+                                 b.name + " baseline " + std::to_string(b.err) + " off, bound " +
+                                 std::to_string(vs.tolerance.rms);
+        const CompareReport ring_vs = CompareOutput(vs, ring.data(), b.out, ctx);
+        const CompareReport f32_vs = CompareOutput(vs, f32.data(), b.out, ctx);
+        const CompareReport i8_vs = CompareOutput(vs, int8.data(), b.out, ctx);
+        EXPECT_TRUE(ring_vs.passed) << what << ": ring " << ring_vs.rms_rel_err;
+        EXPECT_TRUE(f32_vs.passed) << what << ": f32 " << f32_vs.rms_rel_err;
+        EXPECT_FALSE(i8_vs.passed) << what << ": int8 " << i8_vs.rms_rel_err;
+        const CompareReport moved_vs = CompareOutput(vs, int8_moved.data(), b.out, ctx);
+        EXPECT_FALSE(moved_vs.passed) << what << ": int8 moved " << moved_vs.rms_rel_err;
+        EXPECT_FALSE(CompareOutput(vs, fp8.data(), b.out, ctx).passed) << what << ": fp8";
+        // The case docs/integrity.md named: at W=8 against the f32 baseline,
+        // int8 of the moved partials lies between the measured bound and
+        // rms * sqrt(2), and so does int8 of all of them in the fused
+        // reductions (001's is at sqrt(2)'s edge: 0.0066-0.0071).
+        if (w == 8 && std::string(b.name) == "f32") {
+          EXPECT_TRUE(CompareOutput(old, int8_moved.data(), b.out, ctx).passed)
+              << what << ": int8 moved " << moved_vs.rms_rel_err << " was inside "
+              << old.tolerance.rms;
+          if (std::string(c.key) != "001_allreduce") {
+            EXPECT_TRUE(CompareOutput(old, int8.data(), b.out, ctx).passed)
+                << what << ": int8 " << i8_vs.rms_rel_err << " was inside " << old.tolerance.rms;
+          }
+        }
+        std::printf(
+            "%s W=%d against %s (off %.5f): bound %.5f (sqrt(2): %.5f, rms + error: %.5f); ring "
+            "%.5f f32 %.5f int8 %.5f (moved only %.5f)\n",
+            c.key, w, b.name, b.err, vs.tolerance.rms, old.tolerance.rms, y.tolerance.rms + b.err,
+            ring_vs.rms_rel_err, f32_vs.rms_rel_err, i8_vs.rms_rel_err, moved_vs.rms_rel_err);
+      }
     }
   }
 }

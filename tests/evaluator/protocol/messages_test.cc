@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
+
 namespace kforge::eval::proto {
 namespace {
 
@@ -149,6 +151,80 @@ TEST(ArenaShareTest, AnAllocReplySaysWhyItsArenaIsNotSplit) {
   auto asked = AllocRequest::Parse(q.ToJson());
   ASSERT_TRUE(asked.ok());
   EXPECT_EQ(asked->candidate_readonly_bytes, 2u << 20);
+}
+
+// A problem of world 2 with one input and two outputs of 4096 f32 each.
+Problem TwoOutputs() {
+  Problem p;
+  p.world = 2;
+  p.dtype = Dtype::kF32;
+  ConcreteTensor t;
+  t.dtype = Dtype::kF32;
+  t.shape = {4096};
+  t.numel = 4096;
+  t.nbytes = 4096 * 4;
+  t.name = "x";
+  p.inputs.push_back(t);
+  t.name = "y";
+  t.tolerance = {1e-2, 1e-2, 0.0047};
+  p.outputs.push_back(t);
+  t.name = "z";
+  t.tolerance = {1e-2, 1e-2, 0};
+  p.outputs.push_back(t);
+  return p;
+}
+
+TEST(ConfigureRequestTest, CarriesTheRmsBoundsAgainstTheBaseline) {
+  ConfigureRequest c;
+  c.problem = TwoOutputs();
+  c.sets = 3;
+  c.collectives = true;
+  c.rms_vs_baseline = {0.0055, 0};
+  auto back = ConfigureRequest::Parse(c.ToJson());
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->rms_vs_baseline, (std::vector<double>{0.0055, 0}));
+  EXPECT_EQ(back->sets, 3);
+  ASSERT_EQ(back->problem.outputs.size(), 2u);
+  EXPECT_DOUBLE_EQ(back->problem.outputs[0].tolerance.rms, 0.0047);
+  // Absent (nothing measured, or a candidate's configure): empty.
+  c.rms_vs_baseline.clear();
+  EXPECT_FALSE(c.ToJson().contains("rms_vs_baseline"));
+  back = ConfigureRequest::Parse(c.ToJson());
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_TRUE(back->rms_vs_baseline.empty());
+}
+
+TEST(ConfigureRequestTest, RmsBoundsMustBeOnePerOutputFiniteAndNotNegative) {
+  ConfigureRequest c;
+  c.problem = TwoOutputs();
+  nlohmann::json j = c.ToJson();
+  j["rms_vs_baseline"] = {0.0055};
+  EXPECT_FALSE(ConfigureRequest::Parse(j).ok());
+  j["rms_vs_baseline"] = {0.0055, 0, 0};
+  EXPECT_FALSE(ConfigureRequest::Parse(j).ok());
+  j["rms_vs_baseline"] = {-0.001, 0};
+  EXPECT_FALSE(ConfigureRequest::Parse(j).ok());
+  j["rms_vs_baseline"] = {"0.005", 0};
+  EXPECT_FALSE(ConfigureRequest::Parse(j).ok());
+  j["rms_vs_baseline"] = {std::numeric_limits<double>::infinity(), 0};
+  EXPECT_FALSE(ConfigureRequest::Parse(j).ok());
+  j["rms_vs_baseline"] = {0.0055, 0};
+  EXPECT_TRUE(ConfigureRequest::Parse(j).ok());
+}
+
+TEST(ReadOutputsRequestTest, AsksForTheBaselinesOutputsOrTheCandidates) {
+  ReadOutputsRequest r;
+  r.set = 1;
+  auto plain = ReadOutputsRequest::Parse(r.ToJson(), 2);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE(plain->baseline);
+  EXPECT_EQ(plain->set, 1);
+  r.baseline = true;
+  auto base = ReadOutputsRequest::Parse(r.ToJson(), 2);
+  ASSERT_TRUE(base.ok());
+  EXPECT_TRUE(base->baseline);
+  EXPECT_FALSE(
+      ReadOutputsRequest::Parse({{"op", "read_outputs"}, {"set", 0}, {"baseline", 1}}, 2).ok());
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -526,6 +527,73 @@ TEST_F(GpuEvalTest, InputsAreReadOnlyAndAStoreToOneFaults) {
       << scratch.value("message", "");
   std::printf("inputs: %s; inputs_as_scratch.cu: %s\n", inputs.dump().c_str(),
               scratch.value("message", "").substr(0, 200).c_str());
+}
+
+// The W=8 precision case of docs/integrity.md: int8_above_check.cu is exact at
+// the check sizes and moves its peers' partials in int8 at the bench sizes,
+// where only the baseline's outputs are there to compare with. With ranks
+// sharing a GPU the baseline sums in f32 (the emulated backend), and int8 lay
+// inside rms * sqrt(2) of it; the bound is now sqrt(rms^2 + e^2), e being the
+// baseline's error against the oracle measured at the check sizes
+// (task/compare.h AgainstBaseline). The honest control passes its timed calls
+// under the same bound.
+TEST_F(GpuEvalTest, Int8TransportOnlyAtBenchSizesIsRefusedAtW8) {
+  const Task& t = Find("allreduce");
+  EvalOptions o;
+  o.dtype = Dtype::kBF16;
+  o.bench_sizes = {t.bench_sizes.front().label};  // 1 MiB: 512 Ki elements, a power of two
+  const auto dir = std::filesystem::path(KFORGE_ADVERSARIAL_KERNELS);
+  const double rms = 0.00165 * std::sqrt(8.0);  // the task's bf16 bound at W=8
+  auto bench_check = [](const nlohmann::json& doc) {
+    for (const auto& c : doc["correctness"]["checks"]) {
+      if (c.value("kind", "") == "bench") return c;
+    }
+    return nlohmann::json();
+  };
+
+  auto honest = Eval(t, dir / "honest_naive.cu", 8, o);
+  ASSERT_EQ(honest.value("status", ""), "passed") << RenderEvalReport(honest);
+  const bool emulated = honest.value("emulated", false);
+  const nlohmann::json hb = bench_check(honest);
+  ASSERT_TRUE(hb.is_object()) << honest["correctness"].dump();
+  ASSERT_EQ(hb["vs_baseline"].size(), 1u) << hb.dump();
+  const nlohmann::json& v = hb["vs_baseline"][0];
+  ASSERT_TRUE(v["baseline_rms_vs_oracle"].is_number()) << "not measured: " << hb.dump();
+  const double e = v["baseline_rms_vs_oracle"].get<double>();
+  // The f32 sum rounded once to bf16 is ~0.0017 off; NCCL's ring (bf16 at
+  // every step) ~0.0037 at W=8.
+  if (emulated) {
+    EXPECT_GT(e, 0.001);
+    EXPECT_LT(e, 0.0025);
+  } else {
+    EXPECT_GT(e, 0.0025);
+    EXPECT_LT(e, 0.0050);
+  }
+  EXPECT_NEAR(v["rms_bound"].get<double>(), std::hypot(rms, e), 1e-9);
+  EXPECT_LT(v["rms_bound"].get<double>(), rms * std::sqrt(2.0));
+
+  auto lossy = Eval(t, dir / "int8_above_check.cu", 8, o);
+  EXPECT_EQ(lossy.value("status", ""), "mismatch") << RenderEvalReport(lossy);
+  for (const auto& c : lossy["correctness"]["checks"]) {
+    if (c.value("kind", "") == "check") {
+      EXPECT_TRUE(c.value("passed", false)) << c.dump();
+    }
+  }
+  const nlohmann::json lb = bench_check(lossy);
+  ASSERT_TRUE(lb.is_object()) << lossy["correctness"].dump();
+  EXPECT_FALSE(lb.value("passed", true));
+  double worst = 0;
+  for (const auto& m : lb["mismatches"]) worst = std::max(worst, m.value("rms_rel_err", 0.0));
+  const double bound = lb["vs_baseline"][0].value("rms_bound", 0.0);
+  EXPECT_GT(worst, bound) << lb.dump();
+  // The case this closes: inside the old bound against the f32 baseline.
+  if (emulated) {
+    EXPECT_LT(worst, rms * std::sqrt(2.0)) << lb.dump();
+  }
+  std::printf(
+      "int8 moved partials at W=8 (emulated=%d): baseline %.5f off the oracle, bound %.5f "
+      "(rms * sqrt(2): %.5f); int8 %.5f from the baseline: %s\n",
+      emulated, e, bound, rms * std::sqrt(2.0), worst, lossy.value("status", "").c_str());
 }
 
 // Exploits that pass but must gain nothing over the honest control:

@@ -233,6 +233,56 @@ TEST(Compare, RelativeRmsBoundRefusesAnOutputOffAsAWhole) {
   }
 }
 
+// Against the baseline's outputs: sqrt(rms^2 + b^2) for a baseline measured
+// b off the oracle, rms * sqrt(2) without a measurement, never more.
+TEST(Compare, RmsBoundAgainstTheBaselineAddsItsMeasuredErrorInQuadrature) {
+  EXPECT_DOUBLE_EQ(BaselineRmsBound(0.004, 0.003), 0.005);
+  EXPECT_DOUBLE_EQ(BaselineRmsBound(0.004, 0), 0.004);
+  EXPECT_DOUBLE_EQ(BaselineRmsBound(0.004, kNotMeasured), 0.004 * std::sqrt(2.0));
+  EXPECT_DOUBLE_EQ(BaselineRmsBound(0.004, std::numeric_limits<double>::quiet_NaN()),
+                   0.004 * std::sqrt(2.0));
+  EXPECT_DOUBLE_EQ(BaselineRmsBound(0.004, std::numeric_limits<double>::infinity()),
+                   0.004 * std::sqrt(2.0));
+  // A baseline further off than the task allows widens no more than before.
+  EXPECT_DOUBLE_EQ(BaselineRmsBound(0.004, 0.01), 0.004 * std::sqrt(2.0));
+  // No RMS bound stays none.
+  EXPECT_EQ(BaselineRmsBound(0, 0.002), 0);
+  EXPECT_EQ(BaselineRmsBound(0, kNotMeasured), 0);
+  // Element-wise bounds are kept as they are.
+  const Tolerance t{0.01, 0.02, 0.004};
+  const Tolerance wide = AgainstBaseline(t, 0.003);
+  EXPECT_EQ(wide.atol, 0.01);
+  EXPECT_EQ(wide.rtol, 0.02);
+  EXPECT_DOUBLE_EQ(wide.rms, 0.005);
+  EXPECT_DOUBLE_EQ(AgainstBaseline(t).rms, 0.004 * std::sqrt(2.0));
+}
+
+// An output 0.0055 off the baseline as a whole: within rms * sqrt(2) = 0.00566
+// (unmeasured), refused once the baseline is measured 0.002 off (bound 0.0045).
+TEST(Compare, AMeasuredBaselineRefusesWhatTheSqrt2WideningLetThrough) {
+  const Tolerance tol{0.05, 0, /*rms=*/0.004};
+  const int64_t n = 4096;
+  std::vector<double> baseline(static_cast<size_t>(n));
+  std::vector<double> got(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    baseline[static_cast<size_t>(i)] = (i % 3 ? 1.0 : -1.0);
+    got[static_cast<size_t>(i)] = baseline[static_cast<size_t>(i)] + (i % 2 ? 0.0055 : -0.0055);
+  }
+  const auto g = F32(got);
+  ConcreteTensor out = Out({n}, Dtype::kF32, tol);
+  out.tolerance = AgainstBaseline(tol);
+  const CompareReport unmeasured = CompareOutput(out, g.data(), baseline, {});
+  EXPECT_TRUE(unmeasured.passed) << Hints(unmeasured);
+  EXPECT_NEAR(unmeasured.rms_rel_err, 0.0055, 1e-6);
+  out.tolerance = AgainstBaseline(tol, 0.002);
+  const CompareReport measured = CompareOutput(out, g.data(), baseline, {});
+  EXPECT_FALSE(measured.passed);
+  EXPECT_EQ(measured.bad_count, 0);
+  // A baseline measured as far off as the task allows gives the old bound back.
+  out.tolerance = AgainstBaseline(tol, 0.004);
+  EXPECT_TRUE(CompareOutput(out, g.data(), baseline, {}).passed);
+}
+
 // A counted output: only the first `count` rows (the expected count) are
 // compared; what lies past them is never read, and a row inside them that is
 // wrong fails.
