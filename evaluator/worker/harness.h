@@ -51,7 +51,8 @@ class HarnessWorker {
   // candidate's arena too when `to_candidate` (correctness calls; timed
   // calls get theirs from StageCall, just before the call).
   Status MakeInputs(const std::vector<eval::proto::SetSeed>& seeds, bool to_candidate);
-  Status CopyInputsToCandidate(int set);
+  // `inout`: the in-place inputs too (else only those the kernel may not write).
+  Status CopyInputsToCandidate(int set, bool inout);
   // A timed call's set, just before the call: its inputs into the candidate's
   // arena, its outputs poisoned, and L2 flushed.
   Status StageCall(int set, uint32_t poison);

@@ -76,16 +76,17 @@ Status HarnessWorker::MakeInputs(const std::vector<proto::SetSeed>& seeds, bool 
                                 cudaMemcpyDeviceToDevice, stream_));
       }
     }
-    if (to_candidate) KF_RETURN_IF_ERROR(CopyInputsToCandidate(s.set));
+    if (to_candidate) KF_RETURN_IF_ERROR(CopyInputsToCandidate(s.set, /*inout=*/true));
   }
   KF_CUDA(cudaStreamSynchronize(stream_));
   return control_.Barrier();
 }
 
-Status HarnessWorker::CopyInputsToCandidate(int set) {
+Status HarnessWorker::CopyInputsToCandidate(int set, bool inout) {
   const eval::Problem& p = view_->problem;
   const proto::ArenaLayout& l = view_->layout;
   for (size_t i = 0; i < p.inputs.size(); ++i) {
+    if (p.inputs[i].inout && !inout) continue;
     KF_CUDA(cudaMemcpyAsync(Candidate(candidate_layout_.input_off[set][i]),
                             Private(l.pristine_off[set][i]), p.inputs[i].NbytesOf(args_.rank),
                             cudaMemcpyDeviceToDevice, stream_));
@@ -95,7 +96,8 @@ Status HarnessWorker::CopyInputsToCandidate(int set) {
 
 Status HarnessWorker::StageCall(int set, uint32_t poison) {
   KF_RETURN_IF_ERROR(CheckSet(set, sets_));
-  KF_RETURN_IF_ERROR(CopyInputsToCandidate(set));
+  // In-place inputs are restored by PoisonSets, from the same pristine copy.
+  KF_RETURN_IF_ERROR(CopyInputsToCandidate(set, /*inout=*/false));
   KF_RETURN_IF_ERROR(PoisonSets({set}, poison));  // synchronises the stream
   if (flush_ != nullptr) {
     KF_RETURN_IF_ERROR(LaunchL2Flush(flush_, flush_bytes_, check_sink_, stream_));
