@@ -199,14 +199,18 @@ const Case kCases[] = {
      Identity},
 };
 
+const SizeSpec* CheckSize(const Task& t, const std::string& label) {
+  for (const SizeSpec& s : t.check_sizes) {
+    if (s.label == label) return &s;
+  }
+  return nullptr;
+}
+
 TEST(ReductionTransport, FusedBf16ReductionsRefuseInt8AndFp8TransportAtEveryW) {
   for (const Case& c : kCases) {
     Result<Task> t = LoadTask(std::filesystem::path(KFORGE_TEST_TASKS_DIR) / c.key);
     ASSERT_TRUE(t.ok()) << t.status().ToString();
-    const SizeSpec* size = nullptr;
-    for (const SizeSpec& s : t->check_sizes) {
-      if (s.label == c.size) size = &s;
-    }
+    const SizeSpec* size = CheckSize(*t, c.size);
     ASSERT_NE(size, nullptr) << c.key;
     for (int w : {2, 4, 8}) {
       Result<Problem> p = Instantiate(*t, w, Dtype::kBF16, *size, true);
@@ -301,10 +305,7 @@ TEST(ReductionTransport, MeasuredBaselineErrorRefusesInt8AtEveryW) {
   for (const Case& c : cases) {
     Result<Task> t = LoadTask(std::filesystem::path(KFORGE_TEST_TASKS_DIR) / c.key);
     ASSERT_TRUE(t.ok()) << t.status().ToString();
-    const SizeSpec* size = nullptr;
-    for (const SizeSpec& s : t->check_sizes) {
-      if (s.label == c.size) size = &s;
-    }
+    const SizeSpec* size = CheckSize(*t, c.size);
     ASSERT_NE(size, nullptr) << c.key;
     for (int w : {2, 4, 8}) {
       Result<Problem> p = Instantiate(*t, w, Dtype::kBF16, *size, true);
