@@ -99,9 +99,17 @@ Result<SpawnedGroup> WarmGroups::Acquire(const GroupOptions& shape) {
 void WarmGroups::Refill(const GroupOptions& shape) {
   if (!enabled_) return;
   const std::string key = ShapeKey(shape);
+  std::unique_ptr<SpawnedGroup> evicted;
   MutexLock lock(&mu_);
   if (std::any_of(entries_.begin(), entries_.end(), [&](const Entry& e) { return e.key == key; }))
     return;
+  if (entries_.size() >= max_groups_) {
+    auto oldest = std::find_if(entries_.begin(), entries_.end(),
+                               [](const Entry& e) { return e.group != nullptr; });
+    if (oldest == entries_.end()) return;  // all still being started
+    evicted = std::move(oldest->group);
+    entries_.erase(oldest);
+  }
   entries_.push_back({key, nullptr});
   ++starting_;
   threads_.emplace_back([this, shape, key] {
@@ -121,6 +129,8 @@ void WarmGroups::Refill(const GroupOptions& shape) {
     --starting_;
     changed_.NotifyAll();
   });
+  lock.Unlock();
+  if (evicted) evicted->Discard();
 }
 
 void WarmGroups::Settle() {

@@ -42,14 +42,17 @@ Result<SpawnedGroup> SpawnGroup(GroupOptions shape);
 // except the per-group ones (mailboxes, directory) and the start deadline.
 std::string ShapeKey(const GroupOptions& shape);
 
-// At most one waiting group per shape. Refill starts one on a thread of its
-// own; Acquire takes it. Not for concurrent use by several evaluations (one
+// At most one waiting group per shape, and at most `max_groups` in all (each
+// holds a CUDA context per rank: under MPS, where ranks share a GPU, the
+// daemon serves a bounded number of clients, 48 per GPU). Refill starts one
+// on a thread of its own; Acquire takes it. Not for concurrent use by several evaluations (one
 // Evaluator, one evaluation at a time): the lock only guards the pool against
 // its own refill threads.
 class WarmGroups {
  public:
   // `enabled` false: Refill starts nothing, and Acquire always starts a group.
-  explicit WarmGroups(bool enabled = true) : enabled_(enabled) {}
+  explicit WarmGroups(bool enabled = true, size_t max_groups = 2)
+      : enabled_(enabled), max_groups_(max_groups) {}
   // Waits for refills under way, then kills every waiting group.
   ~WarmGroups();
   WarmGroups(const WarmGroups&) = delete;
@@ -60,8 +63,9 @@ class WarmGroups {
   // discarded), else one started now.
   Result<SpawnedGroup> Acquire(const GroupOptions& shape);
   // Starts a group of `shape` in the background unless one waits or is
-  // being started. A refill that fails leaves nothing (and says why in the
-  // log): the next Acquire starts its own and reports the failure.
+  // being started; the longest-waiting group of another shape is killed
+  // first where `max_groups` already wait or are being started. A refill that fails leaves nothing
+  // (and says why in the log): the next Acquire starts its own and reports the failure.
   void Refill(const GroupOptions& shape);
   // Waits until no refill is under way (so that no process starts during
   // what follows, e.g. timed calls).
@@ -78,10 +82,12 @@ class WarmGroups {
     std::string key;
     std::unique_ptr<SpawnedGroup> group;  // null while being started
   };
-  const bool enabled_;  // set at construction, never changed
+  // Set at construction, never changed.
+  const bool enabled_;
+  const size_t max_groups_;
   mutable Mutex mu_;
   CondVar changed_;
-  std::vector<Entry> entries_ GUARDED_BY(mu_);
+  std::vector<Entry> entries_ GUARDED_BY(mu_);        // in the order their refills began
   int starting_ GUARDED_BY(mu_) = 0;                  // refills under way
   std::vector<std::thread> threads_ GUARDED_BY(mu_);  // joined by Settle
 };

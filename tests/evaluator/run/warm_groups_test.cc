@@ -159,6 +159,30 @@ TEST(WarmGroupsTest, DestroyingThePoolWhileARefillRunsLeavesNothing) {
   EXPECT_TRUE(Children().empty());
 }
 
+TEST(WarmGroupsTest, BeyondItsCapTheLongestWaitingGroupMakesWay) {
+  WarmGroups pool(/*enabled=*/true, /*max_groups=*/2);
+  pool.Refill(Shape(1));
+  pool.Settle();
+  const std::set<pid_t> oldest = Children();
+  ASSERT_EQ(oldest.size(), 1u);
+  pool.Refill(Shape(2));
+  pool.Refill(Shape(3));
+  pool.Settle();
+  EXPECT_EQ(pool.size(), 2u);
+  for (pid_t pid : oldest) EXPECT_TRUE(Gone(pid)) << pid;
+  EXPECT_EQ(Children().size(), 5u);
+  auto g = pool.Acquire(Shape(1));
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  EXPECT_FALSE(g->warm);
+  for (int world : {2, 3}) {
+    auto w = pool.Acquire(Shape(world));
+    ASSERT_TRUE(w.ok()) << w.status().ToString();
+    EXPECT_TRUE(w->warm) << world;
+    w->Discard();
+  }
+  g->Discard();
+}
+
 TEST(WarmGroupsTest, ClearKillsTheWaitingGroups) {
   WarmGroups pool;
   pool.Refill(Shape(2));
