@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <set>
 #include <string>
@@ -55,7 +56,15 @@ std::set<fs::path> CandidateDirs() {
 // Gone: reaped, not even a zombie.
 bool Gone(pid_t pid) { return kill(pid, 0) != 0 && errno == ESRCH; }
 
-TEST(WarmGroupsTest, TheNextAcquireOfTheShapeGetsTheGroupStartedAhead) {
+class WarmGroupsTest : public ::testing::Test {
+ protected:
+  // Every fake rank behaves (other tests of this binary set misbehaviours).
+  void SetUp() override {
+    for (int r = 0; r < 4; ++r) unsetenv(("KFORGE_WORKER_FAKE_" + std::to_string(r)).c_str());
+  }
+};
+
+TEST_F(WarmGroupsTest, TheNextAcquireOfTheShapeGetsTheGroupStartedAhead) {
   WarmGroups pool;
   pool.Refill(Shape(2));
   pool.Settle();
@@ -72,11 +81,12 @@ TEST(WarmGroupsTest, TheNextAcquireOfTheShapeGetsTheGroupStartedAhead) {
   EXPECT_TRUE(fs::is_directory(g->dir));
   EXPECT_EQ(g->group->options().candidate_dir, g->dir.string());
   EXPECT_EQ(g->mailboxes.size(), 2u);
-  EXPECT_TRUE(g->group->All({{"op", "ping"}}, 5, "test").ok());
+  auto pinged = g->group->All({{"op", "ping"}}, 5, "test");
+  EXPECT_TRUE(pinged.ok()) << pinged.status().ToString();
   g->Discard();
 }
 
-TEST(WarmGroupsTest, AnAcquireWaitsForTheRefillUnderWay) {
+TEST_F(WarmGroupsTest, AnAcquireWaitsForTheRefillUnderWay) {
   WarmGroups pool;
   pool.Refill(Shape(2));
   auto g = pool.Acquire(Shape(2));  // no Settle: the refill may still be starting
@@ -85,7 +95,7 @@ TEST(WarmGroupsTest, AnAcquireWaitsForTheRefillUnderWay) {
   g->Discard();
 }
 
-TEST(WarmGroupsTest, AnotherShapeNeverGetsIt) {
+TEST_F(WarmGroupsTest, AnotherShapeNeverGetsIt) {
   WarmGroups pool;
   pool.Refill(Shape(2));
   pool.Settle();
@@ -109,7 +119,7 @@ TEST(WarmGroupsTest, AnotherShapeNeverGetsIt) {
   EXPECT_EQ(ShapeKey(Shape(2)), ShapeKey(same));
 }
 
-TEST(WarmGroupsTest, AGroupThatDiedWhileWaitingIsReplaced) {
+TEST_F(WarmGroupsTest, AGroupThatDiedWhileWaitingIsReplaced) {
   WarmGroups pool;
   pool.Refill(Shape(2));
   pool.Settle();
@@ -125,11 +135,12 @@ TEST(WarmGroupsTest, AGroupThatDiedWhileWaitingIsReplaced) {
   EXPECT_FALSE(g->warm);
   for (pid_t pid : g->group->pids()) EXPECT_FALSE(waiting.contains(pid)) << pid;
   for (pid_t pid : waiting) EXPECT_TRUE(Gone(pid)) << pid;  // its live rank was killed too
-  EXPECT_TRUE(g->group->All({{"op", "ping"}}, 5, "test").ok());
+  auto pinged = g->group->All({{"op", "ping"}}, 5, "test");
+  EXPECT_TRUE(pinged.ok()) << pinged.status().ToString();
   g->Discard();
 }
 
-TEST(WarmGroupsTest, DestroyingThePoolKillsItsGroupsAndRemovesTheirDirectories) {
+TEST_F(WarmGroupsTest, DestroyingThePoolKillsItsGroupsAndRemovesTheirDirectories) {
   std::set<pid_t> waiting;
   std::set<fs::path> dirs;
   const std::set<fs::path> others = CandidateDirs();
@@ -151,7 +162,7 @@ TEST(WarmGroupsTest, DestroyingThePoolKillsItsGroupsAndRemovesTheirDirectories) 
   for (const fs::path& d : dirs) EXPECT_FALSE(fs::exists(d)) << d;
 }
 
-TEST(WarmGroupsTest, DestroyingThePoolWhileARefillRunsLeavesNothing) {
+TEST_F(WarmGroupsTest, DestroyingThePoolWhileARefillRunsLeavesNothing) {
   {
     WarmGroups pool;
     pool.Refill(Shape(2));
@@ -159,7 +170,7 @@ TEST(WarmGroupsTest, DestroyingThePoolWhileARefillRunsLeavesNothing) {
   EXPECT_TRUE(Children().empty());
 }
 
-TEST(WarmGroupsTest, BeyondItsCapTheLongestWaitingGroupMakesWay) {
+TEST_F(WarmGroupsTest, BeyondItsCapTheLongestWaitingGroupMakesWay) {
   WarmGroups pool(/*enabled=*/true, /*max_groups=*/2);
   pool.Refill(Shape(1));
   pool.Settle();
@@ -183,7 +194,7 @@ TEST(WarmGroupsTest, BeyondItsCapTheLongestWaitingGroupMakesWay) {
   g->Discard();
 }
 
-TEST(WarmGroupsTest, ClearKillsTheWaitingGroups) {
+TEST_F(WarmGroupsTest, ClearKillsTheWaitingGroups) {
   WarmGroups pool;
   pool.Refill(Shape(2));
   pool.Settle();
@@ -193,7 +204,7 @@ TEST(WarmGroupsTest, ClearKillsTheWaitingGroups) {
   for (pid_t pid : waiting) EXPECT_TRUE(Gone(pid)) << pid;
 }
 
-TEST(WarmGroupsTest, DisabledStartsNothingAhead) {
+TEST_F(WarmGroupsTest, DisabledStartsNothingAhead) {
   WarmGroups pool(/*enabled=*/false);
   pool.Refill(Shape(2));
   pool.Settle();
@@ -207,7 +218,7 @@ TEST(WarmGroupsTest, DisabledStartsNothingAhead) {
   EXPECT_TRUE(Children().empty());
 }
 
-TEST(WarmGroupsTest, AFailedRefillLeavesNothingAndAcquireReportsTheFailure) {
+TEST_F(WarmGroupsTest, AFailedRefillLeavesNothingAndAcquireReportsTheFailure) {
   WarmGroups pool;
   GroupOptions broken = Shape(2);
   broken.worker_path = "/nonexistent/kforge-worker";
