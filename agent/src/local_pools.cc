@@ -26,7 +26,8 @@ Result<std::unique_ptr<EvalPools>> LocalEvalPools(const RunConfig& cfg,
     std::vector<std::vector<int>> sets = eval::CutGpuSets(gpus, cfg.world);
     if (sets.empty()) sets.emplace_back();  // the evaluator's default GPUs
     for (auto& set : sets) {
-      p->owned.push_back(eval::MakeLocalEvalService(tasks, std::move(set), cfg.baseline_reuse_s));
+      p->owned.push_back(eval::MakeLocalEvalService(tasks, std::move(set), cfg.baseline_reuse_s,
+                                                    !cfg.no_warm_groups));
       p->gpu.push_back(p->owned.back().get());
     }
   }

@@ -59,6 +59,10 @@ constexpr RunField kFields[] = {
      .zero = "timed around every candidate",
      .help = "seconds a timed baseline is reused, confirmed each time (default 600; 0: time it "
              "around every candidate)"},
+    {.key = "no_warm_groups", .json_key = "no_warm_groups", .flag = "--no-warm-groups",
+     .role = R::kEvaluates, .kind = K::kBool, .member = &C::no_warm_groups,
+     .help = "start each evaluation's candidate group when it needs it, not after the previous "
+             "evaluation of the same shape"},
     {.key = "tasks_dir", .json_key = "tasks_dir", .flag = "--tasks-dir", .role = R::kEvaluates,
      .kind = K::kString, .member = &C::tasks_dir, .help = "where tasks live"},
     {.key = "registry", .json_key = "registries", .flag = "--registry", .role = R::kEvaluates,

@@ -58,6 +58,8 @@ Result<eval::EvalOptions> OptionsFromArgs(const EvalArgs& a) {
   o.arch = a.arch;
   o.bench_sizes = a.bench_sizes;
   o.dump_dir = a.dump_dir;
+  // One evaluation: a candidate group started for a next one would never be used.
+  o.warm_groups = false;
   if (!a.dump_dir.empty()) {
     std::error_code ec;
     if (std::filesystem::exists(a.dump_dir, ec) && !std::filesystem::is_empty(a.dump_dir, ec))

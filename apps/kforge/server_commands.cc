@@ -31,6 +31,7 @@ struct ServerArgs {
   int world = 2;
   int compile_jobs = 0;
   double baseline_reuse_s = eval::kDefaultBaselineReuseS;
+  bool no_warm_groups = false;
   int max_queue = 64;
   int per_token = 16;
   int64_t max_upload = 4 << 20;
@@ -143,9 +144,10 @@ int RunServer(const ServerArgs& a) {
 
   const std::vector<eval::Task>* task_list = &*tasks;
   const double reuse = a.baseline_reuse_s;
+  const bool warm = !a.no_warm_groups;
   auto server =
-      remote::EvalServer::Start(o, std::move(*tokens), [task_list, reuse](const auto& gpus) {
-        return eval::MakeLocalEvalService(task_list, gpus, reuse);
+      remote::EvalServer::Start(o, std::move(*tokens), [task_list, reuse, warm](const auto& gpus) {
+        return eval::MakeLocalEvalService(task_list, gpus, reuse, warm);
       });
   if (!server.ok()) return FailWith("eval-server", server.status());
   remote::EvalServer* s = server->get();
@@ -194,6 +196,9 @@ void AddEvalServer(CLI::App& app, int& exit_code) {
                   "seconds a GPU slot reuses a baseline it timed, confirmed each time (0: never)")
       ->check(NonNegative())
       ->capture_default_str();
+  cmd->add_flag("--no-warm-groups", a->no_warm_groups,
+                "start each evaluation's candidate group when it needs it, instead of after the "
+                "previous evaluation of the same shape (docs/methodology.md)");
   cmd->add_option("--max-queue", a->max_queue, "jobs that may wait for a slot")
       ->check(CLI::Range(0, 100000))
       ->capture_default_str();

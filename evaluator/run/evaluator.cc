@@ -18,6 +18,7 @@
 #include "run/baseline_cache.h"
 #include "run/expert.h"
 #include "run/placement.h"
+#include "run/warm_groups.h"
 #include "session.h"
 
 namespace kforge::eval {
@@ -78,7 +79,9 @@ Status RunPhases(EvalSession& s, Attempt& a, const Objects& objects) {
     KF_RETURN_IF_ERROR(BaselinesTimed(s, false));
     a.Mark("baseline_before");
   }
-  KF_RETURN_IF_ERROR(StartServed(s, s.candidate, objects.candidate));
+  Status started = StartServed(s, s.candidate, objects.candidate);
+  if (s.candidate.group) a.doc()["candidate_group"] = {{"warm", s.candidate.warm}};
+  KF_RETURN_IF_ERROR(started);
   a.Mark("candidate_start");
   for (SizePlan& plan : s.plans) {
     KF_RETURN_IF_ERROR(plan.check ? RunCheckSize(s, plan) : RunBenchSize(s, plan));
@@ -151,11 +154,15 @@ class RealEvaluator final : public Evaluator {
     if (options.nccl_self_test) a.doc()["self_test"] = "nccl_w1";
     a.doc()["gpu"] = {{"name", card.gpus.front().name}};
     a.Mark("policy");
+    // A warm group started after the last evaluation is ready (or failed)
+    // before this one uses the GPUs: no process starts during its phases.
+    warm_.Settle();
     KF_ASSIGN_OR_RETURN(WorkerGroup * group, Group(place, options));
     a.Mark("harness_group");
     EvalSession s;
     Open(s, task, dtype, place, *group, card, options);
     s.baselines = &baselines_;
+    s.warm_groups = &warm_;
     s.reference_object = objects.reference;
     s.expert_report = ExpertStatement(task);
     Status st = RunSession(s, a, objects);
@@ -165,6 +172,10 @@ class RealEvaluator final : public Evaluator {
     if (!objects.expert.object.empty() && s.expert_report.contains("skipped"))
       failed_experts_[objects.expert.object] = s.expert_report["skipped"].get<std::string>();
     a.FinishFrom(s, st);
+    // The next evaluation of this shape finds its candidate group started,
+    // unless the GPUs' harness group failed (a fresh one checks them first).
+    if (options.warm_groups && s.candidate_shape && group->alive())
+      warm_.Refill(*s.candidate_shape);
     return a.doc();
   }
 
@@ -289,6 +300,9 @@ class RealEvaluator final : public Evaluator {
       if (group_->All({{"op", proto::op::kHealth}}, o.setup_deadline_s, "health").ok())
         return group_.get();
       LogWarn("evaluator", "the harness group failed its health check; starting a fresh one");
+      // The fault that broke its contexts may have reached the waiting
+      // candidate groups' too (MPS clients of the same GPU).
+      warm_.Clear();
     }
     group_.reset();
     GroupOptions g;
@@ -302,6 +316,7 @@ class RealEvaluator final : public Evaluator {
     if (!started.ok() && mps_) {
       LogWarn("evaluator", "rank group under MPS failed ({}); retrying without MPS",
               started.status().message());
+      warm_.Clear();  // they are clients of the daemon that is going
       mps_.reset();
       g.env.clear();
       g.mps_dir.clear();
@@ -365,6 +380,9 @@ class RealEvaluator final : public Evaluator {
   std::unique_ptr<MpsDaemon> mps_;
   bool mps_tried_ = false;
   std::unique_ptr<WorkerGroup> group_;
+  // Declared after mps_ (its groups are MPS clients too); each is killed
+  // when the evaluator is destroyed.
+  WarmGroups warm_;
 };
 
 }  // namespace

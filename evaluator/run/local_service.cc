@@ -10,10 +10,12 @@ namespace {
 
 class LocalEvalService final : public EvalService {
  public:
-  LocalEvalService(const std::vector<Task>* tasks, std::vector<int> gpus, double baseline_reuse_s)
+  LocalEvalService(const std::vector<Task>* tasks, std::vector<int> gpus, double baseline_reuse_s,
+                   bool warm_groups)
       : tasks_(tasks),
         gpus_(std::move(gpus)),
         baseline_reuse_s_(baseline_reuse_s),
+        warm_groups_(warm_groups),
         evaluator_(MakeEvaluator()) {}
 
   Result<nlohmann::json> Evaluate(const EvalRequest& request) override {
@@ -25,6 +27,7 @@ class LocalEvalService final : public EvalService {
     o.compile_only = request.compile_only;
     o.profile = request.profile && !request.compile_only;
     o.baseline_reuse_s = baseline_reuse_s_;
+    o.warm_groups = warm_groups_;
     if (!request.dtype.empty()) {
       KF_ASSIGN_OR_RETURN(Dtype dt, ParseDtype(request.dtype));
       o.dtype = dt;
@@ -36,14 +39,16 @@ class LocalEvalService final : public EvalService {
   const std::vector<Task>* tasks_;
   std::vector<int> gpus_;
   double baseline_reuse_s_;
+  bool warm_groups_;
   std::unique_ptr<Evaluator> evaluator_;
 };
 
 }  // namespace
 
 std::unique_ptr<EvalService> MakeLocalEvalService(const std::vector<Task>* tasks,
-                                                  std::vector<int> gpus, double baseline_reuse_s) {
-  return std::make_unique<LocalEvalService>(tasks, std::move(gpus), baseline_reuse_s);
+                                                  std::vector<int> gpus, double baseline_reuse_s,
+                                                  bool warm_groups) {
+  return std::make_unique<LocalEvalService>(tasks, std::move(gpus), baseline_reuse_s, warm_groups);
 }
 
 }  // namespace kforge::eval

@@ -1,10 +1,11 @@
 // A served group of one evaluation (the reference group or the candidate
-// group): a private read-only copy of the kernel, W sandboxed candidate-role
-// workers with a mailbox each, the supervisor of their seccomp notifications,
-// and the calibration of the timing path before the kernel is loaded. The
-// reference and the candidate run in the same kind of process and are timed
-// through the same mailbox path (docs/methodology.md).
-#include <stdlib.h>
+// group): W sandboxed candidate-role workers with a mailbox each (for the
+// candidate, started ahead where a warm group waits: run/warm_groups.h), a
+// private read-only copy of the kernel in their directory, the supervisor of
+// their seccomp notifications, and the calibration of the timing path before
+// the kernel is loaded. The reference and the candidate run in the same kind
+// of process and are timed through the same mailbox path
+// (docs/methodology.md).
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include "kforge/core/log.h"
 #include "protocol/messages.h"
 #include "run/stats.h"
+#include "run/warm_groups.h"
 #include "session.h"
 
 namespace kforge::eval {
@@ -26,27 +28,24 @@ namespace {
 
 constexpr int kCalibrationCalls = 50;
 
-// Copies the kernel into a fresh directory only this evaluation knows,
-// read-only, and checks that the copy holds the bytes that were read.
-Result<fs::path> PrivateCopy(const fs::path& so, fs::path* dir) {
-  std::string tmpl = (fs::temp_directory_path() / "kforge-candidate-XXXXXX").string();
-  if (mkdtemp(tmpl.data()) == nullptr) return Error(ErrorKind::kIo, "mkdtemp failed for " + tmpl);
-  *dir = tmpl;
+// Copies the kernel into the group's directory (fresh, made when the group
+// was spawned, known only to it and to this evaluation), read-only, and
+// checks that the copy holds the bytes that were read.
+Result<fs::path> PrivateCopy(const fs::path& so, const fs::path& dir) {
   KF_ASSIGN_OR_RETURN(std::string bytes, ReadFile(so));
-  fs::path copy = *dir / "kernel.so";
+  fs::path copy = dir / "kernel.so";
   KF_RETURN_IF_ERROR(WriteFileAtomic(copy, bytes));
   KF_ASSIGN_OR_RETURN(std::string back, ReadFile(copy));
   if (Sha256Hex(back) != Sha256Hex(bytes))
     return Error(ErrorKind::kIo, "the kernel's private copy differs");
   chmod(copy.c_str(), 0444);
-  chmod(dir->c_str(), 0555);
+  chmod(dir.c_str(), 0555);
   return copy;
 }
 
 }  // namespace
 
 Status StartServed(EvalSession& s, ServedGroup& sg, const fs::path& kernel_so) {
-  KF_ASSIGN_OR_RETURN(fs::path copy, PrivateCopy(kernel_so, &sg.dir));
   // The reference is trusted: it may use what its task forbids candidates.
   // The expert, trusted too, keeps to the candidates' policy.
   sg.collectives = sg.reference() || s.CandidateMayUseCollectives();
@@ -57,15 +56,9 @@ Status StartServed(EvalSession& s, ServedGroup& sg, const fs::path& kernel_so) {
   g.emulated = s.emulated;
   g.env = s.worker_env;
   g.mps_dir = s.mps_dir;
-  g.candidate_dir = sg.dir.string();
   g.profile_rank0 = !sg.trusted() && s.options->profile && s.options->timing;
   g.start_deadline_s = s.options->setup_deadline_s;
   g.capture_output = true;
-  for (int r = 0; r < s.world; ++r) {
-    KF_ASSIGN_OR_RETURN(proto::Mailbox m, proto::Mailbox::Create());
-    g.mailbox_fds.push_back(m.fd());
-    sg.mailboxes.push_back(std::move(m));
-  }
   g.devices = s.harness->options().devices;
   // On real GPUs a group that may call the harness collectives gets its own
   // NCCL communicator (a fresh id from the harness).
@@ -76,7 +69,16 @@ Status StartServed(EvalSession& s, ServedGroup& sg, const fs::path& kernel_so) {
     nccl_id = (*ids)[0].body.value("id", "");
     g.candidate_nccl = true;
   }
-  KF_ASSIGN_OR_RETURN(sg.group, WorkerGroup::Start(g));
+  // The mailboxes and the directory are made with the processes (the
+  // sandbox grants the directory at spawn).
+  const bool pooled = !sg.trusted() && s.warm_groups != nullptr;
+  KF_ASSIGN_OR_RETURN(SpawnedGroup spawned, pooled ? s.warm_groups->Acquire(g) : SpawnGroup(g));
+  sg.group = std::move(spawned.group);
+  sg.mailboxes = std::move(spawned.mailboxes);
+  sg.dir = spawned.dir;
+  sg.warm = spawned.warm;
+  if (!sg.trusted()) s.candidate_shape = g;
+  KF_ASSIGN_OR_RETURN(fs::path copy, PrivateCopy(kernel_so, sg.dir));
   WorkerGroup& c = *sg.group;
   const double dl = s.options->setup_deadline_s;
 
@@ -160,6 +162,7 @@ void StopServed(EvalSession& s, ServedGroup& sg) {
     sg.supervisor.reset();
   }
   sg.mailboxes.clear();
+  sg.warm = false;
   sg.next_seq = 1;
   sg.profiled_violations = {0, 0};
   if (!sg.dir.empty()) {

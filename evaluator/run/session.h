@@ -12,6 +12,7 @@
 #include <chrono>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -29,6 +30,7 @@
 namespace kforge::eval {
 
 class BaselineCache;
+class WarmGroups;
 
 // The timed calls of one side (the baseline or the candidate) at one size:
 // the served group's claimed event times and the harness's wall times (max
@@ -102,6 +104,7 @@ struct ServedGroup {
   std::unique_ptr<sandbox::Supervisor> supervisor;
   std::filesystem::path dir;  // the kernel's private copy; removed when the group stops
   bool collectives = false;   // may call the harness collectives
+  bool warm = false;          // its processes were started ahead (run/warm_groups.h)
   double overhead_us = 0;     // calibrated mailbox overhead per call
   // The next call number on this group's mailboxes: each mailbox starts at
   // 0 and accepts only the number after the last one answered.
@@ -138,6 +141,11 @@ struct EvalSession {
   Peaks peaks;               // of the evaluation's GPU, for the floor of each bench size
   std::random_device seeds;  // fresh, secret seeds: never derived from anything a kernel sees
   BaselineCache* baselines = nullptr;  // the evaluator's, across evaluations
+  // The evaluator's warm candidate groups; null: every group started by its
+  // evaluation. `candidate_shape`: the spawn shape of this evaluation's
+  // candidate group, once it has one (for the refill of the next).
+  WarmGroups* warm_groups = nullptr;
+  std::optional<GroupOptions> candidate_shape;
   std::filesystem::path reference_object;
 
   std::vector<SizePlan> plans;
@@ -199,8 +207,10 @@ Status PlanSizes(EvalSession& s);
 // baseline.
 Status PrepareHarness(EvalSession& s, const std::filesystem::path& baseline);
 // Starts a served group (the reference group before any candidate code
-// exists, the candidate group after the baseline is timed): sandbox, arenas,
-// calibration, then the kernel.
+// exists, the candidate group after the baseline is timed): its processes
+// (for the candidate, a warm group from s.warm_groups where one waits), the
+// kernel's private copy in their directory, sandbox, arenas, calibration,
+// then the kernel.
 Status StartServed(EvalSession& s, ServedGroup& g, const std::filesystem::path& kernel_so);
 // Ends a served group; the candidate's supervisor findings become integrity
 // findings, the reference's a harness warning.

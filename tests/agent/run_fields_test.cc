@@ -16,15 +16,15 @@ namespace {
 // a row to agent/src/run_fields.cc.
 auto Members(RunConfig& c) {
   auto& [name, models, tasks, strategy, turns, samples, repeats, world, dtype, gpus, hardware,
-         compile_only, budgets, deadline_unix, llm_concurrency, compile_jobs, baseline_reuse_s, out,
-         tasks_dir, registries, evaluators, evaluators_dir, eval_token_file, evaluator_liveness_s,
-         slurm_nodes, slurm_gpus_per_node, slurm_partition, slurm_time, rejudge_of,
-         rejudge_of_store] = c;
+         compile_only, budgets, deadline_unix, llm_concurrency, compile_jobs, baseline_reuse_s,
+         no_warm_groups, out, tasks_dir, registries, evaluators, evaluators_dir, eval_token_file,
+         evaluator_liveness_s, slurm_nodes, slurm_gpus_per_node, slurm_partition, slurm_time,
+         rejudge_of, rejudge_of_store] = c;
   return std::tie(name, models, tasks, strategy, turns, samples, repeats, world, dtype, gpus,
                   hardware, compile_only, budgets, deadline_unix, llm_concurrency, compile_jobs,
-                  baseline_reuse_s, out, tasks_dir, registries, evaluators, evaluators_dir,
-                  eval_token_file, evaluator_liveness_s, slurm_nodes, slurm_gpus_per_node,
-                  slurm_partition, slurm_time, rejudge_of, rejudge_of_store);
+                  baseline_reuse_s, no_warm_groups, out, tasks_dir, registries, evaluators,
+                  evaluators_dir, eval_token_file, evaluator_liveness_s, slurm_nodes,
+                  slurm_gpus_per_node, slurm_partition, slurm_time, rejudge_of, rejudge_of_store);
 }
 constexpr size_t kMembers = std::tuple_size_v<decltype(Members(std::declval<RunConfig&>()))>;
 
@@ -58,6 +58,7 @@ RunConfig Full() {
   c.llm_concurrency = 7;
   c.compile_jobs = 5;
   c.baseline_reuse_s = 30;
+  c.no_warm_groups = true;
   c.out = "elsewhere";
   c.tasks_dir = "/t";
   c.registries = {"/r.toml"};

@@ -377,6 +377,44 @@ TEST_F(GpuEvalTest, ABaselineIsReusedAcrossEvaluationsOfASize) {
   EXPECT_LT(second.value("seconds", 0.0), third.value("seconds", 0.0));
 }
 
+// A long-lived evaluator starts the next candidate group of the same shape
+// after each evaluation: the next evaluation takes it (warm), and its
+// candidate_start leaves out spawn and CUDA initialisation. With the option
+// off an evaluation still takes the group waiting for it, but starts none
+// for the next.
+TEST_F(GpuEvalTest, TheNextEvaluationOfAShapeTakesAWarmCandidateGroup) {
+  const Task& t = Find("allreduce");
+  auto src = ReadFile(t.dir / "solutions" / "oneshot.cu");
+  ASSERT_TRUE(src.ok());
+  auto evaluator = MakeEvaluator(KFORGE_WORKER_PATH);  // its own: no group left by other tests
+  EvalOptions o;
+  o.world = 2;
+  o.trials = 1;
+  o.bench_sizes = {SmallestBenchSize(t)};
+  auto run = [&](const EvalOptions& opts) {
+    auto doc = evaluator->Evaluate(t, *src, "oneshot.cu", opts);
+    EXPECT_TRUE(doc.ok()) << doc.status().ToString();
+    return doc.ok() ? *doc : nlohmann::json::object();
+  };
+  EvalOptions off = o;
+  off.warm_groups = false;
+  const nlohmann::json first = run(o), second = run(o), third = run(off), fourth = run(off);
+  std::vector<double> start_s;
+  for (const auto* d : {&first, &second, &third, &fourth}) {
+    ASSERT_EQ(d->value("status", ""), "passed") << RenderEvalReport(*d);
+    ASSERT_TRUE((*d)["candidate_group"].is_object()) << d->dump();
+    start_s.push_back((*d)["phases_s"].value("candidate_start", -1.0));
+  }
+  EXPECT_FALSE(first["candidate_group"]["warm"].get<bool>());
+  EXPECT_TRUE(second["candidate_group"]["warm"].get<bool>());
+  EXPECT_TRUE(third["candidate_group"]["warm"].get<bool>());    // started after the second
+  EXPECT_FALSE(fourth["candidate_group"]["warm"].get<bool>());  // the third started none
+  EXPECT_LT(start_s[1], start_s[0]);
+  EXPECT_LT(start_s[2], start_s[3]);
+  std::printf("candidate_start: cold %.3f s, warm %.3f s, warm %.3f s, cold %.3f s\n", start_s[0],
+              start_s[1], start_s[2], start_s[3]);
+}
+
 // The task's expert kernel is timed beside the baseline, after the candidate:
 // a candidate identical to the expert reads ~1x against it; an expert slower
 // than the reference says so and a faster candidate beats it; a task whose

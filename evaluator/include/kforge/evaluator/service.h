@@ -45,9 +45,12 @@ class EvalService {
 // The evaluations of this machine over `tasks` (which must outlive it), bound
 // to `gpus` (empty: the evaluator's default). `baseline_reuse_s`: how long a
 // baseline this service timed is reused (EvalOptions::baseline_reuse_s; 0:
-// timed around every candidate).
+// timed around every candidate). `warm_groups`: after each evaluation, the
+// candidate group of the next one of the same shape is started ahead
+// (EvalOptions::warm_groups).
 std::unique_ptr<EvalService> MakeLocalEvalService(const std::vector<Task>* tasks,
                                                   std::vector<int> gpus,
-                                                  double baseline_reuse_s = kDefaultBaselineReuseS);
+                                                  double baseline_reuse_s = kDefaultBaselineReuseS,
+                                                  bool warm_groups = true);
 
 }  // namespace kforge::eval

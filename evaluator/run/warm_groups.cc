@@ -1,0 +1,169 @@
+#include "run/warm_groups.h"
+
+#include <stdlib.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "kforge/core/log.h"
+
+namespace kforge::eval {
+
+namespace fs = std::filesystem;
+
+void SpawnedGroup::Discard() {
+  if (group) group->Kill();
+  group.reset();
+  mailboxes.clear();
+  if (!dir.empty()) {
+    std::error_code ec;
+    fs::permissions(dir, fs::perms::owner_all, ec);
+    fs::remove_all(dir, ec);
+    dir.clear();
+  }
+}
+
+Result<SpawnedGroup> SpawnGroup(GroupOptions shape) {
+  SpawnedGroup sg;
+  std::string tmpl = (fs::temp_directory_path() / "kforge-candidate-XXXXXX").string();
+  if (mkdtemp(tmpl.data()) == nullptr) return Error(ErrorKind::kIo, "mkdtemp failed for " + tmpl);
+  sg.dir = tmpl;
+  shape.candidate_dir = sg.dir.string();
+  shape.mailbox_fds.clear();
+  for (int r = 0; r < shape.world; ++r) {
+    auto m = proto::Mailbox::Create();
+    if (!m.ok()) {
+      sg.Discard();
+      return m.status();
+    }
+    shape.mailbox_fds.push_back(m->fd());
+    sg.mailboxes.push_back(std::move(m).value());
+  }
+  auto started = WorkerGroup::Start(shape);
+  if (!started.ok()) {
+    sg.Discard();
+    return started.status();
+  }
+  sg.group = std::move(started).value();
+  return sg;
+}
+
+std::string ShapeKey(const GroupOptions& o) {
+  nlohmann::json k = {{"worker", o.worker_path.string()},
+                      {"role", o.role},
+                      {"world", o.world},
+                      {"devices", o.devices},
+                      {"emulated", o.emulated},
+                      {"mps_dir", o.mps_dir},
+                      {"env", o.env},
+                      {"nccl", o.candidate_nccl},
+                      {"profile_rank0", o.profile_rank0},
+                      {"capture_output", o.capture_output}};
+  return k.dump();
+}
+
+WarmGroups::~WarmGroups() {
+  Settle();
+  Clear();
+}
+
+Result<SpawnedGroup> WarmGroups::Acquire(const GroupOptions& shape) {
+  const std::string key = ShapeKey(shape);
+  std::unique_ptr<SpawnedGroup> waiting;
+  {
+    MutexLock lock(&mu_);
+    // A refill of this shape under way is waited for: it is further along
+    // than a group started now would be.
+    changed_.Wait(lock, [&]() REQUIRES(mu_) {
+      return std::none_of(entries_.begin(), entries_.end(),
+                          [&](const Entry& e) { return e.key == key && !e.group; });
+    });
+    auto it = std::find_if(entries_.begin(), entries_.end(),
+                           [&](const Entry& e) { return e.key == key; });
+    if (it != entries_.end()) {
+      waiting = std::move(it->group);
+      entries_.erase(it);
+    }
+  }
+  if (waiting) {
+    if (waiting->group && waiting->group->alive() && waiting->group->ExitedRank() < 0) {
+      waiting->warm = true;
+      return std::move(*waiting);
+    }
+    LogWarn("evaluator", "a warm {} group died while it waited; starting a fresh one", shape.role);
+    waiting->Discard();
+  }
+  return SpawnGroup(shape);
+}
+
+void WarmGroups::Refill(const GroupOptions& shape) {
+  if (!enabled_) return;
+  const std::string key = ShapeKey(shape);
+  std::unique_ptr<SpawnedGroup> evicted;
+  MutexLock lock(&mu_);
+  if (std::any_of(entries_.begin(), entries_.end(), [&](const Entry& e) { return e.key == key; }))
+    return;
+  if (entries_.size() >= max_groups_) {
+    auto oldest = std::find_if(entries_.begin(), entries_.end(),
+                               [](const Entry& e) { return e.group != nullptr; });
+    if (oldest == entries_.end()) return;  // all still being started
+    evicted = std::move(oldest->group);
+    entries_.erase(oldest);
+  }
+  entries_.push_back({key, nullptr});
+  ++starting_;
+  threads_.emplace_back([this, shape, key] {
+    auto started = SpawnGroup(shape);
+    if (!started.ok()) {
+      LogWarn("evaluator", "starting a warm {} group failed: {}", shape.role,
+              started.status().message());
+    }
+    MutexLock done(&mu_);
+    auto it = std::find_if(entries_.begin(), entries_.end(),
+                           [&](const Entry& e) { return e.key == key && !e.group; });
+    if (started.ok() && it != entries_.end()) {
+      it->group = std::make_unique<SpawnedGroup>(std::move(started).value());
+    } else if (it != entries_.end()) {
+      entries_.erase(it);
+    }
+    --starting_;
+    changed_.NotifyAll();
+  });
+  lock.Unlock();
+  if (evicted) evicted->Discard();
+}
+
+void WarmGroups::Settle() {
+  std::vector<std::thread> threads;
+  {
+    MutexLock lock(&mu_);
+    changed_.Wait(lock, [this]() REQUIRES(mu_) { return starting_ == 0; });
+    threads.swap(threads_);
+  }
+  for (std::thread& t : threads) t.join();
+}
+
+void WarmGroups::Clear() {
+  std::vector<std::unique_ptr<SpawnedGroup>> gone;
+  {
+    MutexLock lock(&mu_);
+    // Entries still being started stay: their threads fill them in.
+    for (auto it = entries_.begin(); it != entries_.end();) {
+      if (it->group) {
+        gone.push_back(std::move(it->group));
+        it = entries_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (auto& g : gone) g->Discard();
+}
+
+size_t WarmGroups::size() const {
+  MutexLock lock(&mu_);
+  return static_cast<size_t>(std::count_if(entries_.begin(), entries_.end(),
+                                           [](const Entry& e) { return e.group != nullptr; }));
+}
+
+}  // namespace kforge::eval
