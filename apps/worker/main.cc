@@ -100,6 +100,7 @@ int main(int argc, char** argv) {
     if (args.nccl) {
       // NCCL bootstraps over the host's loopback: no private network then.
       policy.private_network = false;
+      policy.private_shm = false;  // its shared-memory transport between ranks
       policy.allow_tcp = true;
       policy.allow_sockets = true;
     }

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <linux/capability.h>
 #include <sched.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -121,6 +122,30 @@ Layer PrivateIpc() {
           (userns ? (mapped ? " in a user namespace" : " in a user namespace; ids unmapped") : "")};
 }
 
+// POSIX shared memory of this process alone: a fresh tmpfs on /dev/shm in a
+// private mount namespace. Files a candidate leaves there vanish with its
+// process, and it sees none of another process's (CUDA and MPS keep nothing
+// there that a client must share; NCCL's shared-memory transport between
+// ranks does, so a candidate with NCCL keeps the host's).
+Layer PrivateShm(bool want, uint64_t bytes) {
+  if (!want) {
+    return {"shm", false,
+            "the host's /dev/shm (private only with KFORGE_SANDBOX_PRIVATE_SHM=1, and never with "
+            "NCCL, whose shared-memory transport needs the host's)"};
+  }
+  bool userns = false, mapped = false;
+  if (int err = UnshareMaybeInUserNamespace(CLONE_NEWNS, &userns, &mapped); err != 0)
+    return {"shm", false, fmt::format("unshare(CLONE_NEWNS): {}", std::strerror(err))};
+  // Nothing mounted here may reach the host's namespace, nor the reverse.
+  if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0)
+    return {"shm", false, fmt::format("making mounts private: {}", std::strerror(errno))};
+  const std::string options = fmt::format("size={},mode=1777", bytes);
+  if (mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, options.c_str()) != 0)
+    return {"shm", false, fmt::format("mounting a tmpfs on /dev/shm: {}", std::strerror(errno))};
+  return {"shm", true,
+          fmt::format("private /dev/shm (a {} MiB tmpfs in its own mount namespace)", bytes >> 20)};
+}
+
 Layer DropPrivileges() {
   std::vector<std::string> failed;
   if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) failed.push_back("no_new_privs");
@@ -209,6 +234,7 @@ Policy CandidatePolicy(const std::string& candidate_dir, const std::string& mps_
   for (const std::string& d : Split(EnvOrEmpty("KFORGE_SANDBOX_EXTRA_WRITE"), ':'))
     p.write_paths.push_back(d);
   if (!mps_dir.empty()) p.read_paths.push_back(mps_dir);
+  p.private_shm = EnvOrEmpty("KFORGE_SANDBOX_PRIVATE_SHM") == "1";
   return p;
 }
 
@@ -234,6 +260,7 @@ void ApplyEarlyLayers(const Policy& policy, const std::vector<int>& keep_fds, Re
   if (!skipped("descriptors")) report->layers.push_back(CloseDescriptors(keep_fds));
   if (!skipped("network")) report->layers.push_back(PrivateNetwork(policy.private_network));
   if (!skipped("ipc")) report->layers.push_back(PrivateIpc());
+  if (!skipped("shm")) report->layers.push_back(PrivateShm(policy.private_shm, policy.shm_bytes));
   if (!skipped("limits")) report->layers.push_back(SetLimits(policy));
   // Landlock before dropping capabilities: reading the paths needs none, but
   // the order keeps no_new_privs set either way.

@@ -69,19 +69,23 @@ struct Policy {
   bool allow_tcp = false;            // NCCL bootstrap between ranks (real GPUs only)
   bool allow_sockets = false;        // seccomp: socket()/connect() (NCCL's proxy)
   bool private_network = true;       // unshare a network namespace
+  bool private_shm = false;          // a tmpfs of its own on /dev/shm (a mount namespace)
+  uint64_t shm_bytes = 64ull << 20;  // its size
   uint64_t cpu_seconds = 3600;       // RLIMIT_CPU
   uint64_t file_bytes = 1ull << 30;  // RLIMIT_FSIZE
 };
 
 // The default read/write paths of a candidate process: system libraries, the
 // CUDA toolkit and driver files, /proc, /sys, the GPU device nodes, the MPS
-// directory and `candidate_dir` (where its kernel.so will be).
+// directory and `candidate_dir` (where its kernel.so will be). A private
+// /dev/shm only with KFORGE_SANDBOX_PRIVATE_SHM=1, until it is measured under
+// MPS on a GPU (docs/integrity.md).
 Policy CandidatePolicy(const std::string& candidate_dir, const std::string& mps_dir);
 
 // Early layers, before CUDA starts any thread: environment check, inherited
 // descriptors (keeps 0-2 and `keep_fds`), network namespace, IPC namespace,
-// privileges, limits, Landlock. Applied to the calling (only) thread and inherited by
-// every thread created after it.
+// private /dev/shm, privileges, limits, Landlock. Applied to the calling (only) thread and
+// inherited by every thread created after it.
 void ApplyEarlyLayers(const Policy& policy, const std::vector<int>& keep_fds, Report* report);
 
 // True when KFORGE_SANDBOX_SKIP (a comma list of layer names) leaves `layer`

@@ -35,6 +35,12 @@ long Opened(const std::string& path, int flags) {
 // child must not reach it (its own IPC namespace, or seccomp).
 constexpr key_t kParentSegmentKey = 0x6b66720f;
 
+// Files in /dev/shm: one the parent makes (out of the child's reach), one the
+// child makes (gone with it).
+std::string ShmFile(const char* who, pid_t parent) {
+  return "/dev/shm/kforge-sandbox-" + std::string(who) + "-" + std::to_string(parent);
+}
+
 [[noreturn]] void Child(int fd, pid_t parent) {
   eval::Channel ch(fd);
   Report report;
@@ -65,6 +71,8 @@ constexpr key_t kParentSegmentKey = 0x6b66720f;
   note("open(own mem, rw)", Opened("/proc/self/mem", O_RDWR));
   note("open(/tmp/x, create)", Opened("/tmp/kforge-sandbox-check", O_WRONLY | O_CREAT));
   note("shmget(the parent's System V segment)", RawSyscall(SYS_shmget, kParentSegmentKey, 0, 0));
+  note("open(the parent's /dev/shm file)", Opened(ShmFile("parent", parent), O_RDONLY));
+  if (int fd = open(ShmFile("child", parent).c_str(), O_WRONLY | O_CREAT, 0600); fd >= 0) close(fd);
   (void)ch.Send({{"attempts", r}});
   _exit(0);
 }
@@ -85,15 +93,17 @@ nlohmann::json SelfTestResult::ToJson() const {
   for (const Attempt& x : attempts)
     a.push_back({{"what", x.what}, {"result", x.result}, {"refused", x.refused}});
   return {
-      {"passed", Passed()},  {"sandbox", report.ToJson()},           {"summary", report.Summary()},
-      {"notify", notify},    {"killed_by_sigsys", killed_by_sigsys}, {"attempts", a},
-      {"reported", reported}};
+      {"passed", Passed()},   {"sandbox", report.ToJson()},           {"summary", report.Summary()},
+      {"notify", notify},     {"killed_by_sigsys", killed_by_sigsys}, {"attempts", a},
+      {"reported", reported}, {"shm_left_behind", shm_left_behind}};
 }
 
 Result<SelfTestResult> RunSelfTest() {
   KF_ASSIGN_OR_RETURN(auto pair, eval::MakeSocketPair());
   const pid_t parent = getpid();
   const int segment = shmget(kParentSegmentKey, 4096, IPC_CREAT | 0600);
+  if (int fd = open(ShmFile("parent", parent).c_str(), O_WRONLY | O_CREAT, 0600); fd >= 0)
+    close(fd);
   pid_t pid = fork();
   if (pid < 0) return Error(ErrorKind::kIo, "fork failed");
   if (pid == 0) {
@@ -127,6 +137,8 @@ Result<SelfTestResult> RunSelfTest() {
     }
   }
   for (const Violation& v : supervisor.Violations()) out.reported.push_back(v.syscall);
+  out.shm_left_behind = unlink(ShmFile("child", parent).c_str()) == 0;
+  unlink(ShmFile("parent", parent).c_str());
   unlink("/tmp/kforge-sandbox-check");
   if (segment >= 0) shmctl(segment, IPC_RMID, nullptr);
   return out;

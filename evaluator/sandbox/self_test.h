@@ -24,7 +24,10 @@ struct SelfTestResult {
   bool killed_by_sigsys = false;      // without notification: the first denial killed the child
   std::vector<Attempt> attempts;      // with notification: every attempt and its outcome
   std::vector<std::string> reported;  // syscalls the supervisor saw
-  bool Passed() const;                // every layer applied and every attempt refused
+  // A file the child made in its /dev/shm is in the host's after it exited
+  // (it must not be, under a private /dev/shm).
+  bool shm_left_behind = false;
+  bool Passed() const;  // every layer applied and every attempt refused
   nlohmann::json ToJson() const;
 };
 

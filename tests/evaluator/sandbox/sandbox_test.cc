@@ -15,25 +15,34 @@ namespace kforge::sandbox {
 namespace {
 
 TEST(SandboxTest, AConfinedProcessCannotEscape) {
+  setenv("KFORGE_SANDBOX_PRIVATE_SHM", "1", 1);  // opt-in until measured under MPS
   auto r = RunSelfTest();
+  unsetenv("KFORGE_SANDBOX_PRIVATE_SHM");
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   std::printf("%s\n", r->ToJson().dump(1).c_str());
-  bool seccomp = false, network = false, ipc = false;
+  bool seccomp = false, network = false, ipc = false, shm = false;
   for (const Layer& l : r->report.layers) {
     seccomp = seccomp || (l.name == "seccomp" && l.applied);
     network = network || (l.name == "network" && l.applied);
     ipc = ipc || (l.name == "ipc" && l.applied);
+    shm = shm || (l.name == "shm" && l.applied);
   }
-  // The IPC namespace takes what the network namespace took (a user namespace
-  // where there is no CAP_SYS_ADMIN): where one was granted, so is the other.
+  // The IPC and mount namespaces take what the network namespace took (a
+  // user namespace where there is no CAP_SYS_ADMIN): where one was granted,
+  // so are the others.
   EXPECT_EQ(ipc, network) << r->report.Summary();
+  EXPECT_EQ(shm, network) << r->report.Summary();
+  // Under a private /dev/shm a file the child made there is gone with it.
+  if (shm) {
+    EXPECT_FALSE(r->shm_left_behind);
+  }
   if (!seccomp) GTEST_SKIP() << "this machine grants no seccomp filter: " << r->report.Summary();
   if (!r->notify) {
     // Without user notification the first forbidden call kills the process.
     EXPECT_TRUE(r->killed_by_sigsys);
     return;
   }
-  ASSERT_EQ(r->attempts.size(), 9u);
+  ASSERT_EQ(r->attempts.size(), 10u);
   for (const Attempt& a : r->attempts) EXPECT_TRUE(a.refused) << a.what << " returned " << a.result;
   EXPECT_EQ(r->attempts[0].result, -EPERM);  // fork: refused by seccomp, and reported
   auto has = [&](const std::string& n) {
