@@ -16,7 +16,7 @@ using nlohmann::json;
 using wire::WireReader;
 
 constexpr size_t kMaxCalls = 1 << 20;
-constexpr size_t kMaxText = 4096;   // an error message, an anomaly
+constexpr size_t kMaxText = 4096;  // an error message, an anomaly
 
 json SeedsToJson(const std::vector<SetSeed>& seeds) {
   json a = json::array();
