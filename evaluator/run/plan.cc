@@ -135,22 +135,29 @@ Status PrepareHarness(EvalSession& s, const std::filesystem::path& baseline) {
   return Status::Ok();
 }
 
-json ConfigureMessage(const EvalSession& s, const SizePlan& plan, bool collectives) {
+namespace {
+
+// What every group's configure says of a size: its problem, sets, backend
+// and the candidate arena's read-only part, which every rank's layout uses.
+proto::ConfigureRequest ConfigureFor(const EvalSession& s, const SizePlan& plan,
+                                     bool collectives) {
   proto::ConfigureRequest c;
   c.problem = plan.problem;
   c.sets = plan.sets;
   c.emulated = s.emulated;
   c.collectives = collectives;
   c.readonly_bytes = s.candidate_arenas.empty() ? 0 : s.candidate_arenas[0].readonly_bytes;
-  return c.ToJson();
+  return c;
+}
+
+}  // namespace
+
+json ConfigureMessage(const EvalSession& s, const SizePlan& plan, bool collectives) {
+  return ConfigureFor(s, plan, collectives).ToJson();
 }
 
 json HarnessConfigureMessage(const EvalSession& s, const SizePlan& plan) {
-  proto::ConfigureRequest c;
-  c.problem = plan.problem;
-  c.sets = plan.sets;
-  c.emulated = s.emulated;
-  c.collectives = true;
+  proto::ConfigureRequest c = ConfigureFor(s, plan, /*collectives=*/true);
   if (!plan.check) c.rms_vs_baseline = RmsVsBaseline(s, plan.problem);
   return c.ToJson();
 }
