@@ -139,8 +139,7 @@ namespace {
 
 // What every group's configure says of a size: its problem, sets, backend
 // and the candidate arena's read-only part, which every rank's layout uses.
-proto::ConfigureRequest ConfigureFor(const EvalSession& s, const SizePlan& plan,
-                                     bool collectives) {
+proto::ConfigureRequest ConfigureFor(const EvalSession& s, const SizePlan& plan, bool collectives) {
   proto::ConfigureRequest c;
   c.problem = plan.problem;
   c.sets = plan.sets;
