@@ -106,7 +106,7 @@ Status CandidateCall(EvalSession& s, uint32_t poison) {
 }
 
 // The raw outputs of every rank of set 0 from the harness: the candidate's,
-// or the baseline's. `changed` (candidate only) gets the inputs it modified.
+// or the baseline's. `changed`, if given, gets the inputs the candidate modified.
 Result<std::vector<std::vector<std::vector<char>>>> ReadAll(EvalSession& s, bool baseline,
                                                             json* changed) {
   proto::ReadOutputsRequest req;
@@ -118,8 +118,9 @@ Result<std::vector<std::vector<std::vector<char>>>> ReadAll(EvalSession& s, bool
   for (int r = 0; r < s.world; ++r) {
     auto reply = proto::ReadOutputsReply::Parse(read[r].body, "outputs");
     if (reply.ok() && failed.ok()) {
-      for (const auto& name : reply->inputs_changed)
-        changed->push_back(json{{"rank", r}, {"input", name}});
+      for (const auto& name : reply->inputs_changed) {
+        if (changed != nullptr) changed->push_back(json{{"rank", r}, {"input", name}});
+      }
       auto o = OutputsFrom(read[r], *reply);
       if (o.ok())
         outputs.push_back(std::move(o).value());
@@ -151,12 +152,11 @@ Status RunCheckSize(EvalSession& s, SizePlan& plan) {
     // The baseline on the same inputs, in the private arena, before any
     // candidate code runs on them: its error against the oracle.
     std::vector<std::vector<std::vector<char>>> baseline;
-    json unused = json::array();
     if (HarnessBaselineRuns(plan)) {
       KF_RETURN_IF_ERROR(
           Exchange(s, *s.harness, SetsMessage(proto::op::kBaselineRun, {0}), dl, "baseline")
               .status());
-      KF_ASSIGN_OR_RETURN(baseline, ReadAll(s, true, &unused));
+      KF_ASSIGN_OR_RETURN(baseline, ReadAll(s, true, nullptr));
     }
     const uint32_t poison = s.NewPoison();
     KF_RETURN_IF_ERROR(CandidateCall(s, poison));

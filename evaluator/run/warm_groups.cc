@@ -111,7 +111,6 @@ void WarmGroups::Refill(const GroupOptions& shape) {
     entries_.erase(oldest);
   }
   entries_.push_back({key, nullptr});
-  ++starting_;
   threads_.emplace_back([this, shape, key] {
     auto started = SpawnGroup(shape);
     if (!started.ok()) {
@@ -126,7 +125,6 @@ void WarmGroups::Refill(const GroupOptions& shape) {
     } else if (it != entries_.end()) {
       entries_.erase(it);
     }
-    --starting_;
     changed_.NotifyAll();
   });
   lock.Unlock();
@@ -137,7 +135,7 @@ void WarmGroups::Settle() {
   std::vector<std::thread> threads;
   {
     MutexLock lock(&mu_);
-    changed_.Wait(lock, [this]() REQUIRES(mu_) { return starting_ == 0; });
+    changed_.Wait(lock, [this]() REQUIRES(mu_) { return !Starting(); });
     threads.swap(threads_);
   }
   for (std::thread& t : threads) t.join();
@@ -158,6 +156,11 @@ void WarmGroups::Clear() {
     }
   }
   for (auto& g : gone) g->Discard();
+}
+
+bool WarmGroups::Starting() const {
+  return std::any_of(entries_.begin(), entries_.end(),
+                     [](const Entry& e) { return e.group == nullptr; });
 }
 
 size_t WarmGroups::size() const {

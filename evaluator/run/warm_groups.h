@@ -87,8 +87,9 @@ class WarmGroups {
   const size_t max_groups_;
   mutable Mutex mu_;
   CondVar changed_;
+  // Refills under way: the entries whose group is still null.
+  bool Starting() const REQUIRES(mu_);
   std::vector<Entry> entries_ GUARDED_BY(mu_);        // in the order their refills began
-  int starting_ GUARDED_BY(mu_) = 0;                  // refills under way
   std::vector<std::thread> threads_ GUARDED_BY(mu_);  // joined by Settle
 };
 
