@@ -150,11 +150,8 @@ Result<json> HarnessWorker::Alloc(const eval::Message& m, std::vector<int>* fds)
   const size_t ro = req.candidate_readonly_bytes;
   int device = 0;
   KF_CUDA(cudaGetDevice(&device));
-  if (ro > 0 && !vmm_checked_) {
-    vmm_checked_ = true;
-    vmm_refused_ = VmmUnsupportedReason(device);
-  }
-  const bool split = ro > 0 && vmm_refused_.empty();
+  if (ro > 0 && !vmm_refused_) vmm_refused_ = VmmUnsupportedReason(device);
+  const bool split = ro > 0 && vmm_refused_->empty();
   const size_t have_ro = candidate_.readonly_bytes();
   const bool fits = split
                         ? have_ro >= ro && candidate_.bytes() - have_ro >= req.candidate_bytes - ro
@@ -179,7 +176,7 @@ Result<json> HarnessWorker::Alloc(const eval::Message& m, std::vector<int>* fds)
   reply.private_handle = private_.handle();
   reply.private_bytes = private_.bytes();
   reply.candidate = {candidate_.handle(), candidate_.bytes(), candidate_.readonly_bytes()};
-  if (ro > 0 && !reply.candidate.split()) reply.readonly_refused = vmm_refused_;
+  if (ro > 0 && !reply.candidate.split()) reply.readonly_refused = *vmm_refused_;
   if (reply.candidate.split()) {
     KF_ASSIGN_OR_RETURN(std::vector<int> exported, candidate_.ExportFds());
     fds->insert(fds->end(), exported.begin(), exported.end());

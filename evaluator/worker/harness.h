@@ -102,10 +102,9 @@ class HarnessWorker {
   size_t flush_bytes_ = 0;
   uint32_t* check_sink_ = nullptr;
   uint32_t last_poison_ = 0xFFFFFFFFu;
-  // Whether this device can give the candidate read-only inputs (CUDA VMM):
-  // asked once; empty when it can, else why not.
-  bool vmm_checked_ = false;
-  std::string vmm_refused_;
+  // Whether this device can give the candidate read-only inputs (CUDA VMM),
+  // asked at the first split arena: empty when it can, else why not.
+  std::optional<std::string> vmm_refused_;
 };
 
 }  // namespace kforge::worker
