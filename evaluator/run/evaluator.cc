@@ -294,8 +294,7 @@ class RealEvaluator final : public Evaluator {
   // A group that failed is gone (killed); starting a fresh one is also the
   // health check of the GPU before the next evaluation.
   Result<WorkerGroup*> Group(const Placement& place, const EvalOptions& o) {
-    if (group_ && group_->alive() && group_->options().devices == place.devices &&
-        group_->options().rank_cpus == place.rank_cpus) {
+    if (group_ && group_->alive() && group_->options().devices == place.devices) {
       // A warm group is reused only if its contexts still work (under MPS a
       // candidate's fatal fault can reach the other clients of the GPU).
       if (group_->All({{"op", proto::op::kHealth}}, o.setup_deadline_s, "health").ok())
@@ -310,7 +309,6 @@ class RealEvaluator final : public Evaluator {
     g.worker_path = worker_;
     g.world = place.world;
     g.devices = place.devices;
-    g.rank_cpus = place.rank_cpus;
     g.emulated = place.emulated;
     g.start_deadline_s = o.setup_deadline_s;
     if (place.emulated) UseMps(g);

@@ -1,11 +1,7 @@
 #include "run/placement.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <set>
-#include <string_view>
-
-#include "kforge/evaluator/slots.h"
 
 namespace kforge::eval {
 
@@ -35,8 +31,6 @@ Result<Placement> Place(const Task& task, const HardwareCard& card, const EvalOp
   }
   for (int r = 0; r < p.world; ++r) p.devices.push_back(gpus[r % gpus.size()]);
   p.emulated = std::set<int>(p.devices.begin(), p.devices.end()).size() < p.devices.size();
-  if (const char* pin = std::getenv("KFORGE_PIN_RANKS"); pin && std::string_view(pin) == "1")
-    p.rank_cpus = RankCpuBlocks(p.world, AllowedCpus());
   return p;
 }
 

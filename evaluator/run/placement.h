@@ -16,9 +16,6 @@ struct Placement {
   int world = 0;
   std::vector<int> devices;  // [rank]: the GPU index it runs on
   bool emulated = false;     // more ranks than GPUs: ranks share a GPU
-  // [rank]: the cores rank r of every group runs on (RankCpuBlocks of the
-  // placing thread's cores), where KFORGE_PIN_RANKS=1; empty: not pinned.
-  std::vector<std::vector<int>> rank_cpus;
 };
 
 // W ranks over the chosen GPUs (options.gpus, else every GPU of `card`),

@@ -60,7 +60,6 @@ Status StartServed(EvalSession& s, ServedGroup& sg, const fs::path& kernel_so) {
   g.start_deadline_s = s.options->setup_deadline_s;
   g.capture_output = true;
   g.devices = s.harness->options().devices;
-  g.rank_cpus = s.harness->options().rank_cpus;
   // On real GPUs a group that may call the harness collectives gets its own
   // NCCL communicator (a fresh id from the harness).
   std::string nccl_id;

@@ -56,18 +56,4 @@ void PinThisThread(const std::vector<int>& cpus) {
   (void)pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
 }
 
-std::vector<std::vector<int>> RankCpuBlocks(int world, const std::vector<int>& allowed) {
-  const size_t w = static_cast<size_t>(std::max(1, world));
-  if (allowed.size() < w) return {};
-  std::vector<std::vector<int>> blocks(w);
-  const size_t base = allowed.size() / w, extra = allowed.size() % w;
-  auto next = allowed.begin();
-  for (size_t r = 0; r < w; ++r) {
-    const auto n = static_cast<long>(base + (r < extra ? 1 : 0));
-    blocks[r].assign(next, next + n);
-    next += n;
-  }
-  return blocks;
-}
-
 }  // namespace kforge::eval

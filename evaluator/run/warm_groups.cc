@@ -53,7 +53,6 @@ std::string ShapeKey(const GroupOptions& o) {
                       {"role", o.role},
                       {"world", o.world},
                       {"devices", o.devices},
-                      {"rank_cpus", o.rank_cpus},
                       {"emulated", o.emulated},
                       {"mps_dir", o.mps_dir},
                       {"env", o.env},

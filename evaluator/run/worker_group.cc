@@ -1,7 +1,6 @@
 #include "run/worker_group.h"
 
 #include <fcntl.h>
-#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -78,14 +77,6 @@ Result<pid_t> SpawnWorker(const GroupOptions& o, int rank, int channel_fd, int c
   const int out = output_fd >= 0 ? fcntl(output_fd, F_DUPFD_CLOEXEC, 100) : -1;
   const bool own_session = o.role == "candidate";
   const unsigned first_unused = src[2] >= 0 ? 6 : 5;
-  cpu_set_t cpus;
-  CPU_ZERO(&cpus);
-  const bool pin = static_cast<size_t>(rank) < o.rank_cpus.size();
-  if (pin) {
-    for (int c : o.rank_cpus[static_cast<size_t>(rank)]) {
-      if (c >= 0 && c < CPU_SETSIZE) CPU_SET(c, &cpus);
-    }
-  }
   // fork + execve, with everything prepared before the fork: the child of
   // this threaded process calls only async-signal-safe functions. (glibc's
   // posix_spawn is refused with EPERM on some sandboxed GPU hosts.)
@@ -105,9 +96,6 @@ Result<pid_t> SpawnWorker(const GroupOptions& o, int rank, int channel_fd, int c
     } else {
       setpgid(0, 0);
     }
-    // Before exec, so that every thread the worker starts (CUDA's included)
-    // stays on its rank's cores.
-    if (pin && sched_setaffinity(0, sizeof(cpus), &cpus) != 0) _exit(125);
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);

@@ -33,10 +33,7 @@ struct GroupOptions {
   bool candidate_nccl = false;   // candidate: it will start NCCL
   bool profile_rank0 = false;    // candidate: rank 0 loads the range profiler (--profile)
   int world = 1;
-  std::vector<int> devices;  // device of each rank
-  // The cores of each rank's process (RankCpuBlocks); empty: the spawning
-  // thread's, inherited.
-  std::vector<std::vector<int>> rank_cpus;
+  std::vector<int> devices;                // device of each rank
   bool emulated = false;                   // ranks share GPUs: built-in collectives
   std::map<std::string, std::string> env;  // extra environment (the rest is scrubbed)
   double start_deadline_s = 60;

@@ -42,20 +42,5 @@ TEST(Slots, GivesEachGpuSetItsRanksCoresAndTheRestToCompiles) {
   EXPECT_EQ(odd.compile, (std::vector<int>{13, 15}));
 }
 
-// Rank r of every group gets the same consecutive block of the allowed cores;
-// the first blocks take one more where the cores do not divide.
-TEST(Slots, RankCpuBlocksCutTheAllowedCoresIntoOneBlockPerRank) {
-  using Blocks = std::vector<std::vector<int>>;
-  std::vector<int> sixteen(16);
-  for (int c = 0; c < 16; ++c) sixteen[static_cast<size_t>(c)] = c;
-  EXPECT_EQ(RankCpuBlocks(2, sixteen),
-            (Blocks{{0, 1, 2, 3, 4, 5, 6, 7}, {8, 9, 10, 11, 12, 13, 14, 15}}));
-  EXPECT_EQ(RankCpuBlocks(8, sixteen)[7], (std::vector<int>{14, 15}));
-  EXPECT_EQ(RankCpuBlocks(3, {4, 6, 8, 10, 12, 14, 16}),
-            (Blocks{{4, 6, 8}, {10, 12}, {14, 16}}));     // a cgroup's cores, 7 over 3
-  EXPECT_TRUE(RankCpuBlocks(4, {0, 1, 2}).empty());       // fewer cores than ranks: not pinned
-  EXPECT_EQ(RankCpuBlocks(0, {0, 1}), (Blocks{{0, 1}}));  // W 0 counts as 1
-}
-
 }  // namespace
 }  // namespace kforge::eval

@@ -1,7 +1,6 @@
 #include "run/worker_group.h"
 
 #include <gtest/gtest.h>
-#include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -9,8 +8,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
-#include <string>
 
 #include "kforge/core/eval_doc.h"
 #include "protocol/mailbox.h"
@@ -41,47 +38,6 @@ TEST_F(WorkerGroupTest, AllRanksAnswerInOrder) {
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   ASSERT_EQ(r->size(), 3u);
   for (int i = 0; i < 3; ++i) EXPECT_EQ((*r)[i].body["rank"], i);
-}
-
-// Reads "Cpus_allowed_list" of /proc/PID/status ("0-3", "5").
-std::string CpusAllowed(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind("Cpus_allowed_list:", 0) == 0) {
-      std::string v = line.substr(line.find(':') + 1);
-      v.erase(0, v.find_first_not_of(" \t"));
-      return v;
-    }
-  }
-  return "";
-}
-
-// Each rank's process, and every thread it starts, runs on its own block.
-TEST_F(WorkerGroupTest, EachRankRunsOnTheCoresItWasGiven) {
-  cpu_set_t mine;
-  ASSERT_EQ(sched_getaffinity(0, sizeof(mine), &mine), 0);
-  std::vector<int> allowed;
-  for (int c = 0; c < CPU_SETSIZE; ++c) {
-    if (CPU_ISSET(c, &mine)) allowed.push_back(c);
-  }
-  GroupOptions o;
-  o.worker_path = KFORGE_FAKE_WORKER;
-  o.world = 2;
-  o.devices.assign(2, 0);
-  o.emulated = true;
-  o.start_deadline_s = 10;
-  // Rank 0 on the first allowed core, rank 1 on the last (one core: both on it).
-  o.rank_cpus = {{allowed.front()}, {allowed.back()}};
-  auto g = WorkerGroup::Start(o);
-  ASSERT_TRUE(g.ok()) << g.status().ToString();
-  ASSERT_TRUE((*g)->All({{"op", "ping"}}, 5, "test").ok());
-  EXPECT_EQ(CpusAllowed((*g)->pids()[0]), std::to_string(allowed.front()));
-  EXPECT_EQ(CpusAllowed((*g)->pids()[1]), std::to_string(allowed.back()));
-  // Not pinned: the spawning thread's cores, inherited.
-  auto free_group = StartGroup(1);
-  ASSERT_TRUE(free_group.ok()) << free_group.status().ToString();
-  ASSERT_TRUE((*free_group)->All({{"op", "ping"}}, 5, "test").ok());
-  EXPECT_EQ(CpusAllowed((*free_group)->pids()[0]), CpusAllowed(getpid()));
 }
 
 TEST_F(WorkerGroupTest, HungRanksAreNamedAndKilledAtTheDeadline) {

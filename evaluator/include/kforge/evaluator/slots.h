@@ -34,11 +34,4 @@ CpuSplit SplitCpus(int world, int gpu_sets, const std::vector<int>& allowed = Al
 // inherits its thread's mask), to `cpus`; empty: leaves it as it is.
 void PinThisThread(const std::vector<int>& cpus);
 
-// The cores of each rank of an evaluation's groups: `allowed` cut into
-// `world` consecutive blocks (the first blocks take one more where it does not
-// divide), so that rank r of the harness, reference, candidate and expert
-// groups always run on the same cores. Fewer cores than ranks: none (no
-// pinning).
-std::vector<std::vector<int>> RankCpuBlocks(int world, const std::vector<int>& allowed);
-
 }  // namespace kforge::eval
