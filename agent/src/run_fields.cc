@@ -61,7 +61,7 @@ constexpr RunField kFields[] = {
              "around every candidate)"},
     {.key = "no_warm_groups", .json_key = "no_warm_groups", .flag = "--no-warm-groups",
      .role = R::kEvaluates, .kind = K::kBool, .member = &C::no_warm_groups,
-     .help = "start each evaluation's candidate group when it needs it, not after the previous "
+     .help = "start each evaluation's served groups when it needs them, not after the previous "
              "evaluation of the same shape"},
     {.key = "tasks_dir", .json_key = "tasks_dir", .flag = "--tasks-dir", .role = R::kEvaluates,
      .kind = K::kString, .member = &C::tasks_dir, .help = "where tasks live"},
