@@ -121,11 +121,15 @@ Status RunSession(EvalSession& s, Attempt& a, const Objects& objects) {
 }
 
 // The served groups this evaluation started, most wanted first: what the
-// next one of the same shape will want started ahead.
+// next one of the same shape will want started ahead. An expert that was
+// skipped after its group started is not tried again (failed_experts_): no
+// group waits for it.
 std::vector<WarmShape> ServedShapes(const EvalSession& s) {
   std::vector<WarmShape> shapes;
-  for (const ServedGroup* g : {&s.candidate, &s.reference, &s.expert})
-    if (g->shape) shapes.push_back({g->who, *g->shape});
+  for (const ServedGroup* g : {&s.candidate, &s.reference, &s.expert}) {
+    if (!g->shape || (g == &s.expert && s.expert_report.contains("skipped"))) continue;
+    shapes.push_back({g->who, *g->shape});
+  }
   return shapes;
 }
 
