@@ -42,6 +42,10 @@ struct RunConfig {
   // reference, expert) when they need them, instead of after the previous evaluation of the same
   // shape (EvalOptions::warm_groups).
   bool no_warm_groups = false;
+  // Every GPU evaluation of the run also profiles its kernel
+  // (EvalOptions::profile, as `kforge eval --profile`), whatever the
+  // strategy says; a rejudge with it gives every document a profile.
+  bool profile = false;
   std::string out = "runs";  // runs/<name>/
   std::string tasks_dir;     // empty: the default tasks folder
   // Model registry files read after the built-in registry and the user's
