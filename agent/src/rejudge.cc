@@ -126,6 +126,8 @@ class Rejudge {
     const SessionKey& key = sessions_[item.session].source->row.key;
     EvalJob ej{key.task,  item.turn.kernel, fmt::format("{}_turn{}.cu", key.task, item.turn.index),
                key.world, key.dtype,        d.pool == Pool::kCompile};
+    // The stored strategy is not read: a rejudge profiles when it is asked to.
+    ej.profile = !ej.compile_only && spec_.profile;
     EvalPort* port = d.pool == Pool::kCompile
                          ? deps_.compilers.at(static_cast<size_t>(d.slot) % deps_.compilers.size())
                          : deps_.gpu_sets.at(static_cast<size_t>(d.slot));

@@ -226,6 +226,9 @@ Result<std::unique_ptr<RejudgePlan>> PlanRejudge(const std::string& source, cons
   }
   plan->run_dir = fs::path(here.out) / name;
   plan->config = EvaluatingConfig(original, here);
+  // A rejudge asked to profile keeps profiling when it is resumed, so that
+  // every document it judges has a profile (the flag cannot be un-given).
+  if (env.resume) plan->config.profile = here.profile || original.profile;
   plan->config.name = name;
   if (!env.resume) {
     plan->config.rejudge_of = src.run.name;
@@ -248,6 +251,7 @@ Result<std::unique_ptr<RejudgePlan>> PlanRejudge(const std::string& source, cons
   spec.name = name;
   spec.sessions = std::move(all);
   spec.compile_only = plan->pools->compile_only;
+  spec.profile = plan->config.profile;
   spec.pools.compile_slots = static_cast<int>(plan->pools->compile.size());
   spec.pools.gpu_sets = static_cast<int>(plan->pools->gpu.size());
   spec.hardware = plan->pools->card ? eval::ToJson(*plan->pools->card) : json::object();

@@ -61,8 +61,11 @@ constexpr RunField kFields[] = {
              "around every candidate)"},
     {.key = "no_warm_groups", .json_key = "no_warm_groups", .flag = "--no-warm-groups",
      .role = R::kEvaluates, .kind = K::kBool, .member = &C::no_warm_groups,
-     .help = "start each evaluation's candidate group when it needs it, not after the previous "
+     .help = "start each evaluation's served groups when it needs them, not after the previous "
              "evaluation of the same shape"},
+    {.key = "profile", .json_key = "profile", .flag = "--profile", .role = R::kEvaluates,
+     .kind = K::kBool, .member = &C::profile,
+     .help = "profile every GPU evaluation (as kforge eval --profile), whatever the strategy says"},
     {.key = "tasks_dir", .json_key = "tasks_dir", .flag = "--tasks-dir", .role = R::kEvaluates,
      .kind = K::kString, .member = &C::tasks_dir, .help = "where tasks live"},
     {.key = "registry", .json_key = "registries", .flag = "--registry", .role = R::kEvaluates,

@@ -132,6 +132,7 @@ void FillSpec(RunPlan& plan, const std::optional<eval::HardwareCard>& card,
   spec.world = cfg.world;
   spec.dtype = cfg.dtype;
   spec.compile_only = plan.pools->compile_only;
+  spec.profile = cfg.profile;
   spec.budgets = cfg.budgets;
   spec.deadline_unix = cfg.deadline_unix;
   spec.config = RunConfigToJson(cfg);

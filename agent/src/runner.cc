@@ -193,8 +193,9 @@ Status RunEngine::StartDispatched() {
       }
       EvalJob ej{s.spec().task,  cand.kernel,    KernelName(s, job->candidate),
                  s.spec().world, s.spec().dtype, d.pool == Pool::kCompile};
-      // Only a GPU evaluation has calls to profile.
-      ej.profile = !ej.compile_only && s.spec().strategy->profile;
+      // Only a GPU evaluation has calls to profile; the run's --profile
+      // asks for it whatever the strategy says.
+      ej.profile = !ej.compile_only && (spec_.profile || s.spec().strategy->profile);
       EvalPort* port = d.pool == Pool::kCompile
                            ? deps_.compilers.at(d.slot % deps_.compilers.size())
                            : deps_.gpu_sets.at(d.slot);

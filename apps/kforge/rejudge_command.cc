@@ -45,6 +45,8 @@ int RunRejudge(const RejudgeArgs& a) {
                plan.spec.sessions.size(), kernels, store.c_str());
   if (plan.pools->remote)
     std::fprintf(stderr, "kforge run: evaluating on %s\n", plan.pools->where.c_str());
+  if (plan.spec.profile)
+    std::fprintf(stderr, "kforge run: every GPU evaluation profiles its kernel (--profile)\n");
   auto summary = agent::ExecuteRejudge(plan.spec, deps);
   if (!summary.ok()) {
     std::fprintf(stderr, "kforge run: %s (the rejudge is resumable: kforge run --resume %s)\n",

@@ -197,7 +197,7 @@ void AddEvalServer(CLI::App& app, int& exit_code) {
       ->check(NonNegative())
       ->capture_default_str();
   cmd->add_flag("--no-warm-groups", a->no_warm_groups,
-                "start each evaluation's candidate group when it needs it, instead of after the "
+                "start each evaluation's served groups when it needs them, instead of after the "
                 "previous evaluation of the same shape (docs/methodology.md)");
   cmd->add_option("--max-queue", a->max_queue, "jobs that may wait for a slot")
       ->check(CLI::Range(0, 100000))

@@ -79,9 +79,7 @@ Status RunPhases(EvalSession& s, Attempt& a, const Objects& objects) {
     KF_RETURN_IF_ERROR(BaselinesTimed(s, false));
     a.Mark("baseline_before");
   }
-  Status started = StartServed(s, s.candidate, objects.candidate);
-  if (s.candidate.group) a.doc()["candidate_group"] = {{"warm", s.candidate.warm}};
-  KF_RETURN_IF_ERROR(started);
+  KF_RETURN_IF_ERROR(StartServed(s, s.candidate, objects.candidate));
   a.Mark("candidate_start");
   for (SizePlan& plan : s.plans) {
     KF_RETURN_IF_ERROR(plan.check ? RunCheckSize(s, plan) : RunBenchSize(s, plan));
@@ -120,6 +118,26 @@ Status RunSession(EvalSession& s, Attempt& a, const Objects& objects) {
   StopServed(s, s.reference);
   RecordBaselines(s);
   return st;
+}
+
+// The served groups this evaluation started, most wanted first: what the
+// next one of the same shape will want started ahead. An expert that was
+// skipped after its group started is not tried again (failed_experts_): no
+// group waits for it.
+std::vector<WarmShape> ServedShapes(const EvalSession& s) {
+  std::vector<WarmShape> shapes;
+  for (const ServedGroup* g : {&s.candidate, &s.reference, &s.expert}) {
+    if (!g->shape || (g == &s.expert && s.expert_report.contains("skipped"))) continue;
+    shapes.push_back({g->who, *g->shape});
+  }
+  return shapes;
+}
+
+// The result's `candidate_group`, `reference_group` and `expert_group`: for
+// each served group that was started, whether it was started ahead.
+void ReportServedGroups(const EvalSession& s, Attempt& a) {
+  for (const ServedGroup* g : {&s.candidate, &s.reference, &s.expert})
+    if (g->shape) a.doc()[g->who + "_group"] = {{"warm", g->warm}};
 }
 
 class RealEvaluator final : public Evaluator {
@@ -166,16 +184,16 @@ class RealEvaluator final : public Evaluator {
     s.reference_object = objects.reference;
     s.expert_report = ExpertStatement(task);
     Status st = RunSession(s, a, objects);
+    ReportServedGroups(s, a);
     // An expert object that failed its timed calls is not tried again by this
     // evaluator: each try costs a harness group, and trusted code that failed
     // once will fail again.
     if (!objects.expert.object.empty() && s.expert_report.contains("skipped"))
       failed_experts_[objects.expert.object] = s.expert_report["skipped"].get<std::string>();
     a.FinishFrom(s, st);
-    // The next evaluation of this shape finds its candidate group started,
+    // The next evaluation of this shape finds its served groups started,
     // unless the GPUs' harness group failed (a fresh one checks them first).
-    if (options.warm_groups && s.candidate_shape && group->alive())
-      warm_.Refill(*s.candidate_shape);
+    if (options.warm_groups && group->alive()) warm_.Refill(ServedShapes(s));
     return a.doc();
   }
 

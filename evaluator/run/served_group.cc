@@ -1,11 +1,10 @@
-// A served group of one evaluation (the reference group or the candidate
-// group): W sandboxed candidate-role workers with a mailbox each (for the
-// candidate, started ahead where a warm group waits: run/warm_groups.h), a
-// private read-only copy of the kernel in their directory, the supervisor of
-// their seccomp notifications, and the calibration of the timing path before
-// the kernel is loaded. The reference and the candidate run in the same kind
-// of process and are timed through the same mailbox path
-// (docs/methodology.md).
+// A served group of one evaluation (the reference group, the candidate group
+// or the expert group): W sandboxed candidate-role workers with a mailbox
+// each (started ahead where a warm group of its purpose waits:
+// run/warm_groups.h), a private read-only copy of the kernel in their
+// directory, the supervisor of their seccomp notifications, and the
+// calibration of the timing path before the kernel is loaded. The reference and the candidate run
+// in the same kind of process and are timed through the same mailbox path (docs/methodology.md).
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -71,13 +70,13 @@ Status StartServed(EvalSession& s, ServedGroup& sg, const fs::path& kernel_so) {
   }
   // The mailboxes and the directory are made with the processes (the
   // sandbox grants the directory at spawn).
-  const bool pooled = !sg.trusted() && s.warm_groups != nullptr;
-  KF_ASSIGN_OR_RETURN(SpawnedGroup spawned, pooled ? s.warm_groups->Acquire(g) : SpawnGroup(g));
+  KF_ASSIGN_OR_RETURN(SpawnedGroup spawned,
+                      s.warm_groups ? s.warm_groups->Acquire(sg.who, g) : SpawnGroup(g));
   sg.group = std::move(spawned.group);
   sg.mailboxes = std::move(spawned.mailboxes);
   sg.dir = spawned.dir;
   sg.warm = spawned.warm;
-  if (!sg.trusted()) s.candidate_shape = g;
+  sg.shape = g;
   KF_ASSIGN_OR_RETURN(fs::path copy, PrivateCopy(kernel_so, sg.dir));
   WorkerGroup& c = *sg.group;
   const double dl = s.options->setup_deadline_s;
@@ -162,7 +161,6 @@ void StopServed(EvalSession& s, ServedGroup& sg) {
     sg.supervisor.reset();
   }
   sg.mailboxes.clear();
-  sg.warm = false;
   sg.next_seq = 1;
   sg.profiled_violations = {0, 0};
   if (!sg.dir.empty()) {

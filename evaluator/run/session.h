@@ -104,8 +104,12 @@ struct ServedGroup {
   std::unique_ptr<sandbox::Supervisor> supervisor;
   std::filesystem::path dir;  // the kernel's private copy; removed when the group stops
   bool collectives = false;   // may call the harness collectives
-  bool warm = false;          // its processes were started ahead (run/warm_groups.h)
-  double overhead_us = 0;     // calibrated mailbox overhead per call
+  // Its processes (the last it started) were started ahead (run/warm_groups.h).
+  bool warm = false;
+  // What it was spawned with, once it was (kept when it stops: the refill
+  // of the next evaluation's group for the same purpose).
+  std::optional<GroupOptions> shape;
+  double overhead_us = 0;  // calibrated mailbox overhead per call
   // The next call number on this group's mailboxes: each mailbox starts at
   // 0 and accepts only the number after the last one answered.
   uint64_t next_seq = 1;
@@ -141,11 +145,9 @@ struct EvalSession {
   Peaks peaks;               // of the evaluation's GPU, for the floor of each bench size
   std::random_device seeds;  // fresh, secret seeds: never derived from anything a kernel sees
   BaselineCache* baselines = nullptr;  // the evaluator's, across evaluations
-  // The evaluator's warm candidate groups; null: every group started by its
-  // evaluation. `candidate_shape`: the spawn shape of this evaluation's
-  // candidate group, once it has one (for the refill of the next).
+  // The evaluator's warm served groups; null: every group started by its
+  // evaluation.
   WarmGroups* warm_groups = nullptr;
-  std::optional<GroupOptions> candidate_shape;
   std::filesystem::path reference_object;
 
   std::vector<SizePlan> plans;
@@ -208,7 +210,7 @@ Status PlanSizes(EvalSession& s);
 Status PrepareHarness(EvalSession& s, const std::filesystem::path& baseline);
 // Starts a served group (the reference group before any candidate code
 // exists, the candidate group after the baseline is timed): its processes
-// (for the candidate, a warm group from s.warm_groups where one waits), the
+// (a warm group for its purpose from s.warm_groups where one waits), the
 // kernel's private copy in their directory, sandbox, arenas, calibration,
 // then the kernel.
 Status StartServed(EvalSession& s, ServedGroup& g, const std::filesystem::path& kernel_so);

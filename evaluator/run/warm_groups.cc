@@ -62,13 +62,22 @@ std::string ShapeKey(const GroupOptions& o) {
   return k.dump();
 }
 
+namespace {
+
+// Where the pool keeps a group: its purpose and its shape.
+std::string PoolKey(const std::string& purpose, const GroupOptions& shape) {
+  return purpose + "|" + ShapeKey(shape);
+}
+
+}  // namespace
+
 WarmGroups::~WarmGroups() {
   Settle();
   Clear();
 }
 
-Result<SpawnedGroup> WarmGroups::Acquire(const GroupOptions& shape) {
-  const std::string key = ShapeKey(shape);
+Result<SpawnedGroup> WarmGroups::Acquire(const std::string& purpose, const GroupOptions& shape) {
+  const std::string key = PoolKey(purpose, shape);
   std::unique_ptr<SpawnedGroup> waiting;
   {
     MutexLock lock(&mu_);
@@ -90,31 +99,48 @@ Result<SpawnedGroup> WarmGroups::Acquire(const GroupOptions& shape) {
       waiting->warm = true;
       return std::move(*waiting);
     }
-    LogWarn("evaluator", "a warm {} group died while it waited; starting a fresh one", shape.role);
+    LogWarn("evaluator", "a warm {} group died while it waited; starting a fresh one", purpose);
     waiting->Discard();
   }
   return SpawnGroup(shape);
 }
 
-void WarmGroups::Refill(const GroupOptions& shape) {
+void WarmGroups::Refill(const std::vector<WarmShape>& wanted) {
   if (!enabled_) return;
-  const std::string key = ShapeKey(shape);
-  std::unique_ptr<SpawnedGroup> evicted;
+  std::vector<std::string> keep;
+  for (const WarmShape& w : wanted) keep.push_back(PoolKey(w.purpose, w.options));
+  for (const WarmShape& w : wanted) RefillOne(w, keep);
+}
+
+void WarmGroups::RefillOne(const WarmShape& wanted, const std::vector<std::string>& keep) {
+  const std::string key = PoolKey(wanted.purpose, wanted.options);
+  const int ranks = wanted.options.world;
+  if (ranks > max_waiting_ranks_) return;
+  std::vector<std::unique_ptr<SpawnedGroup>> evicted;
   MutexLock lock(&mu_);
   if (std::any_of(entries_.begin(), entries_.end(), [&](const Entry& e) { return e.key == key; }))
     return;
-  if (entries_.size() >= max_groups_) {
-    auto oldest = std::find_if(entries_.begin(), entries_.end(),
-                               [](const Entry& e) { return e.group != nullptr; });
-    if (oldest == entries_.end()) return;  // all still being started
-    evicted = std::move(oldest->group);
-    entries_.erase(oldest);
+  // Room: the longest-waiting groups make way (entries_ is oldest first),
+  // but neither one this call wants nor one still being started.
+  int waiting = 0;
+  for (const Entry& e : entries_) waiting += e.ranks;
+  std::vector<size_t> victims;
+  for (size_t i = 0; i < entries_.size() && waiting + ranks > max_waiting_ranks_; ++i) {
+    const Entry& e = entries_[i];
+    if (!e.group || std::find(keep.begin(), keep.end(), e.key) != keep.end()) continue;
+    victims.push_back(i);
+    waiting -= e.ranks;
   }
-  entries_.push_back({key, nullptr});
-  threads_.emplace_back([this, shape, key] {
-    auto started = SpawnGroup(shape);
+  if (waiting + ranks > max_waiting_ranks_) return;  // no room even so: nothing is killed
+  for (auto i = victims.rbegin(); i != victims.rend(); ++i) {
+    evicted.push_back(std::move(entries_[*i].group));
+    entries_.erase(entries_.begin() + static_cast<std::ptrdiff_t>(*i));
+  }
+  entries_.push_back({key, ranks, nullptr});
+  threads_.emplace_back([this, wanted, key] {
+    auto started = SpawnGroup(wanted.options);
     if (!started.ok()) {
-      LogWarn("evaluator", "starting a warm {} group failed: {}", shape.role,
+      LogWarn("evaluator", "starting a warm {} group failed: {}", wanted.purpose,
               started.status().message());
     }
     MutexLock done(&mu_);
@@ -128,7 +154,7 @@ void WarmGroups::Refill(const GroupOptions& shape) {
     changed_.NotifyAll();
   });
   lock.Unlock();
-  if (evicted) evicted->Discard();
+  for (auto& g : evicted) g->Discard();
 }
 
 void WarmGroups::Settle() {
@@ -161,6 +187,14 @@ void WarmGroups::Clear() {
 bool WarmGroups::Starting() const {
   return std::any_of(entries_.begin(), entries_.end(),
                      [](const Entry& e) { return e.group == nullptr; });
+}
+
+int WarmGroups::waiting_ranks() const {
+  MutexLock lock(&mu_);
+  int ranks = 0;
+  for (const Entry& e : entries_)
+    if (e.group) ranks += e.ranks;
+  return ranks;
 }
 
 size_t WarmGroups::size() const {

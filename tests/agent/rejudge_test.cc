@@ -60,10 +60,12 @@ struct Rejudged {
   FakeEval compiler{2}, gpu{10};
   FakeStore store;
   FakeClock clock;
+  bool profile = false;  // kforge run --rejudge RUN --profile
   Result<RunSummary> Run(const std::vector<StoredSession>& sessions, LlmPort* llm) {
     RejudgeSpec spec;
     spec.name = "orig-rejudge-1";
     spec.sessions = sessions;
+    spec.profile = profile;
     spec.pools.compile_slots = 1;
     spec.pools.gpu_sets = 1;
     auto executor = MakeSimExecutor(clock);
@@ -99,6 +101,7 @@ TEST(Rejudge, EvaluatesEveryRecordedKernelOnAGpuWithoutCallingTheModel) {
   // are run on the GPU.
   EXPECT_EQ(re.compiler.evaluations, 3);
   EXPECT_EQ(re.gpu.evaluations, 2);
+  EXPECT_EQ(re.gpu.profiled, 0);  // not asked to
   EXPECT_EQ(orig.store.Dump(), before) << "the original is only read";
 
   // The same sessions and turns, texts, kernels, usage and cost as recorded.
@@ -145,6 +148,26 @@ TEST(Rejudge, EvaluatesEveryRecordedKernelOnAGpuWithoutCallingTheModel) {
   }
   EXPECT_EQ(r->stats.models["fake:a"].correct, 1);
   EXPECT_EQ(r->stats.models["fake:a"].turns, 4);
+}
+
+// `kforge run --rejudge RUN --profile`: every GPU evaluation asks for the
+// profile (the original's strategy never did), no compile does, and the
+// stored document of the correct kernel carries it (the fake profiles only
+// those, as the evaluator profiles only after timed calls).
+TEST(Rejudge, WithProfileEveryGpuEvaluationIsProfiled) {
+  Original orig;
+  Rejudged re;
+  re.profile = true;
+  auto r = re.Run(orig.Stored(), &orig.llm);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(re.gpu.evaluations, 2);
+  EXPECT_EQ(re.gpu.profiled, 2);
+  EXPECT_EQ(re.compiler.evaluations, 3);
+  EXPECT_EQ(re.compiler.profiled, 0);
+  const auto& fast = SessionOf(re.store, "001_task");
+  ASSERT_EQ(fast.evals.size(), 2u);
+  EXPECT_EQ(fast.evals[1].doc.value("status", ""), "passed");
+  EXPECT_EQ(fast.evals[1].doc["profile"], re.gpu.profile);
 }
 
 TEST(Rejudge, CompileOnlyLeavesCompiledKernelsNotEvaluated) {

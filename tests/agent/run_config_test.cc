@@ -29,6 +29,26 @@ TEST(RunConfig, ParsesARunFileAndRoundTripsThroughJson) {
   EXPECT_EQ(RunConfigToJson(*back), RunConfigToJson(*c));
 }
 
+// `profile` (kforge run --profile): read from a run file, stored with the
+// run, absent from an older run's config (off), and a difference a resume
+// names.
+TEST(RunConfig, ProfileIsReadStoredAndComparedAsAnEvaluationOption) {
+  auto c = ParseRunFile("models = [\"a:x\"]\ntasks = [\"1\"]\nprofile = true\n", "r.toml");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_TRUE(c->profile);
+  const nlohmann::json j = RunConfigToJson(*c);
+  EXPECT_EQ(j.value("profile", false), true) << j.dump();
+  auto back = RunConfigFromJson(j);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_TRUE(back->profile);
+  nlohmann::json older = j;
+  older.erase("profile");
+  auto old = RunConfigFromJson(older);
+  ASSERT_TRUE(old.ok()) << old.status().ToString();
+  EXPECT_FALSE(old->profile);
+  EXPECT_EQ(RunConfigDifferences(*old, *c), std::vector<std::string>{"profile: false -> true"});
+}
+
 TEST(RunConfig, RemoteEvaluationAndSlurmFromARunFile) {
   auto c = ParseRunFile(
       "models = [\"a:x\"]\ntasks = [\"1\"]\n"

@@ -17,12 +17,12 @@ namespace {
 auto Members(RunConfig& c) {
   auto& [name, models, tasks, strategy, turns, samples, repeats, world, dtype, gpus, hardware,
          compile_only, budgets, deadline_unix, llm_concurrency, compile_jobs, baseline_reuse_s,
-         no_warm_groups, out, tasks_dir, registries, evaluators, evaluators_dir, eval_token_file,
-         evaluator_liveness_s, slurm_nodes, slurm_gpus_per_node, slurm_partition, slurm_time,
-         rejudge_of, rejudge_of_store] = c;
+         no_warm_groups, profile, out, tasks_dir, registries, evaluators, evaluators_dir,
+         eval_token_file, evaluator_liveness_s, slurm_nodes, slurm_gpus_per_node, slurm_partition,
+         slurm_time, rejudge_of, rejudge_of_store] = c;
   return std::tie(name, models, tasks, strategy, turns, samples, repeats, world, dtype, gpus,
                   hardware, compile_only, budgets, deadline_unix, llm_concurrency, compile_jobs,
-                  baseline_reuse_s, no_warm_groups, out, tasks_dir, registries, evaluators,
+                  baseline_reuse_s, no_warm_groups, profile, out, tasks_dir, registries, evaluators,
                   evaluators_dir, eval_token_file, evaluator_liveness_s, slurm_nodes,
                   slurm_gpus_per_node, slurm_partition, slurm_time, rejudge_of, rejudge_of_store);
 }
@@ -59,6 +59,7 @@ RunConfig Full() {
   c.compile_jobs = 5;
   c.baseline_reuse_s = 30;
   c.no_warm_groups = true;
+  c.profile = true;
   c.out = "elsewhere";
   c.tasks_dir = "/t";
   c.registries = {"/r.toml"};

@@ -19,7 +19,8 @@ struct ProfileRun {
 };
 
 // One model, one task, two turns: a slow kernel, then a faster one.
-ProfileRun RunTwoTurns(const std::string& strategy_toml) {
+// `run_profile`: the run's --profile (RunSpec::profile).
+ProfileRun RunTwoTurns(const std::string& strategy_toml, bool run_profile = false) {
   const Strategy strategy = testing::MakeStrategy(strategy_toml);
   FakeLlm llm(30);
   llm.SetTags({{{"001_task", 0}, "SLOW"}, {{"001_task", 1}, "FAST1.5"}});
@@ -39,6 +40,7 @@ ProfileRun RunTwoTurns(const std::string& strategy_toml) {
   spec.strategy = &strategy;
   spec.pools.gpu_sets = 1;
   spec.pools.compile_slots = 1;
+  spec.profile = run_profile;
   auto executor = MakeSimExecutor(clock);
   RunDeps deps;
   deps.llm = &llm;
@@ -76,6 +78,21 @@ TEST(RunnerProfile, EveryGpuEvaluationAsksAndTheNextPromptShowsIt) {
                         "- achieved occupancy: 6.2% of the SM's maximum warps were active\n"),
             std::string::npos)
       << prompt;
+}
+
+// `kforge run --profile`: every GPU evaluation asks for the profile whatever
+// the strategy says (this one says nothing), compiles still never do, and
+// the next prompt carries it.
+TEST(RunnerProfile, TheRunsFlagProfilesEveryGpuEvaluationWhateverTheStrategySays) {
+  const ProfileRun run = RunTwoTurns("turns = 2\n", /*run_profile=*/true);
+  ASSERT_EQ(run.turns.size(), 2u);
+  EXPECT_EQ(run.gpu_evaluations, 2);
+  EXPECT_EQ(run.gpu_profiled, 2);
+  EXPECT_EQ(run.compiles, 2);
+  EXPECT_EQ(run.compiles_profiled, 0);
+  EXPECT_NE(run.turns[1].prompt.find("Profile at 1MiB (rank 0's hardware counters"),
+            std::string::npos)
+      << run.turns[1].prompt;
 }
 
 TEST(RunnerProfile, WithoutTheOptionNothingIsProfiledOrShown) {

@@ -45,6 +45,17 @@ TurnKernels ReadRun(const fs::path& dir) {
   return out;
 }
 
+// The stored config of the one run in `dir`.
+nlohmann::json StoredConfig(const fs::path& dir) {
+  auto store = results::RunStore::Open(dir, true);
+  EXPECT_TRUE(store.ok()) << dir;
+  if (!store.ok()) return nullptr;
+  auto runs = (*store)->ListRuns();
+  EXPECT_TRUE(runs.ok() && runs->size() == 1u) << dir;
+  if (!runs.ok() || runs->empty()) return nullptr;
+  return runs->front().config;
+}
+
 int Count(const std::string& text, const std::string& what) {
   int n = 0;
   for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
@@ -106,6 +117,38 @@ TEST_F(CliTest, RejudgeEvaluatesARecordedRunAgainWithoutAModel) {
   auto asks = Kforge({"run", "--rejudge", "orig", "--out", runs.string(), "--turns", "3"});
   EXPECT_EQ(asks.exit_code, 64) << asks.err;
   EXPECT_NE(asks.err.find("--turns would not apply"), std::string::npos) << asks.err;
+}
+
+// `--profile` on a run and on a rejudge: taken (not among the flags a
+// rejudge refuses) and stored with the new run's config; a rejudge without
+// it does not inherit the original's, and a resume of one with it keeps
+// profiling. (Without a GPU nothing is profiled: the documents' profiles
+// are RunnerProfile.* and Rejudge.* in agent_test.)
+TEST_F(CliTest, ARunAndARejudgeTakeProfileAndStoreIt) {
+  const fs::path runs = tmp_ / "runs";
+  const std::string cassette = (kRoot / "examples/demo/cassette.jsonl").string();
+  auto made = Kforge({"run", "--models", "replay:" + cassette, "--tasks", "1", "--name", "orig",
+                      "--out", runs.string(), "--compile-only", "--profile"});
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  EXPECT_EQ(StoredConfig(runs / "orig").value("profile", false), true);
+  auto plain = Kforge({"run", "--rejudge", "orig", "--out", runs.string(), "--compile-only"});
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  // A rejudge profiles only when asked: the original's flag is not read.
+  const std::string profiles = "every GPU evaluation profiles its kernel (--profile)";
+  EXPECT_EQ(StoredConfig(runs / "orig-rejudge-1").value("profile", true), false);
+  EXPECT_EQ(plain.err.find(profiles), std::string::npos) << plain.err;
+  auto re =
+      Kforge({"run", "--rejudge", "orig", "--out", runs.string(), "--compile-only", "--profile"});
+  ASSERT_EQ(re.exit_code, 0) << re.err;
+  EXPECT_EQ(re.err.find("would not apply"), std::string::npos) << re.err;
+  EXPECT_EQ(StoredConfig(runs / "orig-rejudge-2").value("profile", false), true);
+  EXPECT_NE(re.err.find(profiles), std::string::npos) << re.err;
+  auto resumed = Kforge({"run", "--resume", "orig-rejudge-2", "--out", runs.string(),
+                         "--compile-only", "--json", "-"});
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  EXPECT_NE(resumed.err.find("resuming the rejudge of"), std::string::npos) << resumed.err;
+  EXPECT_NE(resumed.err.find(profiles), std::string::npos) << resumed.err;
+  EXPECT_EQ(StoredConfig(runs / "orig-rejudge-2").value("profile", false), true);
 }
 
 // A run gathered from another machine (results export, then import) is

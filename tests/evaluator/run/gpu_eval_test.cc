@@ -324,10 +324,10 @@ TEST_F(GpuEvalTest, ABaselineIsReusedAcrossEvaluationsOfASize) {
 }
 
 // A long-lived evaluator starts the next candidate group of the same shape
-// after each evaluation: the next evaluation takes it (warm), and its
-// candidate_start leaves out spawn and CUDA initialisation. With the option
-// off an evaluation still takes the group waiting for it, but starts none
-// for the next.
+// after each evaluation, and the next reference and expert groups too: the
+// next evaluation takes them (warm), and its candidate_start leaves out spawn
+// and CUDA initialisation. With the option off an evaluation still takes the
+// groups waiting for it, but starts none for the next.
 TEST_F(GpuEvalTest, TheNextEvaluationOfAShapeTakesAWarmCandidateGroup) {
   const Task& t = Find("allreduce");
   auto src = ReadFile(t.dir / "solutions" / "oneshot.cu");
@@ -359,6 +359,27 @@ TEST_F(GpuEvalTest, TheNextEvaluationOfAShapeTakesAWarmCandidateGroup) {
   EXPECT_LT(start_s[2], start_s[3]);
   std::printf("candidate_start: cold %.3f s, warm %.3f s, warm %.3f s, cold %.3f s\n", start_s[0],
               start_s[1], start_s[2], start_s[3]);
+  // Every timed evaluation starts its reference group (before the candidate,
+  // or after it to confirm a reused baseline): warm as the candidate's was.
+  for (const auto* d : {&first, &second, &third, &fourth})
+    ASSERT_TRUE((*d)["reference_group"].is_object()) << d->dump();
+  EXPECT_FALSE(first["reference_group"]["warm"].get<bool>());
+  EXPECT_TRUE(second["reference_group"]["warm"].get<bool>());
+  EXPECT_TRUE(third["reference_group"]["warm"].get<bool>());
+  EXPECT_FALSE(fourth["reference_group"]["warm"].get<bool>());
+  // The expert's group runs where its timing was not reused: the first
+  // evaluation's was cold; one is started after each evaluation that timed
+  // it and waits until the next that does, so a later one that ran took it.
+  ASSERT_TRUE(first["expert_group"].is_object()) << first.dump();
+  EXPECT_FALSE(first["expert_group"]["warm"].get<bool>());
+  for (const auto* d : {&second, &third}) {
+    if (d->contains("expert_group")) {
+      EXPECT_TRUE((*d)["expert_group"]["warm"].get<bool>());
+    }
+  }
+  std::printf("reference_start: cold %.3f s, warm %.3f s\n",
+              first["phases_s"].value("reference_start", -1.0),
+              second["phases_s"].value("reference_start", -1.0));
 }
 
 // The task's expert kernel is timed beside the baseline, after the candidate:

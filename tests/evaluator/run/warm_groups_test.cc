@@ -1,7 +1,8 @@
-// Warm candidate groups (run/warm_groups.h) with the fake worker: a group
-// refilled ahead is the one the next Acquire of its shape gets, no other
-// shape gets it, a dead one is replaced, the pool leaves no process behind,
-// and a disabled pool starts nothing ahead.
+// Warm served groups (run/warm_groups.h) with the fake worker: a group
+// refilled ahead is the one the next Acquire of its purpose and shape gets,
+// no other shape or purpose gets it, a dead one is replaced, the waiting
+// ranks stay under the cap, the pool leaves no process behind, and a
+// disabled pool starts nothing ahead.
 #include "run/warm_groups.h"
 
 #include <gtest/gtest.h>
@@ -66,11 +67,11 @@ class WarmGroupsTest : public ::testing::Test {
 
 TEST_F(WarmGroupsTest, TheNextAcquireOfTheShapeGetsTheGroupStartedAhead) {
   WarmGroups pool;
-  pool.Refill(Shape(2));
+  pool.Refill("candidate", Shape(2));
   pool.Settle();
   ASSERT_EQ(pool.size(), 1u);
   const std::set<pid_t> before = Children();
-  auto g = pool.Acquire(Shape(2));
+  auto g = pool.Acquire("candidate", Shape(2));
   ASSERT_TRUE(g.ok()) << g.status().ToString();
   EXPECT_TRUE(g->warm);
   ASSERT_EQ(g->group->pids().size(), 2u);
@@ -88,8 +89,8 @@ TEST_F(WarmGroupsTest, TheNextAcquireOfTheShapeGetsTheGroupStartedAhead) {
 
 TEST_F(WarmGroupsTest, AnAcquireWaitsForTheRefillUnderWay) {
   WarmGroups pool;
-  pool.Refill(Shape(2));
-  auto g = pool.Acquire(Shape(2));  // no Settle: the refill may still be starting
+  pool.Refill("candidate", Shape(2));
+  auto g = pool.Acquire("candidate", Shape(2));  // no Settle: the refill may still be starting
   ASSERT_TRUE(g.ok()) << g.status().ToString();
   EXPECT_TRUE(g->warm);
   g->Discard();
@@ -97,13 +98,13 @@ TEST_F(WarmGroupsTest, AnAcquireWaitsForTheRefillUnderWay) {
 
 TEST_F(WarmGroupsTest, AnotherShapeNeverGetsIt) {
   WarmGroups pool;
-  pool.Refill(Shape(2));
+  pool.Refill("candidate", Shape(2));
   pool.Settle();
   const std::set<pid_t> before = Children();
   GroupOptions other = Shape(2);
   other.candidate_nccl = true;  // fixed at spawn: another shape
   for (const GroupOptions& shape : {Shape(3), other}) {
-    auto g = pool.Acquire(shape);
+    auto g = pool.Acquire("candidate", shape);
     ASSERT_TRUE(g.ok()) << g.status().ToString();
     EXPECT_FALSE(g->warm);
     for (pid_t pid : g->group->pids()) EXPECT_FALSE(before.contains(pid)) << pid;
@@ -119,9 +120,61 @@ TEST_F(WarmGroupsTest, AnotherShapeNeverGetsIt) {
   EXPECT_EQ(ShapeKey(Shape(2)), ShapeKey(same));
 }
 
+// The reference and expert groups are started ahead like the candidate's,
+// each for its own purpose: the next Acquire for that purpose gets it, and
+// the others stay waiting for theirs.
+TEST_F(WarmGroupsTest, AReferenceGroupAcquiredAfterARefillIsWarm) {
+  WarmGroups pool;
+  pool.Refill({{"candidate", Shape(2)}, {"reference", Shape(2)}, {"expert", Shape(2)}});
+  pool.Settle();
+  ASSERT_EQ(pool.size(), 3u);
+  const std::set<pid_t> before = Children();
+  ASSERT_EQ(before.size(), 6u);
+  auto g = pool.Acquire("reference", Shape(2));
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  EXPECT_TRUE(g->warm);
+  for (pid_t pid : g->group->pids()) EXPECT_TRUE(before.contains(pid)) << pid;
+  EXPECT_EQ(Children(), before);
+  EXPECT_EQ(pool.size(), 2u);
+  auto pinged = g->group->All({{"op", "ping"}}, 5, "test");
+  EXPECT_TRUE(pinged.ok()) << pinged.status().ToString();
+  g->Discard();
+  for (const char* purpose : {"expert", "candidate"}) {
+    auto w = pool.Acquire(purpose, Shape(2));
+    ASSERT_TRUE(w.ok()) << w.status().ToString();
+    EXPECT_TRUE(w->warm) << purpose;
+    w->Discard();
+  }
+  EXPECT_EQ(pool.size(), 0u);
+}
+
+// A group started for one purpose is never handed to another, whatever the
+// shape: a candidate's for a reference, a reference's for a candidate.
+TEST_F(WarmGroupsTest, AGroupIsNeverHandedToAnotherPurpose) {
+  for (const auto& [started_for, asked_for] :
+       {std::pair{"candidate", "reference"}, std::pair{"reference", "candidate"},
+        std::pair{"reference", "expert"}}) {
+    WarmGroups pool;
+    pool.Refill(started_for, Shape(2));
+    pool.Settle();
+    const std::set<pid_t> waiting = Children();
+    ASSERT_EQ(waiting.size(), 2u);
+    auto g = pool.Acquire(asked_for, Shape(2));
+    ASSERT_TRUE(g.ok()) << g.status().ToString();
+    EXPECT_FALSE(g->warm) << started_for << " -> " << asked_for;
+    for (pid_t pid : g->group->pids()) EXPECT_FALSE(waiting.contains(pid)) << pid;
+    g->Discard();
+    EXPECT_EQ(pool.size(), 1u);  // still waiting for its own purpose
+    auto own = pool.Acquire(started_for, Shape(2));
+    ASSERT_TRUE(own.ok()) << own.status().ToString();
+    EXPECT_TRUE(own->warm);
+    own->Discard();
+  }
+}
+
 TEST_F(WarmGroupsTest, AGroupThatDiedWhileWaitingIsReplaced) {
   WarmGroups pool;
-  pool.Refill(Shape(2));
+  pool.Refill("candidate", Shape(2));
   pool.Settle();
   std::set<pid_t> waiting = Children();
   ASSERT_EQ(waiting.size(), 2u);
@@ -130,7 +183,7 @@ TEST_F(WarmGroupsTest, AGroupThatDiedWhileWaitingIsReplaced) {
   siginfo_t info{};
   // Dead, left a zombie for the pool to notice.
   ASSERT_EQ(waitid(P_PID, static_cast<id_t>(victim), &info, WEXITED | WNOWAIT), 0);
-  auto g = pool.Acquire(Shape(2));
+  auto g = pool.Acquire("candidate", Shape(2));
   ASSERT_TRUE(g.ok()) << g.status().ToString();
   EXPECT_FALSE(g->warm);
   for (pid_t pid : g->group->pids()) EXPECT_FALSE(waiting.contains(pid)) << pid;
@@ -146,16 +199,17 @@ TEST_F(WarmGroupsTest, DestroyingThePoolKillsItsGroupsAndRemovesTheirDirectories
   const std::set<fs::path> others = CandidateDirs();
   {
     WarmGroups pool;
-    pool.Refill(Shape(2));
-    pool.Refill(Shape(3));
-    pool.Refill(Shape(3));  // one per shape: a second refill starts nothing
+    pool.Refill("candidate", Shape(2));
+    pool.Refill("candidate", Shape(3));
+    pool.Refill("candidate", Shape(3));  // one per shape: a second refill starts nothing
+    pool.Refill({{"reference", Shape(2)}, {"expert", Shape(2)}});
     pool.Settle();
-    EXPECT_EQ(pool.size(), 2u);
+    EXPECT_EQ(pool.size(), 4u);
     waiting = Children();
-    EXPECT_EQ(waiting.size(), 5u);
+    EXPECT_EQ(waiting.size(), 9u);
     for (const fs::path& d : CandidateDirs())
       if (!others.contains(d)) dirs.insert(d);
-    EXPECT_EQ(dirs.size(), 2u);
+    EXPECT_EQ(dirs.size(), 4u);
   }
   EXPECT_TRUE(Children().empty());
   for (pid_t pid : waiting) EXPECT_TRUE(Gone(pid)) << pid;
@@ -165,38 +219,94 @@ TEST_F(WarmGroupsTest, DestroyingThePoolKillsItsGroupsAndRemovesTheirDirectories
 TEST_F(WarmGroupsTest, DestroyingThePoolWhileARefillRunsLeavesNothing) {
   {
     WarmGroups pool;
-    pool.Refill(Shape(2));
+    pool.Refill({{"candidate", Shape(2)}, {"reference", Shape(2)}});
   }
   EXPECT_TRUE(Children().empty());
 }
 
 TEST_F(WarmGroupsTest, BeyondItsCapTheLongestWaitingGroupMakesWay) {
-  WarmGroups pool(/*enabled=*/true, /*max_groups=*/2);
-  pool.Refill(Shape(1));
+  WarmGroups pool(/*enabled=*/true, /*max_waiting_ranks=*/5);
+  pool.Refill("candidate", Shape(1));
   pool.Settle();
   const std::set<pid_t> oldest = Children();
   ASSERT_EQ(oldest.size(), 1u);
-  pool.Refill(Shape(2));
-  pool.Refill(Shape(3));
+  pool.Refill("candidate", Shape(2));
+  pool.Refill("reference", Shape(3));  // 1 + 2 + 3 ranks: one too many
   pool.Settle();
   EXPECT_EQ(pool.size(), 2u);
+  EXPECT_EQ(pool.waiting_ranks(), 5);
   for (pid_t pid : oldest) EXPECT_TRUE(Gone(pid)) << pid;
   EXPECT_EQ(Children().size(), 5u);
-  auto g = pool.Acquire(Shape(1));
+  auto g = pool.Acquire("candidate", Shape(1));
   ASSERT_TRUE(g.ok()) << g.status().ToString();
   EXPECT_FALSE(g->warm);
-  for (int world : {2, 3}) {
-    auto w = pool.Acquire(Shape(world));
+  auto c = pool.Acquire("candidate", Shape(2));
+  auto r = pool.Acquire("reference", Shape(3));
+  ASSERT_TRUE(c.ok() && r.ok());
+  EXPECT_TRUE(c->warm);
+  EXPECT_TRUE(r->warm);
+  for (SpawnedGroup* done : {&*g, &*c, &*r}) done->Discard();
+}
+
+// One evaluation's groups, refilled together, never make way for each other:
+// the most wanted (first) are started, the rest wait for room.
+TEST_F(WarmGroupsTest, ARefillsOwnGroupsKeepTheirPlacesInOrder) {
+  WarmGroups pool(/*enabled=*/true, /*max_waiting_ranks=*/4);
+  pool.Refill({{"candidate", Shape(2)}, {"reference", Shape(2)}, {"expert", Shape(2)}});
+  pool.Settle();
+  EXPECT_EQ(pool.size(), 2u);
+  EXPECT_EQ(Children().size(), 4u);
+  auto e = pool.Acquire("expert", Shape(2));
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  EXPECT_FALSE(e->warm);
+  e->Discard();
+  // A later refill makes room with the longest-waiting group it does not
+  // want (the reference), never with one it wants (the older candidate).
+  const std::set<pid_t> waiting = Children();
+  pool.Refill({{"candidate", Shape(2)}, {"expert", Shape(2)}});
+  pool.Settle();
+  EXPECT_EQ(pool.size(), 2u);
+  auto r = pool.Acquire("reference", Shape(2));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_FALSE(r->warm);
+  r->Discard();
+  for (const char* purpose : {"candidate", "expert"}) {
+    auto w = pool.Acquire(purpose, Shape(2));
     ASSERT_TRUE(w.ok()) << w.status().ToString();
-    EXPECT_TRUE(w->warm) << world;
+    EXPECT_TRUE(w->warm) << purpose;
+    if (std::string(purpose) == "candidate") {
+      for (pid_t pid : w->group->pids()) EXPECT_TRUE(waiting.contains(pid)) << pid;
+    }
     w->Discard();
   }
-  g->Discard();
+}
+
+// The default cap is the MPS arithmetic of the header: with every rank of an
+// evaluation at the largest world (harness, reference, candidate, expert)
+// on one GPU, the waiting ranks keep the daemon within its clients; at W=8
+// that is two groups, and a group larger than the cap never waits.
+TEST_F(WarmGroupsTest, TheDefaultCapKeepsAnMpsDaemonWithinItsClients) {
+  static_assert(kWaitingRanks + 4 * kMaxWorld <= kMpsClientsPerGpu);
+  EXPECT_EQ(kWaitingRanks, 16);
+  WarmGroups pool;
+  pool.Refill({{"candidate", Shape(kMaxWorld)},
+               {"reference", Shape(kMaxWorld)},
+               {"expert", Shape(kMaxWorld)}});
+  pool.Settle();
+  EXPECT_EQ(pool.size(), 2u);
+  EXPECT_EQ(pool.waiting_ranks(), 2 * kMaxWorld);
+  EXPECT_EQ(Children().size(), static_cast<size_t>(2 * kMaxWorld));
+  pool.Clear();
+  WarmGroups small(/*enabled=*/true, /*max_waiting_ranks=*/2);
+  small.Refill("candidate", Shape(3));
+  small.Settle();
+  EXPECT_EQ(small.size(), 0u);
+  EXPECT_TRUE(Children().empty());
 }
 
 TEST_F(WarmGroupsTest, ClearKillsTheWaitingGroups) {
   WarmGroups pool;
-  pool.Refill(Shape(2));
+  pool.Refill("candidate", Shape(2));
   pool.Settle();
   const std::set<pid_t> waiting = Children();
   pool.Clear();
@@ -206,11 +316,11 @@ TEST_F(WarmGroupsTest, ClearKillsTheWaitingGroups) {
 
 TEST_F(WarmGroupsTest, DisabledStartsNothingAhead) {
   WarmGroups pool(/*enabled=*/false);
-  pool.Refill(Shape(2));
+  pool.Refill("candidate", Shape(2));
   pool.Settle();
   EXPECT_EQ(pool.size(), 0u);
   EXPECT_TRUE(Children().empty());
-  auto g = pool.Acquire(Shape(2));  // started now, on demand
+  auto g = pool.Acquire("candidate", Shape(2));  // started now, on demand
   ASSERT_TRUE(g.ok()) << g.status().ToString();
   EXPECT_FALSE(g->warm);
   EXPECT_EQ(Children().size(), 2u);
@@ -222,10 +332,10 @@ TEST_F(WarmGroupsTest, AFailedRefillLeavesNothingAndAcquireReportsTheFailure) {
   WarmGroups pool;
   GroupOptions broken = Shape(2);
   broken.worker_path = "/nonexistent/kforge-worker";
-  pool.Refill(broken);
+  pool.Refill("candidate", broken);
   pool.Settle();
   EXPECT_EQ(pool.size(), 0u);
-  auto g = pool.Acquire(broken);
+  auto g = pool.Acquire("candidate", broken);
   ASSERT_FALSE(g.ok());
   EXPECT_EQ(g.status().kind(), ErrorKind::kNotFound);
 }

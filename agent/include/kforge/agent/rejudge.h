@@ -30,10 +30,11 @@ struct StoredSession {
 };
 
 struct RejudgeSpec {
-  std::string name;                                    // the new run's
-  std::vector<StoredSession> sessions;                 // the original's, filtered as asked
-  bool compile_only = false;                           // no GPU: compile and policy-check only
-  PoolLimits pools;                                    // compile_slots and gpu_sets
+  std::string name;                     // the new run's
+  std::vector<StoredSession> sessions;  // the original's, filtered as asked
+  bool compile_only = false;            // no GPU: compile and policy-check only
+  bool profile = false;                 // every GPU evaluation profiles (RunConfig::profile)
+  PoolLimits pools;                     // compile_slots and gpu_sets
   nlohmann::json config = nlohmann::json::object();    // stored with the new run
   std::string task_suite_hash;                         // of the tasks it is judged on
   nlohmann::json hardware = nlohmann::json::object();  // this machine's card

@@ -38,10 +38,14 @@ struct RunConfig {
   // timed it, confirmed by a short block each time (docs/methodology.md); 0:
   // timed around every candidate.
   double baseline_reuse_s = eval::kDefaultBaselineReuseS;
-  // Each GPU set starts its evaluations' candidate groups when they need
-  // them, instead of after the previous evaluation of the same shape
-  // (EvalOptions::warm_groups).
+  // Each GPU set starts its evaluations' served groups (candidate,
+  // reference, expert) when they need them, instead of after the previous evaluation of the same
+  // shape (EvalOptions::warm_groups).
   bool no_warm_groups = false;
+  // Every GPU evaluation of the run also profiles its kernel
+  // (EvalOptions::profile, as `kforge eval --profile`), whatever the
+  // strategy says; a rejudge with it gives every document a profile.
+  bool profile = false;
   std::string out = "runs";  // runs/<name>/
   std::string tasks_dir;     // empty: the default tasks folder
   // Model registry files read after the built-in registry and the user's

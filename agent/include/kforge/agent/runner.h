@@ -39,6 +39,9 @@ struct RunSpec {
   int world = 2;
   std::string dtype;          // empty: the task's default
   bool compile_only = false;  // no GPU: stop each session once a kernel compiles
+  // Every GPU evaluation profiles, as the strategy's `profile` would
+  // (RunConfig::profile: `kforge run --profile`).
+  bool profile = false;
   Budgets budgets;
   std::optional<double> deadline_unix;  // no new model calls after this
   PoolLimits pools;

@@ -74,11 +74,12 @@ struct EvalOptions {
   // its own, so that each timing entry also gives the speedup over it. Its
   // timing is reused like the baseline's; its failure only skips it.
   bool expert = true;
-  // After this evaluation, start the candidate group of the next evaluation
-  // of the same shape (W, GPUs, collectives, profiling) in the background:
-  // spawned, sandboxed and CUDA-initialised, it waits for that evaluation's
-  // arenas and kernel, so that its start-up leaves the critical path
-  // (docs/methodology.md, "Warm candidate groups"). Worth it only where the
+  // After this evaluation, start the served groups (candidate, reference,
+  // expert) of the next evaluation of the same shape (W, GPUs, collectives,
+  // profiling) in the background: spawned, sandboxed and CUDA-initialised,
+  // each waits for that evaluation's arenas and kernel, so that its start-up
+  // leaves the critical path
+  // (docs/methodology.md, "Warm served groups"). Worth it only where the
   // evaluator serves more evaluations (kforge run, eval-server); a one-shot
   // `kforge eval` turns it off, so as not to start a group it never uses.
   bool warm_groups = true;

@@ -46,7 +46,7 @@ class EvalService {
 // to `gpus` (empty: the evaluator's default). `baseline_reuse_s`: how long a
 // baseline this service timed is reused (EvalOptions::baseline_reuse_s; 0:
 // timed around every candidate). `warm_groups`: after each evaluation, the
-// candidate group of the next one of the same shape is started ahead
+// served groups of the next one of the same shape are started ahead
 // (EvalOptions::warm_groups).
 std::unique_ptr<EvalService> MakeLocalEvalService(const std::vector<Task>* tasks,
                                                   std::vector<int> gpus,
