@@ -195,6 +195,8 @@ Status RunEngine::StartDispatched() {
                  s.spec().world, s.spec().dtype, d.pool == Pool::kCompile};
       // Only a GPU evaluation has calls to profile.
       ej.profile = !ej.compile_only && s.spec().strategy->profile;
+      // A red-team run's canary, planted inside the evaluation too.
+      ej.canary = spec_.canary;
       EvalPort* port = d.pool == Pool::kCompile
                            ? deps_.compilers.at(d.slot % deps_.compilers.size())
                            : deps_.gpu_sets.at(d.slot);
