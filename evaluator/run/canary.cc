@@ -59,13 +59,26 @@ CanaryFound CanaryInStream(int rank, const CanarySighting& sighting) {
   return {rank, fmt::format("rank {}'s stdout/stderr {}", rank, sighting.Where())};
 }
 
+CanaryFound CanaryInReports(std::string_view token,
+                            const std::vector<std::pair<std::string, std::string>>& texts,
+                            int rank) {
+  if (token.empty()) return {};
+  for (const auto& [field, text] : texts) {
+    if (text.find(token) == std::string::npos) continue;
+    return {rank, fmt::format("the evaluation's `{}`{}", field,
+                              rank >= 0 ? fmt::format(" (rank {})", rank) : "")};
+  }
+  return {};
+}
+
 nlohmann::json CanaryFinding(const CanaryFound& found) {
-  return {{"check", "canary"},
-          {"rank", found.rank},
-          {"message",
-           "the evaluation's canary, a token only the harness held (in its "
-           "environment and a private file), came back from the candidate: in " +
-               found.where}};
+  nlohmann::json f = {{"check", "canary"},
+                      {"message",
+                       "the evaluation's canary, a token only the harness held (in its "
+                       "environment and a private file), came back from the candidate: in " +
+                           found.where}};
+  if (found.rank >= 0) f["rank"] = found.rank;
+  return f;
 }
 
 nlohmann::json CanaryReport(const std::vector<std::string>& planted, const std::string& found) {

@@ -50,8 +50,9 @@ class CanaryFile {
 // Where a candidate's product holds the canary: the rank, and in words
 // ("rank 1's output 'y' at byte 4093 (size small, trial 0)").
 struct CanaryFound {
-  int rank = -1;  // -1: nowhere
-  std::string where;
+  int rank = -1;      // -1: nowhere, or no rank is known
+  std::string where;  // empty: nowhere
+  bool found() const { return !where.empty(); }
 };
 
 // One check call's outputs ([rank][output], raw bytes as read back, in
@@ -62,6 +63,15 @@ CanaryFound CanaryInOutputs(const std::vector<std::string>& needles, const Probl
 
 // A sighting in a rank's captured output: "rank 0's stdout/stderr at byte 120".
 CanaryFound CanaryInStream(int rank, const CanarySighting& sighting);
+
+// What the candidate's processes reported, as the document will hold it
+// ({field, text}: an error a rank sent, the profile's metric names): a
+// candidate's code runs in the process that writes its replies, so it can
+// put anything there. The first that holds the token's text: "the
+// evaluation's `error` (rank 1)" (`rank` >= 0 where it is known).
+CanaryFound CanaryInReports(std::string_view token,
+                            const std::vector<std::pair<std::string, std::string>>& texts,
+                            int rank);
 
 // The integrity finding (it rejects the kernel) for a sighting.
 nlohmann::json CanaryFinding(const CanaryFound& found);

@@ -124,6 +124,22 @@ Status RunSession(EvalSession& s, Attempt& a, const Objects& objects) {
   return st;
 }
 
+// The canary in what the candidate's processes reported (an error message
+// its code forged, a profile's metric names): found, an integrity finding
+// like one in its outputs.
+void LookForCanaryInReports(EvalSession& s, const Status& st) {
+  const int rank = s.failure.is_object() ? s.failure.value("rank", -1) : -1;
+  const CanaryFound found = CanaryInReports(s.options->canary,
+                                            {{"error", st.message() + " " + s.failure.dump()},
+                                             {"profile", s.profile.dump()},
+                                             {"sandbox", s.sandbox_report.dump()},
+                                             {"correctness", s.checks.dump()}},
+                                            rank);
+  if (!found.found()) return;
+  s.integrity.push_back(CanaryFinding(found));
+  s.canary_found = found.where;
+}
+
 class RealEvaluator final : public Evaluator {
  public:
   RealEvaluator(std::filesystem::path worker, std::optional<HardwareCard> card)
@@ -172,6 +188,7 @@ class RealEvaluator final : public Evaluator {
     s.reference_object = objects.reference;
     s.expert_report = ExpertStatement(task);
     Status st = RunSession(s, a, objects);
+    if (!options.canary.empty() && s.canary_found.empty()) LookForCanaryInReports(s, st);
     // An expert object that failed its timed calls is not tried again by this
     // evaluator: each try costs a harness group, and trusted code that failed
     // once will fail again.

@@ -166,7 +166,7 @@ Status RunCheckSize(EvalSession& s, SizePlan& plan) {
     json changed = json::array();
     KF_ASSIGN_OR_RETURN(auto outputs, ReadAll(s, false, &changed));
     // The canary in an output rejects the kernel whatever else it computed.
-    if (CanaryFound found = CanaryInOutputs(s.canary_needles, p, outputs, trial); found.rank >= 0) {
+    if (CanaryFound found = CanaryInOutputs(s.canary_needles, p, outputs, trial); found.found()) {
       s.integrity.push_back(CanaryFinding(found));
       s.canary_found = found.where;
       (void)Release(s, plan, s.candidate);

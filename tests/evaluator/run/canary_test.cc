@@ -97,10 +97,10 @@ TEST(CanaryScan, HonestDataHoldsNone) {
   // Its prefix and 15 of its raw bytes are not it.
   std::memcpy(outputs[2][0].data() + 100, "kforge-canary-", 14);
   std::memcpy(outputs[3][0].data() + 200, kRaw.data(), kRaw.size() - 1);
-  EXPECT_EQ(CanaryInOutputs(needles, TwoOutputs(), outputs, 0).rank, -1);
+  EXPECT_FALSE(CanaryInOutputs(needles, TwoOutputs(), outputs, 0).found());
   // Without a canary nothing is looked for.
   std::memcpy(outputs[4][0].data() + 300, kCanary, std::strlen(kCanary));
-  EXPECT_EQ(CanaryInOutputs({}, TwoOutputs(), outputs, 0).rank, -1);
+  EXPECT_FALSE(CanaryInOutputs({}, TwoOutputs(), outputs, 0).found());
 }
 
 // Half the token at the end of one tensor and half at the start of the next
@@ -117,7 +117,28 @@ TEST(CanaryScan, ATokenSplitAcrossTwoTensorsIsNotClaimed) {
   auto& last = outputs[0][1];
   std::memcpy(last.data() + last.size() - half, token.data(), half);
   std::memcpy(outputs[1][0].data(), token.data() + half, token.size() - half);
-  EXPECT_EQ(CanaryInOutputs(needles, TwoOutputs(), outputs, 0).rank, -1);
+  EXPECT_FALSE(CanaryInOutputs(needles, TwoOutputs(), outputs, 0).found());
+}
+
+// A candidate's code writes its own process's replies: a canary in an error
+// it forged (or a metric's name) is found there, with the rank the failure
+// names; honest reports and an evaluation without a canary hold none.
+TEST(CanaryScan, ItIsFoundInWhatTheCandidatesProcessesReported) {
+  const json failure = {{"phase", "correctness"},
+                        {"rank", 1},
+                        {"message", std::string("kf_run: CUDA error ") + kCanary}};
+  const CanaryFound forged = CanaryInReports(
+      kCanary, {{"error", "runtime_error: " + failure.dump()}, {"profile", "null"}}, 1);
+  EXPECT_TRUE(forged.found());
+  EXPECT_EQ(forged.rank, 1);
+  EXPECT_EQ(forged.where, "the evaluation's `error` (rank 1)");
+  const json metric = {{"metrics", {{std::string("x.") + kCanary, 1.0}}}};
+  const CanaryFound named =
+      CanaryInReports(kCanary, {{"error", ""}, {"profile", metric.dump()}}, -1);
+  EXPECT_EQ(named.where, "the evaluation's `profile`");
+  EXPECT_EQ(CanaryFinding(named).count("rank"), 0u);
+  EXPECT_FALSE(CanaryInReports(kCanary, {{"error", "mismatch at size small"}}, 0).found());
+  EXPECT_FALSE(CanaryInReports("", {{"error", kCanary}}, 0).found());
 }
 
 // A stream fed in pieces of every size finds the token wherever it lies, at
