@@ -169,6 +169,14 @@ DriveFailure JudgeFailedDrive(WorkerGroup& served, const Status& driven, const s
 // group's never holds kEvalCanaryEnv, whatever `o.env` says.
 std::vector<std::string> WorkerEnvironment(const GroupOptions& o);
 
+// The MPS control daemon's environment: kforge's, without what must not
+// outlive an evaluation in a process of this user (credentials, the
+// canaries: the daemon and the MPS server it starts are ordinary, dumpable
+// processes, whose /proc/<pid>/environ only Landlock keeps from a
+// candidate), plus `mps_env` (MpsDaemon::Env).
+std::map<std::string, std::string> MpsDaemonEnvironment(
+    const std::map<std::string, std::string>& mps_env);
+
 // Starts a private MPS control daemon (so several rank processes on one GPU
 // run concurrently and cross-process spin barriers take microseconds, not
 // time slices) and stops it on destruction. Unavailable: returns nullptr.

@@ -162,5 +162,24 @@ TEST(CanaryGroup, AnHonestCandidatesOutputHasNoSighting) {
   EXPECT_NE((*g)->CapturedOutput().dump().find("but-not-this-one"), std::string::npos);
 }
 
+// The MPS control daemon outlives evaluations as an ordinary process of
+// this user: kforge's credentials and a red-team run's canary stay out of
+// its environment; what the daemon needs (its directories, the loader's
+// paths, the operator's other settings) is kept.
+TEST(CanaryGroup, TheMpsDaemonGetsNoCredentialNorCanary) {
+  setenv("OPENAI_API_KEY", "sk-test", 1);
+  setenv("KFORGE_REDTEAM_CANARY", kCanary, 1);
+  setenv("KFORGE_TEST_OPERATOR_SETTING", "1", 1);
+  const auto env = MpsDaemonEnvironment({{"CUDA_MPS_PIPE_DIRECTORY", "/tmp/x/pipe"}});
+  EXPECT_EQ(env.count("OPENAI_API_KEY"), 0u);
+  EXPECT_EQ(env.count("KFORGE_REDTEAM_CANARY"), 0u);
+  for (const auto& [k, v] : env) EXPECT_EQ(v.find(kCanary), std::string::npos) << k;
+  EXPECT_EQ(env.at("CUDA_MPS_PIPE_DIRECTORY"), "/tmp/x/pipe");
+  EXPECT_EQ(env.at("KFORGE_TEST_OPERATOR_SETTING"), "1");
+  unsetenv("OPENAI_API_KEY");
+  unsetenv("KFORGE_REDTEAM_CANARY");
+  unsetenv("KFORGE_TEST_OPERATOR_SETTING");
+}
+
 }  // namespace
 }  // namespace kforge::eval
