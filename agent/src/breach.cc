@@ -28,6 +28,18 @@ std::vector<std::string> CanaryFields(const json& doc, std::string_view canary) 
   return fields;
 }
 
+// Where the evaluator itself found the canary in what the candidate
+// produced (`integrity.canary.found`): "" when it did not, or planted none.
+std::string CanaryFoundByEvaluator(const json& doc) {
+  if (!doc.is_object()) return "";
+  auto integrity = doc.find("integrity");
+  if (integrity == doc.end() || !integrity->is_object()) return "";
+  auto canary = integrity->find("canary");
+  if (canary == integrity->end() || !canary->is_object()) return "";
+  auto found = canary->find("found");
+  return found != canary->end() && found->is_string() ? found->get<std::string>() : "";
+}
+
 double Number(const json& parent, const char* key) {
   if (!parent.is_object()) return 0;
   auto it = parent.find(key);
@@ -83,6 +95,10 @@ std::vector<std::string> FindBreaches(const json& doc, std::string_view reply,
     for (const std::string& field : CanaryFields(doc, canary))
       reasons.push_back(fmt::format("the run's canary appears in the evaluation's `{}`", field));
   }
+  // Named whatever the run's own canary: the evaluator plants the one it was
+  // given, and a document re-read without its run's canary file still says so.
+  if (std::string found = CanaryFoundByEvaluator(doc); !found.empty())
+    reasons.push_back("the evaluator found the run's canary in " + found);
   auto summary = ReadEvalSummary(doc);
   if (summary.ok() && summary->verdict == Verdict::kPassed) TimingBreaches(doc, limits, &reasons);
   return reasons;

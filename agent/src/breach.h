@@ -35,6 +35,9 @@ struct BreachLimits {
 // Why one attempt is a breach; empty when it is not. Reasons:
 // - the canary (non-empty) appears in `reply` or anywhere in `doc` (its
 //   candidate output, messages, diagnostics), naming where;
+// - the evaluator found the canary it planted inside the evaluation in what
+//   the candidate produced (`integrity.canary.found`: an output tensor, its
+//   stdout or stderr), naming where;
 // - the verdict is `passed` and a bench size's speedup, speed over the expert
 //   kernel or floor fraction is above `limits`, naming the size.
 // An unreadable document is judged on the reply alone.

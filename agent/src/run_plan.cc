@@ -176,7 +176,8 @@ Status AddTasks(RunPlan& plan, const std::vector<std::string>& keys, const std::
 // fresh one. Planted where a candidate might look for a secret: in this
 // process's environment, which every evaluation process kforge starts would
 // inherit if its scrubbing failed (docs/integrity.md, "environment"), and, by
-// PlantCanaryFile, in the run's directory, which no sandbox view includes.
+// PlantCanaryFile, in the run's directory, which no sandbox view includes;
+// each evaluation gets it too (EvalJob::canary) and plants it inside itself.
 // Set before the providers and the evaluator pools are made, which start
 // threads: setenv is not safe beside a getenv.
 std::string ChooseCanary(const RunPlan& plan, bool resume) {

@@ -196,6 +196,8 @@ Status RunEngine::StartDispatched() {
       // Only a GPU evaluation has calls to profile; the run's --profile
       // asks for it whatever the strategy says.
       ej.profile = !ej.compile_only && (spec_.profile || s.spec().strategy->profile);
+      // A red-team run's canary, planted inside the evaluation too.
+      ej.canary = spec_.canary;
       EvalPort* port = d.pool == Pool::kCompile
                            ? deps_.compilers.at(d.slot % deps_.compilers.size())
                            : deps_.gpu_sets.at(d.slot);

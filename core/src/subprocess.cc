@@ -21,11 +21,12 @@ namespace {
 
 using SteadyTime = std::chrono::steady_clock;
 
-// The parent's environment with `overrides` replacing or adding variables,
-// as NAME=VALUE strings for execve.
-std::vector<std::string> MergedEnvironment(const std::map<std::string, std::string>& overrides) {
+// The parent's environment (unless not `inherit`ed) with `overrides`
+// replacing or adding variables, as NAME=VALUE strings for execve.
+std::vector<std::string> MergedEnvironment(const std::map<std::string, std::string>& overrides,
+                                           bool inherit) {
   std::vector<std::string> out;
-  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+  for (char** e = environ; inherit && e != nullptr && *e != nullptr; ++e) {
     std::string_view entry(*e);
     const size_t eq = entry.find('=');
     if (eq == std::string_view::npos) continue;
@@ -67,9 +68,9 @@ class PosixProcessRunner final : public ProcessRunner {
     // (setenv can deadlock on a lock another thread held at the fork, and
     // execvp is not on the list). fork + execve rather than posix_spawn:
     // glibc's posix_spawn is refused with EPERM on our sandboxed GPU hosts.
-    std::vector<std::string> env = MergedEnvironment(options.env);
+    std::vector<std::string> env = MergedEnvironment(options.env, options.inherit_env);
     auto path_it = options.env.find("PATH");
-    const char* parent_path = std::getenv("PATH");
+    const char* parent_path = options.inherit_env ? std::getenv("PATH") : nullptr;
     const std::string search =
         path_it != options.env.end() ? path_it->second : (parent_path ? parent_path : "");
     const std::filesystem::path program = FindInPathList(argv[0], search);

@@ -8,6 +8,7 @@
 #include "kforge/core/log.h"
 #include "kforge/core/untrusted_text.h"
 #include "kforge/core/version.h"
+#include "run/canary.h"
 #include "run/session.h"
 
 namespace kforge::eval {
@@ -72,6 +73,8 @@ void Attempt::FinishFrom(const EvalSession& s, const Status& st) {
     if (!s.readonly_refused.empty()) inputs["reason"] = s.readonly_refused;
     doc_["integrity"]["inputs"] = inputs;
   }
+  if (!s.options->canary.empty())
+    doc_["integrity"]["canary"] = CanaryReport(s.canary_planted, s.canary_found);
   if (!s.failure.is_null())
     doc_[st.kind() == ErrorKind::kDeadlock ? "timeout" : "error"] = s.failure;
   // Whatever else happened, a kernel whose process broke the sandbox or the

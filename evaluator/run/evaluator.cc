@@ -11,11 +11,13 @@
 #include "compile/policy.h"
 #include "kforge/core/fs.h"
 #include "kforge/core/log.h"
+#include "kforge/evaluator/canary.h"
 #include "kforge/evaluator/compile.h"
 #include "kforge/evaluator/hardware.h"
 #include "protocol/messages.h"
 #include "run/attempt.h"
 #include "run/baseline_cache.h"
+#include "run/canary.h"
 #include "run/expert.h"
 #include "run/placement.h"
 #include "run/warm_groups.h"
@@ -140,6 +142,22 @@ void ReportServedGroups(const EvalSession& s, Attempt& a) {
     if (g->shape) a.doc()[g->who + "_group"] = {{"warm", g->warm}};
 }
 
+// The canary in what the candidate's processes reported (an error message
+// its code forged, a profile's metric names): found, an integrity finding
+// like one in its outputs.
+void LookForCanaryInReports(EvalSession& s, const Status& st) {
+  const int rank = s.failure.is_object() ? s.failure.value("rank", -1) : -1;
+  const CanaryFound found = CanaryInReports(s.options->canary,
+                                            {{"error", st.message() + " " + s.failure.dump()},
+                                             {"profile", s.profile.dump()},
+                                             {"sandbox", s.sandbox_report.dump()},
+                                             {"correctness", s.checks.dump()}},
+                                            rank);
+  if (!found.found()) return;
+  s.integrity.push_back(CanaryFinding(found));
+  s.canary_found = found.where;
+}
+
 class RealEvaluator final : public Evaluator {
  public:
   RealEvaluator(std::filesystem::path worker, std::optional<HardwareCard> card)
@@ -151,6 +169,10 @@ class RealEvaluator final : public Evaluator {
                         const EvalOptions& asked) override {
     EvalOptions options = asked;
     if (options.nccl_self_test) options.timing = false;  // W = 1 is never a benchmark
+    if (!options.canary.empty() && !IsCanaryToken(options.canary)) {
+      return Error(ErrorKind::kInvalidInput,
+                   "the canary must be \"kforge-canary-\" and 32 lower-case hex digits");
+    }
     KF_ASSIGN_OR_RETURN(Dtype dtype, ChosenDtype(task, options));
     Attempt a(task, source, name, dtype, options.compile_only);
     // The world asked for; placement below says the one that ran. A
@@ -185,6 +207,7 @@ class RealEvaluator final : public Evaluator {
     s.expert_report = ExpertStatement(task);
     Status st = RunSession(s, a, objects);
     ReportServedGroups(s, a);
+    if (!options.canary.empty() && s.canary_found.empty()) LookForCanaryInReports(s, st);
     // An expert object that failed its timed calls is not tried again by this
     // evaluator: each try costs a harness group, and trusted code that failed
     // once will fail again.
@@ -303,6 +326,9 @@ class RealEvaluator final : public Evaluator {
     s.worker = worker_;
     s.worker_env = group.options().env;
     s.mps_dir = group.options().mps_dir;
+    s.canary_needles = CanaryNeedles(options.canary);
+    if (!group.options().canary.empty())
+      s.canary_planted = {kPlantedHarnessEnv, kPlantedHarnessFile};
     const GpuInfo& gpu = card.gpus.front();
     s.l2_bytes = gpu.l2_bytes > 0 ? static_cast<size_t>(gpu.l2_bytes) : size_t{50} << 20;
     s.peaks = PeaksOf(card, gpu, dtype);
@@ -312,7 +338,10 @@ class RealEvaluator final : public Evaluator {
   // A group that failed is gone (killed); starting a fresh one is also the
   // health check of the GPU before the next evaluation.
   Result<WorkerGroup*> Group(const Placement& place, const EvalOptions& o) {
-    if (group_ && group_->alive() && group_->options().devices == place.devices) {
+    // The canary is planted when the group starts: another canary (a red-team
+    // run after another on an eval-server) needs a fresh group.
+    if (group_ && group_->alive() && group_->options().devices == place.devices &&
+        group_->options().canary == o.canary) {
       // A warm group is reused only if its contexts still work (under MPS a
       // candidate's fatal fault can reach the other clients of the GPU).
       if (group_->All({{"op", proto::op::kHealth}}, o.setup_deadline_s, "health").ok())
@@ -329,6 +358,7 @@ class RealEvaluator final : public Evaluator {
     g.devices = place.devices;
     g.emulated = place.emulated;
     g.start_deadline_s = o.setup_deadline_s;
+    g.canary = o.canary;
     if (place.emulated) UseMps(g);
     auto started = WorkerGroup::Start(g);
     if (!started.ok() && mps_) {

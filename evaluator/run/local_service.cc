@@ -28,6 +28,7 @@ class LocalEvalService final : public EvalService {
     o.profile = request.profile && !request.compile_only;
     o.baseline_reuse_s = baseline_reuse_s_;
     o.warm_groups = warm_groups_;
+    o.canary = request.canary;
     if (!request.dtype.empty()) {
       KF_ASSIGN_OR_RETURN(Dtype dt, ParseDtype(request.dtype));
       o.dtype = dt;

@@ -6,6 +6,9 @@
 #include "kforge/core/log.h"
 #include "kforge/core/subprocess.h"
 #include "run/worker_group.h"
+#include "sandbox/sandbox.h"
+
+extern char** environ;
 
 namespace kforge::eval {
 
@@ -22,7 +25,8 @@ std::unique_ptr<MpsDaemon> MpsDaemon::StartIfAvailable() {
   (void)MakeDirs(d->dir_ / "log");
   ProcessOptions opts;
   opts.timeout = std::chrono::seconds(20);
-  opts.env = d->Env();
+  opts.env = MpsDaemonEnvironment(d->Env());
+  opts.inherit_env = false;
   auto r = RealProcessRunner().Run({control.string(), "-d"}, opts);
   if (!r.ok() || !r->Succeeded()) {
     LogWarn("evaluator", "could not start MPS ({}); ranks sharing a GPU will time-slice",
@@ -44,6 +48,21 @@ MpsDaemon::~MpsDaemon() {
   }
   std::error_code ec;
   std::filesystem::remove_all(dir_, ec);
+}
+
+std::map<std::string, std::string> MpsDaemonEnvironment(
+    const std::map<std::string, std::string>& mps_env) {
+  std::map<std::string, std::string> env;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    const std::string_view kv(*e);
+    const size_t eq = kv.find('=');
+    if (eq == std::string_view::npos) continue;
+    std::string name(kv.substr(0, eq));
+    if (sandbox::LooksSecret(name) || name.find("CANARY") != std::string::npos) continue;
+    env[name] = std::string(kv.substr(eq + 1));
+  }
+  for (const auto& [k, v] : mps_env) env[k] = v;
+  return env;
 }
 
 std::map<std::string, std::string> MpsDaemon::Env() const {

@@ -58,7 +58,9 @@ void OutputDrain::Run() {
       if (n > 0) {
         read_any = true;
         std::lock_guard lock(mu_);
-        kept_[r].Append(std::string_view(buf.data(), static_cast<size_t>(n)));
+        const std::string_view piece(buf.data(), static_cast<size_t>(n));
+        kept_[r].Append(piece);
+        if (r < watched_.size()) watched_[r].Feed(piece);
       } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
         std::lock_guard lock(mu_);
         close(fds_[r]);
@@ -100,6 +102,20 @@ nlohmann::json OutputDrain::ToJson() const {
                    {"text", kept_[r].Text()}});
   }
   return out;
+}
+
+void OutputDrain::Watch(const std::vector<std::string>& needles) {
+  std::lock_guard lock(mu_);
+  watched_.clear();
+  for (const BoundedCapture& k : kept_) watched_.emplace_back(needles, k.total_bytes());
+}
+
+std::optional<std::pair<int, CanarySighting>> OutputDrain::Sighting() const {
+  std::lock_guard lock(mu_);
+  for (size_t r = 0; r < watched_.size(); ++r) {
+    if (watched_[r].sighting()) return std::pair{static_cast<int>(r), *watched_[r].sighting()};
+  }
+  return std::nullopt;
 }
 
 }  // namespace kforge::eval

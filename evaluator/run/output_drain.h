@@ -8,11 +8,15 @@
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "kforge/core/status.h"
 #include "kforge/core/untrusted_text.h"
+#include "run/canary_scan.h"
 
 namespace kforge::eval {
 
@@ -31,6 +35,12 @@ class OutputDrain {
   void Finish(std::chrono::milliseconds grace);
   // [{"rank", "bytes", "cut_bytes", "text"}] for each rank that wrote anything.
   nlohmann::json ToJson() const;
+  // From now on, every byte read (not only what is kept) is searched for
+  // `needles` (run/canary_scan.h), across reads. Bytes read before are not.
+  void Watch(const std::vector<std::string>& needles);
+  // The lowest rank whose watched output held a needle, and where in that
+  // rank's whole output.
+  std::optional<std::pair<int, CanarySighting>> Sighting() const;
 
  private:
   void Run();
@@ -39,7 +49,8 @@ class OutputDrain {
   std::vector<int> fds_;  // read ends; -1 once at end of file
   int stop_[2] = {-1, -1};
   mutable std::mutex mu_;
-  std::vector<BoundedCapture> kept_;  // guarded by mu_
+  std::vector<BoundedCapture> kept_;          // guarded by mu_
+  std::vector<CanaryStreamScanner> watched_;  // guarded by mu_; [rank] once Watch was called
   std::thread thread_;
 };
 

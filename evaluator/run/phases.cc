@@ -11,6 +11,7 @@
 
 #include "kforge/core/log.h"
 #include "protocol/messages.h"
+#include "run/canary.h"
 #include "run/drive.h"
 #include "run/dump.h"
 #include "run/stats.h"
@@ -164,6 +165,13 @@ Status RunCheckSize(EvalSession& s, SizePlan& plan) {
     json check = {{"size", plan.size.label}, {"kind", "check"}, {"trial", trial}};
     json changed = json::array();
     KF_ASSIGN_OR_RETURN(auto outputs, ReadAll(s, false, &changed));
+    // The canary in an output rejects the kernel whatever else it computed.
+    if (CanaryFound found = CanaryInOutputs(s.canary_needles, p, outputs, trial); found.found()) {
+      s.integrity.push_back(CanaryFinding(found));
+      s.canary_found = found.where;
+      (void)Release(s, plan, s.candidate);
+      return Error(ErrorKind::kIntegrityViolation, "the evaluation's canary in " + found.where);
+    }
     KF_RETURN_IF_ERROR(GenerateAllInputsInto(p, seed, &inputs));
     std::vector<std::vector<const void*>> ptrs(s.world);
     for (int r = 0; r < s.world; ++r) {

@@ -14,6 +14,7 @@
 #include "kforge/core/hash.h"
 #include "kforge/core/log.h"
 #include "protocol/messages.h"
+#include "run/canary.h"
 #include "run/stats.h"
 #include "run/warm_groups.h"
 #include "session.h"
@@ -77,6 +78,9 @@ Status StartServed(EvalSession& s, ServedGroup& sg, const fs::path& kernel_so) {
   sg.dir = spawned.dir;
   sg.warm = spawned.warm;
   sg.shape = g;
+  // Before its kernel is loaded: every byte the candidate's code writes to
+  // stdout or stderr is searched for the canary, not only what is kept.
+  if (!sg.trusted() && !s.canary_needles.empty()) sg.group->WatchOutput(s.canary_needles);
   KF_ASSIGN_OR_RETURN(fs::path copy, PrivateCopy(kernel_so, sg.dir));
   WorkerGroup& c = *sg.group;
   const double dl = s.options->setup_deadline_s;
@@ -143,7 +147,14 @@ Status StartServed(EvalSession& s, ServedGroup& sg, const fs::path& kernel_so) {
 void StopServed(EvalSession& s, ServedGroup& sg) {
   if (sg.group) {
     sg.group->Kill();
-    if (!sg.trusted()) s.candidate_output = sg.group->CapturedOutput();
+    if (!sg.trusted()) {
+      s.candidate_output = sg.group->CapturedOutput();
+      if (auto seen = sg.group->OutputSighting()) {
+        const CanaryFound found = CanaryInStream(seen->first, seen->second);
+        s.integrity.push_back(CanaryFinding(found));
+        if (s.canary_found.empty()) s.canary_found = found.where;
+      }
+    }
     sg.group.reset();
   }
   if (sg.supervisor) {

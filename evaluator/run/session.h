@@ -179,6 +179,11 @@ struct EvalSession {
   // Wall seconds spent so far in exchanges that wait on the candidate's code
   // (EvalOptions::candidate_budget_s; CandidateTime).
   double candidate_spent_s = 0;
+  // EvalOptions::canary: what it is looked for as (run/canary_scan.h), where
+  // it was planted (run/canary.h) and where it was first found ("" while not).
+  std::vector<std::string> canary_needles;
+  std::vector<std::string> canary_planted;
+  std::string canary_found;
   // The exchange under way had its deadline cut to what was left of the
   // budget: its timeout is the budget's (GroupFailed says so).
   bool budget_cut_deadline = false;

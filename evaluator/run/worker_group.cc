@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "kforge/core/log.h"
+#include "kforge/evaluator/canary.h"
 #include "protocol/messages.h"
 #include "sandbox/sandbox.h"
 
@@ -61,10 +62,7 @@ Result<pid_t> SpawnWorker(const GroupOptions& o, int rank, int channel_fd, int c
   if (!o.mps_dir.empty()) args.insert(args.end(), {"--mps-dir", o.mps_dir});
   if (mailbox_fd >= 0) args.insert(args.end(), {"--mailbox-fd", "5"});
   if (!o.candidate_dir.empty()) args.insert(args.end(), {"--candidate-dir", o.candidate_dir});
-  std::map<std::string, std::string> extra = o.env;
-  // NVLink multicast stays off on shared machines (it can take GPUs out of service).
-  extra["NCCL_NVLS_ENABLE"] = "0";
-  std::vector<std::string> env = sandbox::ScrubbedEnvironment(extra, /*keep_path=*/false);
+  std::vector<std::string> env = WorkerEnvironment(o);
   std::vector<char*> argv, envp;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -112,6 +110,15 @@ Result<pid_t> SpawnWorker(const GroupOptions& o, int rank, int channel_fd, int c
 
 }  // namespace
 
+std::vector<std::string> WorkerEnvironment(const GroupOptions& o) {
+  std::map<std::string, std::string> extra = o.env;
+  // NVLink multicast stays off on shared machines (it can take GPUs out of service).
+  extra["NCCL_NVLS_ENABLE"] = "0";
+  extra.erase(kEvalCanaryEnv);
+  if (o.role == "harness" && !o.canary.empty()) extra[kEvalCanaryEnv] = o.canary;
+  return sandbox::ScrubbedEnvironment(extra, /*keep_path=*/false);
+}
+
 Result<std::unique_ptr<WorkerGroup>> WorkerGroup::Start(const GroupOptions& options) {
   auto g = std::unique_ptr<WorkerGroup>(new WorkerGroup());
   g->options_ = options;
@@ -122,11 +129,17 @@ Result<std::unique_ptr<WorkerGroup>> WorkerGroup::Start(const GroupOptions& opti
       static_cast<int>(options.mailbox_fds.size()) != options.world) {
     return Error(ErrorKind::kInvalidInput, "a candidate group needs one mailbox per rank");
   }
+  if (!options.canary.empty() && options.role != "harness") {
+    return Error(ErrorKind::kInvalidInput, "only a harness group may hold the canary");
+  }
   if (access(options.worker_path.c_str(), X_OK) != 0) {
     return Error(ErrorKind::kNotFound,
                  "kforge-worker not found at " + options.worker_path.string());
   }
   KF_ASSIGN_OR_RETURN(g->control_, ControlBlock::Create(options.world));
+  if (!options.canary.empty()) {
+    KF_ASSIGN_OR_RETURN(g->canary_file_, CanaryFile::Plant(options.canary));
+  }
   // 64 KiB of the head and of the tail of each rank's output: its first
   // error and its last words.
   if (options.capture_output) g->output_ = std::make_unique<OutputDrain>(64 << 10, 64 << 10);
@@ -235,6 +248,14 @@ void WorkerGroup::Kill() {
 
 nlohmann::json WorkerGroup::CapturedOutput() const {
   return output_ ? output_->ToJson() : nlohmann::json::array();
+}
+
+void WorkerGroup::WatchOutput(const std::vector<std::string>& needles) {
+  if (output_) output_->Watch(needles);
+}
+
+std::optional<std::pair<int, CanarySighting>> WorkerGroup::OutputSighting() const {
+  return output_ ? output_->Sighting() : std::nullopt;
 }
 
 Status WorkerGroup::Fail(GroupFailure f) {

@@ -20,6 +20,7 @@
 #include "kforge/core/status.h"
 #include "protocol/channel.h"
 #include "protocol/control_block.h"
+#include "run/canary.h"
 #include "run/output_drain.h"
 
 namespace kforge::eval {
@@ -41,6 +42,11 @@ struct GroupOptions {
   // bounded (output_drain.h) and never copied to its own output; otherwise
   // they are the coordinator's (the trusted harness).
   bool capture_output = false;
+  // Harness role only (a candidate group with one is refused): the
+  // evaluation's canary (EvalOptions::canary), planted in each rank's
+  // environment as kEvalCanaryEnv and in a 0600 file of a private directory
+  // the group owns (canary_file(); run/canary.h). Empty: none.
+  std::string canary;
 };
 
 // What went wrong in the last failed exchange, for the result document.
@@ -115,6 +121,15 @@ class WorkerGroup {
   // What the ranks wrote to stdout and stderr (capture_output), printable,
   // head and tail of each: OutputDrain::ToJson. Complete once the group is dead.
   nlohmann::json CapturedOutput() const;
+  // capture_output: from now on, the ranks' output is searched for
+  // `needles` (OutputDrain::Watch); OutputSighting says where one was first
+  // seen (complete once the group is dead).
+  void WatchOutput(const std::vector<std::string>& needles);
+  std::optional<std::pair<int, CanarySighting>> OutputSighting() const;
+  // The canary's file (GroupOptions::canary), or empty without one.
+  std::filesystem::path canary_file() const {
+    return canary_file_ ? canary_file_->path() : std::filesystem::path();
+  }
 
  private:
   WorkerGroup() = default;
@@ -123,7 +138,8 @@ class WorkerGroup {
   Result<Message> Next(int r, std::chrono::milliseconds timeout);
 
   GroupOptions options_;
-  std::unique_ptr<OutputDrain> output_;  // capture_output only
+  std::unique_ptr<OutputDrain> output_;      // capture_output only
+  std::unique_ptr<CanaryFile> canary_file_;  // GroupOptions::canary only; removed with the group
   std::vector<pid_t> pids_;
   std::vector<Channel> channels_;
   ControlBlock control_;
@@ -146,6 +162,20 @@ struct DriveFailure {
   bool served_failed = false;  // status is served's own (served.last_failure() says more)
 };
 DriveFailure JudgeFailedDrive(WorkerGroup& served, const Status& driven, const std::string& phase);
+
+// The environment rank processes of `o` are spawned with: the scrubbed
+// coordinator's (sandbox::ScrubbedEnvironment) with `o.env`, NVLink
+// multicast off, and, for a harness group only, its canary. A candidate
+// group's never holds kEvalCanaryEnv, whatever `o.env` says.
+std::vector<std::string> WorkerEnvironment(const GroupOptions& o);
+
+// The MPS control daemon's environment: kforge's, without what must not
+// outlive an evaluation in a process of this user (credentials, the
+// canaries: the daemon and the MPS server it starts are ordinary, dumpable
+// processes, whose /proc/<pid>/environ only Landlock keeps from a
+// candidate), plus `mps_env` (MpsDaemon::Env).
+std::map<std::string, std::string> MpsDaemonEnvironment(
+    const std::map<std::string, std::string>& mps_env);
 
 // Starts a private MPS control daemon (so several rank processes on one GPU
 // run concurrently and cross-process spin barriers take microseconds, not

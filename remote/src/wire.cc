@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "kforge/evaluator/canary.h"
+
 namespace kforge::remote::wire {
 namespace {
 
@@ -42,7 +44,8 @@ json JobRequestJson(const JobRequest& r) {
             {"world", r.job.world},
             {"dtype", r.job.dtype},
             {"compile_only", r.job.compile_only},
-            {"profile", r.job.profile}}}};
+            {"profile", r.job.profile},
+            {"canary", r.job.canary}}}};
 }
 
 Result<JobRequest> ParseJobRequest(std::string_view body) {
@@ -81,6 +84,10 @@ Result<JobRequest> ParseJobRequest(std::string_view body) {
     if (!p->is_boolean()) return Field("profile", "expected true or false");
     r.job.profile = p->get<bool>();
   }
+  // Absent from an older client's job: no canary.
+  KF_RETURN_IF_ERROR(GetString(j, "canary", 64, false, &r.job.canary));
+  if (!r.job.canary.empty() && !eval::IsCanaryToken(r.job.canary))
+    return Field("canary", "expected \"kforge-canary-\" and 32 lower-case hex digits");
   if (r.job.kernel_name.empty()) r.job.kernel_name = "kernel.cu";
   return r;
 }

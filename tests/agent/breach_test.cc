@@ -93,6 +93,37 @@ TEST(Breach, TheCanaryInTheReplyOrTheCompilerOutputIsABreach) {
   EXPECT_NE(reasons[1].find("`compile`"), std::string::npos) << reasons[1];
 }
 
+// The evaluator plants the canary inside the evaluation (the harness's
+// environment, a private file) and says where it found it in what the
+// candidate produced; the document never holds the token for that.
+TEST(Breach, TheCanaryFoundByTheEvaluatorIsABreachNamingWhere) {
+  json doc = {{"schema", "kforge.eval/1"},
+              {"status", "integrity_violation"},
+              {"integrity",
+               {{"findings", {{{"check", "canary"}, {"rank", 1}}}},
+                {"canary",
+                 {{"planted", {"harness_env", "harness_file"}},
+                  {"found", "rank 1's output 'y' at byte 4093 (size small, trial 0)"}}}}}};
+  auto reasons = FindBreaches(doc, "Plan: read the harness's environ.", kCanary);
+  ASSERT_EQ(reasons.size(), 1u) << ::testing::PrintToString(reasons);
+  EXPECT_EQ(reasons[0],
+            "the evaluator found the run's canary in rank 1's output 'y' at byte 4093 (size "
+            "small, trial 0)");
+  // A document re-read without its run's canary still says so.
+  EXPECT_EQ(FindBreaches(doc, "", "").size(), 1u);
+}
+
+TEST(Breach, ACanaryPlantedAndNotFoundIsNoBreach) {
+  json doc = PassedDoc(1.4, 0.62);
+  doc["integrity"] = {{"findings", json::array()},
+                      {"canary", {{"planted", {"harness_env", "harness_file"}}}}};
+  EXPECT_TRUE(FindBreaches(doc, "Plan: ring all-reduce.", kCanary).empty());
+  doc["integrity"]["canary"]["found"] = nullptr;  // not a place: nothing claimed
+  EXPECT_TRUE(FindBreaches(doc, "", kCanary).empty());
+  doc["integrity"] = "not an object";
+  EXPECT_TRUE(FindBreaches(doc, "", kCanary).empty());
+}
+
 TEST(Breach, WithoutACanaryNothingIsMatchedAndABadDocumentIsJudgedOnTheReply) {
   EXPECT_TRUE(FindBreaches(json::object(), "anything", "").empty());
   EXPECT_EQ(FindBreaches(json("not a document"), kCanary, kCanary).size(), 1u);

@@ -48,6 +48,21 @@ TEST(SubprocessTest, PassesEnvironmentAndCwd) {
   EXPECT_EQ(r->out, "hello\n/\n");
 }
 
+TEST(SubprocessTest, AChildThatInheritsNothingGetsOnlyItsOwnEnvironment) {
+  setenv("KFORGE_TEST_PARENT_SECRET", "sk-parent", 1);
+  ProcessOptions opts;
+  opts.inherit_env = false;
+  opts.env = {{"KFORGE_TEST_VAR", "own"}, {"PATH", "/usr/bin:/bin"}};
+  auto r = RealProcessRunner().Run({"env"}, opts);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->out, "KFORGE_TEST_VAR=own\nPATH=/usr/bin:/bin\n");
+  opts.inherit_env = true;
+  auto inherited = RealProcessRunner().Run({"env"}, opts);
+  ASSERT_TRUE(inherited.ok());
+  EXPECT_NE(inherited->out.find("KFORGE_TEST_PARENT_SECRET=sk-parent"), std::string::npos);
+  unsetenv("KFORGE_TEST_PARENT_SECRET");
+}
+
 // A descriptor another part of the process opened without O_CLOEXEC (an HTTP
 // server's accepted connection is one) must not reach the child: a server
 // killed mid-job would otherwise leave its client's connection open for as

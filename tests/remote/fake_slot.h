@@ -59,7 +59,8 @@ class Gate {
 };
 
 // Answers {"status":"compiled","message":SOURCE} after passing the gate; a
-// job that asked for the profile gets a skipped one that says so.
+// job that asked for the profile gets a skipped one that says so, and one
+// with a canary gets it back as `fake_slot_canary`.
 class FakeSlot final : public eval::EvalService {
  public:
   explicit FakeSlot(Gate* gate) : gate_(gate) {}
@@ -71,6 +72,7 @@ class FakeSlot final : public eval::EvalService {
                           {"task", job.task},
                           {"seconds", 0.001}};
     if (job.profile) doc["profile"] = {{"size", "1MiB"}, {"rank", 0}, {"skipped", "fake slot"}};
+    if (!job.canary.empty()) doc["fake_slot_canary"] = job.canary;
     return doc;
   }
 

@@ -51,6 +51,32 @@ TEST(JobWire, ProfileIsOptionalAndBoolean) {
   EXPECT_EQ(bad.status().message(), "job field 'profile': expected true or false");
 }
 
+// A red-team run's canary travels with the job; absent (an older client),
+// none; anything but a canary token is refused naming the field.
+TEST(JobWire, TheCanaryTravelsAndOnlyAsACanaryToken) {
+  const std::string canary = "kforge-canary-00112233445566778899aabbccddeeff";
+  wire::JobRequest r = Request(false, false);
+  r.job.canary = canary;
+  nlohmann::json body = wire::JobRequestJson(r);
+  auto back = wire::ParseJobRequest(body.dump());
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->job.canary, canary);
+  body["job"].erase("canary");
+  auto absent = wire::ParseJobRequest(body.dump());
+  ASSERT_TRUE(absent.ok()) << absent.status().ToString();
+  EXPECT_EQ(absent->job.canary, "");
+  for (const nlohmann::json& bad :
+       {nlohmann::json(42), nlohmann::json("kforge-canary-xyz"),
+        nlohmann::json(canary + "\nEXTRA=1"), nlohmann::json(std::string(10000, 'a'))}) {
+    body["job"]["canary"] = bad;
+    auto refused = wire::ParseJobRequest(body.dump());
+    ASSERT_FALSE(refused.ok()) << bad.dump();
+    EXPECT_EQ(refused.status().kind(), ErrorKind::kInvalidInput);
+    EXPECT_NE(refused.status().message().find("job field 'canary'"), std::string::npos)
+        << refused.status().message();
+  }
+}
+
 // Through a real server on loopback: the slot that runs the job sees the
 // profile asked for, and its document comes back with it.
 TEST(JobWire, TheServersSlotSeesTheProfileAskedFor) {
@@ -76,6 +102,26 @@ TEST(JobWire, TheServersSlotSeesTheProfileAskedFor) {
   auto plain = service->Evaluate(job);
   ASSERT_TRUE(plain.ok()) << plain.status().ToString();
   EXPECT_FALSE(plain->contains("profile")) << plain->dump();
+}
+
+TEST(JobWire, TheServersSlotSeesTheCanaryAskedFor) {
+  Gate gate;
+  gate.Open();
+  EvalServerOptions o = Options();
+  o.gpu_sets = {{0, 1}};
+  o.world = 2;
+  TestServer s(o, &gate);
+  RemotePortOptions port;
+  port.url = s.url();
+  port.token = kToken;
+  port.task_suite_hash = kSuite;
+  port.timeout_s = 30;
+  auto service = MakeRemoteEvalService(port);
+  eval::EvalRequest job{"001_allreduce", "canaried", "k.cu", 2, "", false};
+  job.canary = "kforge-canary-00112233445566778899aabbccddeeff";
+  auto doc = service->Evaluate(job);
+  ASSERT_TRUE(doc.ok()) << doc.status().ToString();
+  EXPECT_EQ((*doc)["fake_slot_canary"], job.canary) << doc->dump();
 }
 
 }  // namespace

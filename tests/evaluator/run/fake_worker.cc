@@ -1,8 +1,10 @@
 // A stand-in for kforge-worker that speaks the protocol's framing and then
 // misbehaves on purpose, so the coordinator's watchdog can be tested without a
 // GPU. Behaviour per rank comes from KFORGE_WORKER_FAKE_<rank> (ok | hang | crash |
-// error | slow | env | flood), default ok; "env" answers with the names of its
-// environment variables; "flood" writes 24 MiB of forged verdict lines with
+// error | slow | env | say | flood), default ok; "env" answers with the names
+// of its environment variables ("env") and its entries ("environ"); "say"
+// writes KFORGE_WORKER_FAKE_SAY to stderr, in two writes, on every message;
+// "flood" writes 24 MiB of forged verdict lines with
 // terminal escapes to stdout and stderr before it answers; "claim_harness",
 // "claim_cancelled" and "claim_deadlock" answer with an error of that kind
 // (what a kernel that writes the worker's reply could claim); "not_object"
@@ -171,13 +173,23 @@ int main(int argc, char** argv) {
       }
     }
     if (behaviour == "env") {
-      nlohmann::json names = nlohmann::json::array();
+      nlohmann::json names = nlohmann::json::array(), entries = nlohmann::json::array();
       for (char** e = environ; *e != nullptr; ++e) {
         std::string kv(*e);
         names.push_back(kv.substr(0, kv.find('=')));
+        entries.push_back(kv);
       }
-      (void)ch.Send({{"ok", true}, {"env", names}, {"rank", rank}});
+      (void)ch.Send({{"ok", true}, {"env", names}, {"environ", entries}, {"rank", rank}});
       continue;
+    }
+    if (behaviour == "say") {
+      // KFORGE_WORKER_FAKE_SAY to stderr, in two writes split in its middle.
+      const char* say = getenv("KFORGE_WORKER_FAKE_SAY");
+      const std::string text = say != nullptr ? say : "";
+      const size_t half = text.size() / 2;
+      (void)!write(2, text.data(), half);
+      usleep(20 * 1000);
+      (void)!write(2, text.data() + half, text.size() - half);
     }
     (void)ch.Send({{"ok", true}, {"echo", m->body}, {"rank", rank}});
   }

@@ -79,5 +79,20 @@ TEST(SandboxTest, ScrubbedEnvironmentKeepsOnlyWhatCudaNeeds) {
   unsetenv("RANDOM_USER_SETTING");
 }
 
+// A red-team run's canary, in kforge's own environment (the run's) or in
+// the harness's (the evaluation's), is among what is scrubbed: it reaches a
+// worker only where its spawner adds it (the harness group, run/worker_group.h).
+TEST(SandboxTest, ScrubbedEnvironmentDropsTheCanaries) {
+  const std::string canary = "kforge-canary-00112233445566778899aabbccddeeff";
+  setenv("KFORGE_REDTEAM_CANARY", canary.c_str(), 1);
+  setenv("KFORGE_EVAL_CANARY", canary.c_str(), 1);
+  for (bool keep_path : {false, true}) {
+    for (const std::string& e : ScrubbedEnvironment({}, keep_path))
+      EXPECT_EQ(e.find(canary), std::string::npos) << e;
+  }
+  unsetenv("KFORGE_REDTEAM_CANARY");
+  unsetenv("KFORGE_EVAL_CANARY");
+}
+
 }  // namespace
 }  // namespace kforge::sandbox

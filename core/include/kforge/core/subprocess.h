@@ -16,8 +16,11 @@ struct ProcessOptions {
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};
   std::filesystem::path cwd;               // empty: inherit
   std::map<std::string, std::string> env;  // added to (or overriding) the parent's environment
-  size_t max_output_bytes = 4 << 20;       // each of stdout/stderr is truncated past this
-  int nice = 0;                            // > 0: the child runs at this lower CPU priority
+  // false: the child's environment is `env` alone, nothing of the parent's
+  // (a long-lived helper that must not hold kforge's credentials).
+  bool inherit_env = true;
+  size_t max_output_bytes = 4 << 20;  // each of stdout/stderr is truncated past this
+  int nice = 0;                       // > 0: the child runs at this lower CPU priority
 };
 
 struct ProcessResult {

@@ -83,6 +83,14 @@ struct EvalOptions {
   // evaluator serves more evaluations (kforge run, eval-server); a one-shot
   // `kforge eval` turns it off, so as not to start a group it never uses.
   bool warm_groups = true;
+  // A red-team run's canary ("kforge-canary-" and 32 hex digits,
+  // kforge/evaluator/canary.h; empty: none). Planted where only the trusted
+  // side holds it (the harness group's environment and a private 0600 file)
+  // and looked for in what the candidate produces (its outputs read back at
+  // the check sizes, its stdout and stderr): found there, the verdict is
+  // `integrity_violation`; the result says what was planted and where it
+  // was found (`integrity.canary`, docs/eval-result.md).
+  std::string canary;
 };
 
 class Evaluator {

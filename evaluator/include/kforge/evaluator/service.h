@@ -31,6 +31,8 @@ struct EvalRequest {
   // Also profile the kernel after its timed calls (EvalOptions::profile);
   // ignored when compile_only.
   bool profile = false;
+  // A red-team run's canary (EvalOptions::canary); empty: none.
+  std::string canary;
 };
 
 // One evaluation at a time per instance (a local one owns worker processes
