@@ -130,8 +130,8 @@ Layer PrivateIpc() {
 Layer PrivateShm(bool want, uint64_t bytes) {
   if (!want) {
     return {"shm", false,
-            "the host's /dev/shm (private only with KFORGE_SANDBOX_PRIVATE_SHM=1, and never with "
-            "NCCL, whose shared-memory transport needs the host's)"};
+            "the host's /dev/shm (KFORGE_SANDBOX_PRIVATE_SHM=0, or a candidate with NCCL, whose "
+            "shared-memory transport needs the host's)"};
   }
   bool userns = false, mapped = false;
   if (int err = UnshareMaybeInUserNamespace(CLONE_NEWNS, &userns, &mapped); err != 0)
@@ -234,7 +234,10 @@ Policy CandidatePolicy(const std::string& candidate_dir, const std::string& mps_
   for (const std::string& d : Split(EnvOrEmpty("KFORGE_SANDBOX_EXTRA_WRITE"), ':'))
     p.write_paths.push_back(d);
   if (!mps_dir.empty()) p.read_paths.push_back(mps_dir);
-  p.private_shm = EnvOrEmpty("KFORGE_SANDBOX_PRIVATE_SHM") == "1";
+  // Measured under MPS on an H100: a client in its own mount namespace with a
+  // fresh tmpfs on /dev/shm reaches the daemon and runs (the daemon keeps
+  // nothing there). KFORGE_SANDBOX_PRIVATE_SHM=0 keeps the host's.
+  p.private_shm = EnvOrEmpty("KFORGE_SANDBOX_PRIVATE_SHM") != "0";
   return p;
 }
 

@@ -77,9 +77,8 @@ struct Policy {
 
 // The default read/write paths of a candidate process: system libraries, the
 // CUDA toolkit and driver files, /proc, /sys, the GPU device nodes, the MPS
-// directory and `candidate_dir` (where its kernel.so will be). A private
-// /dev/shm only with KFORGE_SANDBOX_PRIVATE_SHM=1, until it is measured under
-// MPS on a GPU (docs/integrity.md).
+// directory and `candidate_dir` (where its kernel.so will be), and a private
+// /dev/shm unless KFORGE_SANDBOX_PRIVATE_SHM=0 (docs/integrity.md).
 Policy CandidatePolicy(const std::string& candidate_dir, const std::string& mps_dir);
 
 // Early layers, before CUDA starts any thread: environment check, inherited
