@@ -77,21 +77,29 @@ TEST(JobWire, TheCanaryTravelsAndOnlyAsACanaryToken) {
   }
 }
 
-// Through a real server on loopback: the slot that runs the job sees the
-// profile asked for, and its document comes back with it.
-TEST(JobWire, TheServersSlotSeesTheProfileAskedFor) {
-  Gate gate;
-  gate.Open();
+// A server of one slot of two GPUs at W = 2, and a client's port to it.
+EvalServerOptions OneSlotOfW2() {
   EvalServerOptions o = Options();
   o.gpu_sets = {{0, 1}};
   o.world = 2;
-  TestServer s(o, &gate);
+  return o;
+}
+RemotePortOptions PortTo(const TestServer& s) {
   RemotePortOptions port;
   port.url = s.url();
   port.token = kToken;
   port.task_suite_hash = kSuite;
   port.timeout_s = 30;
-  auto service = MakeRemoteEvalService(port);
+  return port;
+}
+
+// Through a real server on loopback: the slot that runs the job sees the
+// profile asked for, and its document comes back with it.
+TEST(JobWire, TheServersSlotSeesTheProfileAskedFor) {
+  Gate gate;
+  gate.Open();
+  TestServer s(OneSlotOfW2(), &gate);
+  auto service = MakeRemoteEvalService(PortTo(s));
   eval::EvalRequest job{"001_allreduce", "profiled", "k.cu", 2, "", false};
   job.profile = true;
   auto profiled = service->Evaluate(job);
@@ -107,16 +115,8 @@ TEST(JobWire, TheServersSlotSeesTheProfileAskedFor) {
 TEST(JobWire, TheServersSlotSeesTheCanaryAskedFor) {
   Gate gate;
   gate.Open();
-  EvalServerOptions o = Options();
-  o.gpu_sets = {{0, 1}};
-  o.world = 2;
-  TestServer s(o, &gate);
-  RemotePortOptions port;
-  port.url = s.url();
-  port.token = kToken;
-  port.task_suite_hash = kSuite;
-  port.timeout_s = 30;
-  auto service = MakeRemoteEvalService(port);
+  TestServer s(OneSlotOfW2(), &gate);
+  auto service = MakeRemoteEvalService(PortTo(s));
   eval::EvalRequest job{"001_allreduce", "canaried", "k.cu", 2, "", false};
   job.canary = "kforge-canary-00112233445566778899aabbccddeeff";
   auto doc = service->Evaluate(job);
