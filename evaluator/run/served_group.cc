@@ -3,8 +3,9 @@
 // each (started ahead where a warm group of its purpose waits:
 // run/warm_groups.h), a private read-only copy of the kernel in their
 // directory, the supervisor of their seccomp notifications, and the
-// calibration of the timing path before the kernel is loaded. The reference and the candidate run
-// in the same kind of process and are timed through the same mailbox path (docs/methodology.md).
+// calibration of the timing path before the kernel is loaded. The reference
+// and the candidate run in the same kind of process and are timed through the
+// same mailbox path (docs/methodology.md).
 #include <sys/stat.h>
 
 #include <algorithm>
