@@ -12,6 +12,9 @@
 #   BUILD=build-gpu OUT=/tmp/busy bench/gpu_busy.sh
 #   SAMPLES=3 bench/gpu_busy.sh       # repeated attempts per task: later ones reuse the baseline
 #
+# Then each evaluation, in order: its seconds, verdict, which served groups
+# were started ahead (warm), the speedup per bench size and its largest phases.
+#
 # Without a GPU the run is compile-only and the fraction is null (reported as
 # such). Numbers go in bench/results/.
 set -euo pipefail
@@ -64,3 +67,24 @@ if wall > 0:
 print(f"  outcomes: {outcomes}")
 PY
 echo "  run store: $OUT ($name)"
+python3 - "$OUT/$name" <<'PY'
+import json, os, sqlite3, sys
+run = sys.argv[1]
+db = os.path.join(run, "store.sqlite")
+if not os.path.exists(db):
+    sys.exit(0)
+rows = sqlite3.connect(db).execute(
+    "select e.doc_sha, e.seconds, e.status, s.task from evaluations e "
+    "join sessions s on s.id = e.session_id order by e.id").fetchall()
+for sha, seconds, status, task in rows:
+    try:
+        doc = json.load(open(os.path.join(run, "blobs", sha[:2], sha)))
+    except (OSError, ValueError):
+        doc = {}
+    warm = ",".join(k[:-6] for k in ("candidate_group", "reference_group", "expert_group")
+                    if (doc.get(k) or {}).get("warm")) or "none"
+    speedups = " ".join(f"{t.get('size')}:{t.get('speedup', 0):.3f}" for t in doc.get("timing") or [])
+    phases = sorted((doc.get("phases_s") or {}).items(), key=lambda kv: -kv[1])[:4]
+    top = " ".join(f"{k}={v:.2f}" for k, v in phases)
+    print(f"  {task} {seconds:.2f} s {status} warm={warm} {speedups} | {top}")
+PY
