@@ -3,9 +3,11 @@
 #include <fmt/format.h>
 
 #include <array>
+#include <cstdlib>
 #include <random>
 
 #include "kforge/core/eval_doc.h"
+#include "kforge/core/fs.h"
 #include "kforge/core/hash.h"
 
 namespace kforge::agent {
@@ -109,6 +111,27 @@ std::string MakeCanary() {
   std::array<uint32_t, 4> words;
   for (auto& w : words) w = rd();
   return "kforge-canary-" + HexEncode(words.data(), sizeof(words));
+}
+
+std::string ChooseCanary(const std::filesystem::path& run_dir, bool resume) {
+  std::string canary;
+  if (resume) {
+    auto stored = ReadFile(run_dir / kCanaryFile);
+    if (stored.ok()) canary = *stored;
+  }
+  if (canary.empty()) canary = MakeCanary();
+  ::setenv(kCanaryEnv, canary.c_str(), 1);
+  return canary;
+}
+
+Status PlantCanaryFile(const std::filesystem::path& run_dir, std::string_view canary) {
+  namespace fs = std::filesystem;
+  const fs::path path = run_dir / kCanaryFile;
+  KF_RETURN_IF_ERROR(WriteFileAtomic(path, canary));
+  std::error_code ec;
+  fs::permissions(path, fs::perms::owner_read | fs::perms::owner_write, ec);
+  if (ec) return Error(ErrorKind::kInternal, fmt::format("{}: {}", path.string(), ec.message()));
+  return Status::Ok();
 }
 
 }  // namespace kforge::agent

@@ -4,6 +4,7 @@
 // engineer, not a verdict: the evaluation keeps the verdict it got.
 #pragma once
 
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
@@ -45,9 +46,21 @@ std::vector<std::string> FindBreaches(const nlohmann::json& doc, std::string_vie
                                       std::string_view canary, const BreachLimits& limits = {});
 
 // Where a red-team run plants its canary: a file of the run's directory and a
-// variable of kforge's own environment (run_plan.cc, ChooseCanary).
+// variable of kforge's own environment (ChooseCanary, PlantCanaryFile).
 inline constexpr const char* kCanaryFile = "redteam_canary";
 inline constexpr const char* kCanaryEnv = "KFORGE_REDTEAM_CANARY";
+
+// A red-team run's canary (or a rejudge's of one): the one `run_dir` holds
+// where `resume` (its kCanaryFile), else a fresh one (MakeCanary); set in this
+// process's environment too (kCanaryEnv), which every evaluation process
+// kforge starts would inherit if its scrubbing failed. Call it before any
+// thread starts (providers, evaluator pools): setenv is not safe beside a
+// getenv.
+std::string ChooseCanary(const std::filesystem::path& run_dir, bool resume);
+
+// Writes `canary` to `run_dir`/kCanaryFile, mode 0600 (no sandbox view
+// includes a run's directory).
+Status PlantCanaryFile(const std::filesystem::path& run_dir, std::string_view canary);
 
 // A fresh random token for one run, "kforge-canary-" and 32 hex digits: never
 // a real secret, only a marker that cannot appear by chance.

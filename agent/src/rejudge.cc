@@ -13,6 +13,7 @@
 #include <memory>
 #include <set>
 
+#include "breach.h"
 #include "kforge/agent/outcome.h"
 #include "kforge/core/json.h"
 #include "kforge/results/samples.h"
@@ -128,6 +129,7 @@ class Rejudge {
                key.world, key.dtype,        d.pool == Pool::kCompile};
     // The stored strategy is not read: a rejudge profiles when it is asked to.
     ej.profile = !ej.compile_only && spec_.profile;
+    ej.canary = spec_.canary;
     EvalPort* port = d.pool == Pool::kCompile
                          ? deps_.compilers.at(static_cast<size_t>(d.slot) % deps_.compilers.size())
                          : deps_.gpu_sets.at(static_cast<size_t>(d.slot));
@@ -184,7 +186,20 @@ class Rejudge {
     Note(d, item,
          std::string(OutcomeName(o)) +
              (IsCorrect(o) ? fmt::format(" ({:.2f}x)", EvalSpeedup(doc)) : std::string()));
-    return Status::Ok();
+    return CheckBreach(d, item, doc);
+  }
+
+  // A red-team run's kernel judged again: is it still a breach? (The reply is
+  // the original's, written for the original's canary: not read.)
+  Status CheckBreach(const DestSession& d, const Item& item, const json& doc) {
+    if (spec_.canary.empty()) return Status::Ok();
+    const std::vector<std::string> reasons = FindBreaches(doc, "", spec_.canary);
+    if (reasons.empty()) return Status::Ok();
+    const std::string verdict = doc.value("status", std::string("no_kernel"));
+    Note(d, item, fmt::format("BREACH ({}): {}", verdict, reasons.front()));
+    return deps_.store->AppendEvent(
+        run_id_, "redteam_breach",
+        {{"session", d.id}, {"turn", item.turn.index}, {"verdict", verdict}, {"reasons", reasons}});
   }
 
   void Note(const DestSession& d, const Item& item, const std::string& what) {

@@ -6,6 +6,7 @@
 
 #include <set>
 
+#include "breach.h"
 #include "kforge/agent/adapters.h"
 #include "kforge/agent/run_fields.h"
 #include "kforge/evaluator/suite_hash.h"
@@ -234,6 +235,10 @@ Result<std::unique_ptr<RejudgePlan>> PlanRejudge(const std::string& source, cons
     plan->config.rejudge_of = src.run.name;
     plan->config.rejudge_of_store = fs::absolute(src.dir, ec).string();
   }
+  // The rejudge of a red-team run (the original planted a canary; a resumed
+  // rejudge, its own) plants one too, before any pool starts a thread.
+  if (fs::exists(src.dir / kCanaryFile, ec))
+    plan->spec.canary = ChooseCanary(plan->run_dir, env.resume);
   if (env.remote_pools) {
     KF_ASSIGN_OR_RETURN(plan->pools, env.remote_pools(plan->config, suite_hash, plan->run_dir));
   }
@@ -278,6 +283,8 @@ Result<std::unique_ptr<RejudgePlan>> PlanRejudge(const std::string& source, cons
     }
     KF_ASSIGN_OR_RETURN(plan->store, std::move(store));
   }
+  if (!plan->spec.canary.empty())
+    KF_RETURN_IF_ERROR(PlantCanaryFile(plan->run_dir, plan->spec.canary));
   return plan;
 }
 

@@ -172,36 +172,6 @@ Status AddTasks(RunPlan& plan, const std::vector<std::string>& keys, const std::
   return Status::Ok();
 }
 
-// A red-team run's canary (breach.h): the one a resumed run planted, else a
-// fresh one. Planted where a candidate might look for a secret: in this
-// process's environment, which every evaluation process kforge starts would
-// inherit if its scrubbing failed (docs/integrity.md, "environment"), and, by
-// PlantCanaryFile, in the run's directory, which no sandbox view includes;
-// each evaluation gets it too (EvalJob::canary) and plants it inside itself.
-// Set before the providers and the evaluator pools are made, which start
-// threads: setenv is not safe beside a getenv.
-std::string ChooseCanary(const RunPlan& plan, bool resume) {
-  if (!plan.strategy.redteam) return "";
-  std::string canary;
-  if (resume) {
-    auto stored = ReadFile(plan.run_dir / kCanaryFile);
-    if (stored.ok()) canary = *stored;
-  }
-  if (canary.empty()) canary = MakeCanary();
-  ::setenv(kCanaryEnv, canary.c_str(), 1);
-  return canary;
-}
-
-Status PlantCanaryFile(const RunPlan& plan) {
-  if (plan.spec.canary.empty()) return Status::Ok();
-  const fs::path path = plan.run_dir / kCanaryFile;
-  KF_RETURN_IF_ERROR(WriteFileAtomic(path, plan.spec.canary));
-  std::error_code ec;
-  fs::permissions(path, fs::perms::owner_read | fs::perms::owner_write, ec);
-  if (ec) return Error(ErrorKind::kInternal, fmt::format("{}: {}", path.string(), ec.message()));
-  return Status::Ok();
-}
-
 // A path as this process sees it, absolute (unchanged when empty).
 std::string Absolute(const std::string& path) {
   if (path.empty()) return path;
@@ -256,7 +226,10 @@ Result<std::unique_ptr<RunPlan>> PlanRun(RunConfig cfg, const PlanEnv& env) {
   KF_ASSIGN_OR_RETURN(plan->strategy, FindStrategy(c.strategy, prompts));
   if (c.turns) plan->strategy.turns = *c.turns;
   if (c.samples) plan->strategy.samples = *c.samples;
-  plan->spec.canary = ChooseCanary(*plan, env.resume);
+  // A red-team run's canary (breach.h), planted in the run's directory and
+  // handed to every evaluation (EvalJob::canary), which plants it inside
+  // itself (docs/integrity.md, "kforge red-teams kforge").
+  if (plan->strategy.redteam) plan->spec.canary = ChooseCanary(plan->run_dir, env.resume);
   // Every model must be callable before anything is stored or spent.
   KF_ASSIGN_OR_RETURN(plan->llm,
                       MakeProviderLlmFor(c.models, c.registries, env.record, env.use_cache));
@@ -291,7 +264,8 @@ Result<std::unique_ptr<RunPlan>> PlanRun(RunConfig cfg, const PlanEnv& env) {
   } else {
     KF_RETURN_IF_ERROR(ClaimRunDir(*plan, asked_name, env.default_name));
   }
-  KF_RETURN_IF_ERROR(PlantCanaryFile(*plan));
+  if (!plan->spec.canary.empty())
+    KF_RETURN_IF_ERROR(PlantCanaryFile(plan->run_dir, plan->spec.canary));
   return plan;
 }
 

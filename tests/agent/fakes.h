@@ -84,6 +84,7 @@ class FakeEval final : public EvalPort {
   Result<nlohmann::json> Evaluate(const EvalJob& job) override {
     ++evaluations;
     if (job.profile) ++profiled;
+    canaries.push_back(job.canary);
     if (fail_with) return *fail_with;
     std::string tag = job.source.substr(job.source.find("// ") + 3);
     tag = tag.substr(0, tag.find('\n'));
@@ -120,6 +121,16 @@ class FakeEval final : public EvalPort {
     } else if (tag == "HANG") {
       doc["status"] = "timeout";
       doc["timeout"] = {{"phase", "correctness"}, {"deadline_s", 60}, {"hung_ranks", {1}}};
+    } else if (tag == "LEAK") {
+      // A kernel that got the canary the evaluation planted into its output:
+      // what the evaluator reports where it was given one.
+      doc["status"] = "integrity_violation";
+      doc["integrity"] = {{"findings", {{{"check", "canary"}, {"rank", 1}}}}};
+      if (!job.canary.empty()) {
+        doc["integrity"]["canary"] = {
+            {"planted", {"harness_env", "harness_file"}},
+            {"found", "rank 1's output 'y' at byte 8 (size odd, trial 0)"}};
+      }
     } else if (tag == "WRONG") {
       doc["status"] = "mismatch";
       doc["correctness"] = {
@@ -157,7 +168,8 @@ class FakeEval final : public EvalPort {
   }
 
   int evaluations = 0;
-  int profiled = 0;  // evaluations that asked for the profile
+  int profiled = 0;                   // evaluations that asked for the profile
+  std::vector<std::string> canaries;  // each evaluation's EvalJob::canary, in order
   // What a correct kernel's document carries as "profile" when one is asked for.
   nlohmann::json profile = {{"size", "1MiB"}, {"rank", 0}, {"skipped", "no profile in the fake"}};
   std::optional<Status> fail_with;

@@ -17,8 +17,14 @@ using testing::MakeStrategy;
 
 // The original: a compile-only run of one model on two tasks (what a laptop
 // without a GPU records), each session two turns.
+using Tags = std::map<std::pair<std::string, int>, std::string>;
+
 struct Original {
-  Original() : strategy(MakeStrategy("turns = 4\n")) {
+  explicit Original(Tags tags = {{{"001_task", 0}, "SYNTAX"},
+                                 {{"001_task", 1}, "FAST1.5"},
+                                 {{"002_task", 0}, "NOKERNEL"},
+                                 {{"002_task", 1}, "WRONG"}})
+      : strategy(MakeStrategy("turns = 4\n")) {
     spec.name = "orig";
     spec.models = {"fake:a"};
     spec.tasks = {{"001_task", "collective", {"SYS", "PROMPT 1"}},
@@ -27,10 +33,7 @@ struct Original {
     spec.compile_only = true;
     spec.pools.gpu_sets = 0;
     spec.pools.compile_slots = 1;
-    llm.SetTags({{{"001_task", 0}, "SYNTAX"},
-                 {{"001_task", 1}, "FAST1.5"},
-                 {{"002_task", 0}, "NOKERNEL"},
-                 {{"002_task", 1}, "WRONG"}});
+    llm.SetTags(std::move(tags));
     auto executor = MakeSimExecutor(clock);
     RunDeps deps;
     deps.llm = &llm;
@@ -61,11 +64,13 @@ struct Rejudged {
   FakeStore store;
   FakeClock clock;
   bool profile = false;  // kforge run --rejudge RUN --profile
+  std::string canary;    // the rejudge of a red-team run
   Result<RunSummary> Run(const std::vector<StoredSession>& sessions, LlmPort* llm) {
     RejudgeSpec spec;
     spec.name = "orig-rejudge-1";
     spec.sessions = sessions;
     spec.profile = profile;
+    spec.canary = canary;
     spec.pools.compile_slots = 1;
     spec.pools.gpu_sets = 1;
     auto executor = MakeSimExecutor(clock);
@@ -168,6 +173,42 @@ TEST(Rejudge, WithProfileEveryGpuEvaluationIsProfiled) {
   ASSERT_EQ(fast.evals.size(), 2u);
   EXPECT_EQ(fast.evals[1].doc.value("status", ""), "passed");
   EXPECT_EQ(fast.evals[1].doc["profile"], re.gpu.profile);
+}
+
+// The rejudge of a red-team run: every GPU evaluation is given the
+// rejudge's canary, and a document that is still a breach (the evaluator
+// found the canary; a speedup far above any known kernel) is recorded as one,
+// with the turn `kforge show --export-breach` numbers; one that no longer is,
+// is not. Without a canary nothing is checked.
+TEST(Rejudge, ARedTeamRunsKernelsAreCheckedForBreachesAgain) {
+  Original orig({{{"001_task", 0}, "LEAK"}, {{"002_task", 0}, "FAST40"}});
+  const std::string canary = "kforge-canary-00112233445566778899aabbccddeeff";
+  Rejudged re;
+  re.canary = canary;
+  ASSERT_TRUE(re.Run(orig.Stored(), &orig.llm).ok());
+  // The compile-only original stopped each session at its first kernel that
+  // compiled (its turn 0 here): two kernels to judge on the GPU.
+  ASSERT_EQ(re.gpu.canaries.size(), 2u);
+  for (const std::string& c : re.gpu.canaries) EXPECT_EQ(c, canary);
+  std::map<std::pair<int64_t, int>, nlohmann::json> breaches;
+  for (const auto& [kind, detail] : re.store.events) {
+    if (kind == "redteam_breach") breaches[{detail["session"], detail["turn"]}] = detail;
+  }
+  ASSERT_EQ(breaches.size(), 2u) << re.store.Dump();
+  const nlohmann::json found = breaches.at({SessionOf(re.store, "001_task").row.id, 0});
+  EXPECT_EQ(found["verdict"], "integrity_violation");
+  EXPECT_NE(
+      found["reasons"][0].get<std::string>().find("found the run's canary in rank 1's output"),
+      std::string::npos)
+      << found.dump();
+  const nlohmann::json fast = breaches.at({SessionOf(re.store, "002_task").row.id, 0});
+  EXPECT_EQ(fast["verdict"], "passed");
+  EXPECT_NE(fast["reasons"][0].get<std::string>().find("40"), std::string::npos) << fast.dump();
+
+  Rejudged plain;  // not a red-team run
+  ASSERT_TRUE(plain.Run(orig.Stored(), &orig.llm).ok());
+  for (const std::string& c : plain.gpu.canaries) EXPECT_TRUE(c.empty());
+  for (const auto& [kind, detail] : plain.store.events) EXPECT_NE(kind, "redteam_breach");
 }
 
 TEST(Rejudge, CompileOnlyLeavesCompiledKernelsNotEvaluated) {

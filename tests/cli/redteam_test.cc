@@ -46,6 +46,29 @@ TEST_F(CliTest, RedTeamRunPlantsAFreshCanaryAndShowsItsBreaches) {
             std::string::npos);
   EXPECT_EQ(prompt.find(*canary), std::string::npos);
   EXPECT_EQ(show.out.find(*canary), std::string::npos);
+
+  // Its rejudge plants a canary of its own (0600), and a resumed rejudge
+  // keeps it; the rejudge of a run that planted none plants none.
+  auto re = Kforge(
+      {"run", "--rejudge", "red", "--name", "red-again", "--out", runs.string(), "--compile-only"});
+  ASSERT_EQ(re.exit_code, 0) << re.err;
+  auto again = ReadFile(runs / "red-again" / "redteam_canary");
+  ASSERT_TRUE(again.ok()) << again.status().ToString() << re.err;
+  EXPECT_EQ(again->rfind("kforge-canary-", 0), 0u) << *again;
+  EXPECT_NE(*again, *canary);
+  ASSERT_EQ(::stat((runs / "red-again" / "redteam_canary").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  auto resumed = Kforge({"run", "--resume", "red-again", "--out", runs.string(), "--compile-only"});
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  EXPECT_EQ(*ReadFile(runs / "red-again" / "redteam_canary"), *again);
+  auto plain = Kforge({"run", "--models", cassette, "--tasks", "1", "--world", "2", "--strategy",
+                       "one-shot", "--name", "plain", "--out", runs.string(), "--compile-only"});
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  ASSERT_EQ(Kforge({"run", "--rejudge", "plain", "--name", "plain-again", "--out", runs.string(),
+                    "--compile-only"})
+                .exit_code,
+            0);
+  EXPECT_FALSE(fs::exists(runs / "plain-again" / "redteam_canary"));
 }
 
 }  // namespace

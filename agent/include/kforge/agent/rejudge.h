@@ -34,7 +34,13 @@ struct RejudgeSpec {
   std::vector<StoredSession> sessions;  // the original's, filtered as asked
   bool compile_only = false;            // no GPU: compile and policy-check only
   bool profile = false;                 // every GPU evaluation profiles (RunConfig::profile)
-  PoolLimits pools;                     // compile_slots and gpu_sets
+  // The rejudge of a red-team run (one that planted a canary): a canary of its
+  // own, planted in every evaluation (EvalJob::canary) and looked for, with
+  // the other breach reasons, in every document (a `redteam_breach` event,
+  // docs/integrity.md). The replies are the original's, so only the documents
+  // are read. Empty: not a red-team run.
+  std::string canary;
+  PoolLimits pools;                                    // compile_slots and gpu_sets
   nlohmann::json config = nlohmann::json::object();    // stored with the new run
   std::string task_suite_hash;                         // of the tasks it is judged on
   nlohmann::json hardware = nlohmann::json::object();  // this machine's card
