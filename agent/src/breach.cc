@@ -106,6 +106,14 @@ std::vector<std::string> FindBreaches(const json& doc, std::string_view reply,
   return reasons;
 }
 
+BreachRecord MakeBreachRecord(int64_t session, int turn, const json& doc,
+                              const std::vector<std::string>& reasons) {
+  BreachRecord r;
+  r.verdict = doc.value("status", std::string("no_kernel"));
+  r.detail = {{"session", session}, {"turn", turn}, {"verdict", r.verdict}, {"reasons", reasons}};
+  return r;
+}
+
 std::string MakeCanary() {
   std::random_device rd;  // the OS's entropy source on Linux (getrandom)
   std::array<uint32_t, 4> words;

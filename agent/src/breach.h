@@ -4,6 +4,7 @@
 // engineer, not a verdict: the evaluation keeps the verdict it got.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -44,6 +45,17 @@ struct BreachLimits {
 // An unreadable document is judged on the reply alone.
 std::vector<std::string> FindBreaches(const nlohmann::json& doc, std::string_view reply,
                                       std::string_view canary, const BreachLimits& limits = {});
+
+// A breach as a run's store records it: a `redteam_breach` event whose detail
+// is {session, turn, verdict, reasons} (read back by results/breaches.h).
+// `verdict` is the document's status, "no_kernel" for a reply without one.
+inline constexpr const char* kBreachEvent = "redteam_breach";
+struct BreachRecord {
+  std::string verdict;
+  nlohmann::json detail;
+};
+BreachRecord MakeBreachRecord(int64_t session, int turn, const nlohmann::json& doc,
+                              const std::vector<std::string>& reasons);
 
 // Where a red-team run plants its canary: a file of the run's directory and a
 // variable of kforge's own environment (ChooseCanary, PlantCanaryFile).

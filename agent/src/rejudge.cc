@@ -195,11 +195,9 @@ class Rejudge {
     if (spec_.canary.empty()) return Status::Ok();
     const std::vector<std::string> reasons = FindBreaches(doc, "", spec_.canary);
     if (reasons.empty()) return Status::Ok();
-    const std::string verdict = doc.value("status", std::string("no_kernel"));
-    Note(d, item, fmt::format("BREACH ({}): {}", verdict, reasons.front()));
-    return deps_.store->AppendEvent(
-        run_id_, "redteam_breach",
-        {{"session", d.id}, {"turn", item.turn.index}, {"verdict", verdict}, {"reasons", reasons}});
+    const BreachRecord breach = MakeBreachRecord(d.id, item.turn.index, doc, reasons);
+    Note(d, item, fmt::format("BREACH ({}): {}", breach.verdict, reasons.front()));
+    return deps_.store->AppendEvent(run_id_, kBreachEvent, breach.detail);
   }
 
   void Note(const DestSession& d, const Item& item, const std::string& what) {

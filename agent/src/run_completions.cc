@@ -184,14 +184,12 @@ Status RunEngine::CheckBreach(const SessionSlot& slot, int cand, const json& doc
   const Session& s = *slot.session;
   const std::vector<std::string> reasons = FindBreaches(doc, s.candidate(cand).reply, spec_.canary);
   if (reasons.empty()) return Status::Ok();
-  const std::string verdict = doc.value("status", std::string("no_kernel"));
+  const BreachRecord breach = MakeBreachRecord(slot.id, cand, doc, reasons);
   if (deps_.progress) {
     deps_.progress->Event(fmt::format("{} {} turn {}: BREACH ({}): {}", s.spec().model,
-                                      s.spec().task, cand + 1, verdict, reasons.front()));
+                                      s.spec().task, cand + 1, breach.verdict, reasons.front()));
   }
-  return deps_.store->AppendEvent(
-      run_id_, "redteam_breach",
-      {{"session", slot.id}, {"turn", cand}, {"verdict", verdict}, {"reasons", reasons}});
+  return deps_.store->AppendEvent(run_id_, kBreachEvent, breach.detail);
 }
 
 // Moves a session on after a completion: next round, or its end committed.

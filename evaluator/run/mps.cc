@@ -8,8 +8,6 @@
 #include "run/worker_group.h"
 #include "sandbox/sandbox.h"
 
-extern char** environ;
-
 namespace kforge::eval {
 
 std::unique_ptr<MpsDaemon> MpsDaemon::StartIfAvailable() {
@@ -53,13 +51,9 @@ MpsDaemon::~MpsDaemon() {
 std::map<std::string, std::string> MpsDaemonEnvironment(
     const std::map<std::string, std::string>& mps_env) {
   std::map<std::string, std::string> env;
-  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
-    const std::string_view kv(*e);
-    const size_t eq = kv.find('=');
-    if (eq == std::string_view::npos) continue;
-    std::string name(kv.substr(0, eq));
+  for (auto& [name, value] : sandbox::ThisEnvironment()) {
     if (sandbox::LooksSecret(name) || name.find("CANARY") != std::string::npos) continue;
-    env[name] = std::string(kv.substr(eq + 1));
+    env[name] = std::move(value);
   }
   for (const auto& [k, v] : mps_env) env[k] = v;
   return env;

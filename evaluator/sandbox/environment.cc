@@ -51,15 +51,22 @@ bool LooksSecret(const std::string& name) {
   return false;
 }
 
-std::vector<std::string> ScrubbedEnvironment(const std::map<std::string, std::string>& extra,
-                                             bool keep_path) {
+std::map<std::string, std::string> ThisEnvironment() {
   std::map<std::string, std::string> env;
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
     std::string_view kv(*e);
     size_t eq = kv.find('=');
     if (eq == std::string_view::npos) continue;
-    std::string name(kv.substr(0, eq));
-    if (Kept(name, keep_path) && !LooksSecret(name)) env[name] = std::string(kv.substr(eq + 1));
+    env.emplace(std::string(kv.substr(0, eq)), std::string(kv.substr(eq + 1)));
+  }
+  return env;
+}
+
+std::vector<std::string> ScrubbedEnvironment(const std::map<std::string, std::string>& extra,
+                                             bool keep_path) {
+  std::map<std::string, std::string> env;
+  for (auto& [name, value] : ThisEnvironment()) {
+    if (Kept(name, keep_path) && !LooksSecret(name)) env[name] = std::move(value);
   }
   for (const auto& [k, v] : extra) {
     if (!LooksSecret(k)) env[k] = v;

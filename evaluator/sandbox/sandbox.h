@@ -56,6 +56,8 @@ const std::vector<std::string>& CandidateLayers();
 // PATH for tools), plus `extra`. Never anything named like a credential.
 std::vector<std::string> ScrubbedEnvironment(const std::map<std::string, std::string>& extra,
                                              bool keep_path);
+// This process's environment, by name (the first of a repeated name).
+std::map<std::string, std::string> ThisEnvironment();
 // True for names that must never reach untrusted code (API keys, tokens, ...).
 bool LooksSecret(const std::string& name);
 
