@@ -6,12 +6,11 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
-#include <cstdlib>
 #include <random>
 
 #include "protocol/messages.h"
 #include "run/stats.h"
+#include "run/trace.h"
 
 namespace kforge::eval {
 
@@ -54,21 +53,14 @@ Status DriveFailed(EvalSession& s, ServedGroup& g, const SizePlan& plan, const S
 }
 
 // KFORGE_TIMING_TRACE=FILE (diagnosis only): every driven block's wall and
-// claimed time per rank and call is appended to FILE as a JSON line.
+// claimed time per rank and call.
 void TraceBlock(const ServedGroup& g, const SizePlan& plan,
                 const std::vector<std::vector<double>>& wall,
                 const std::vector<std::vector<double>>& claimed) {
-  const char* path = std::getenv("KFORGE_TIMING_TRACE");
-  if (path == nullptr || *path == '\0') return;
-  if (FILE* f = std::fopen(path, "a")) {
-    const std::string line = json{
-        {"size", plan.size.label},
-        {"side", g.who},
-        {"wall_us", wall},
-        {"claimed_us", claimed}}.dump();
-    std::fprintf(f, "%s\n", line.c_str());
-    std::fclose(f);
-  }
+  if (!Tracing(kTimingTrace)) return;
+  AppendTrace(
+      kTimingTrace,
+      json{{"size", plan.size.label}, {"side", g.who}, {"wall_us", wall}, {"claimed_us", claimed}});
 }
 
 }  // namespace
@@ -100,6 +92,7 @@ Status DriveBlock(EvalSession& s, ServedGroup& g, SizePlan& plan, int warmup, in
     drive.rounds.push_back(std::move(round));
   }
   g.next_seq += static_cast<uint64_t>(total);
+  const auto t0 = std::chrono::steady_clock::now();
   WorkerGroup& served_group = *g.group;
   std::vector<json> serve(s.world, proto::ServeRequest{total, profile != nullptr}.ToJson());
   if (Status st = served_group.Post(serve, {}, "timing"); !st.ok())
@@ -114,6 +107,7 @@ Status DriveBlock(EvalSession& s, ServedGroup& g, SizePlan& plan, int warmup, in
   auto served = served_group.Collect(deadline(s.options->check_deadline_s), "timing");
   if (!served.ok()) return GroupFailed(s, served_group, served.status());
   if (profile != nullptr) *profile = (*served)[0].body;
+  TraceExchange(g.who, "drive " + std::to_string(total), plan.size.label, t0);
 
   json mismatches = json::array(), changed = json::array(), anomalies = json::array();
   std::vector<std::vector<double>> wall, claimed;

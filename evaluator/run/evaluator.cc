@@ -4,6 +4,7 @@
 #include <sys/prctl.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <future>
 #include <map>
@@ -22,6 +23,7 @@
 #include "run/canary.h"
 #include "run/expert.h"
 #include "run/placement.h"
+#include "run/trace.h"
 #include "run/warm_groups.h"
 #include "session.h"
 
@@ -211,8 +213,12 @@ class RealEvaluator final : public Evaluator {
     a.Mark("policy");
     // A warm group started after the last evaluation is ready (or failed)
     // before this one uses the GPUs: no process starts during its phases.
+    const auto settle_t0 = std::chrono::steady_clock::now();
     warm_.Settle();
+    TraceExchange("warm groups", "wait for the refill", "harness_group", settle_t0);
+    const auto group_t0 = std::chrono::steady_clock::now();
     KF_ASSIGN_OR_RETURN(WorkerGroup * group, Group(place, options));
+    TraceExchange("harness", "health check or start", "harness_group", group_t0);
     a.Mark("harness_group");
     EvalSession s;
     Open(s, task, dtype, place, *group, card, options);

@@ -15,6 +15,7 @@
 #include "run/drive.h"
 #include "run/dump.h"
 #include "run/stats.h"
+#include "run/trace.h"
 #include "session.h"
 
 namespace kforge::eval {
@@ -172,6 +173,7 @@ Status RunCheckSize(EvalSession& s, SizePlan& plan) {
       (void)Release(s, plan, s.candidate);
       return Error(ErrorKind::kIntegrityViolation, "the evaluation's canary in " + found.where);
     }
+    const auto oracle_t0 = std::chrono::steady_clock::now();
     KF_RETURN_IF_ERROR(GenerateAllInputsInto(p, seed, &inputs));
     std::vector<std::vector<const void*>> ptrs(s.world);
     for (int r = 0; r < s.world; ++r) {
@@ -181,6 +183,7 @@ Status RunCheckSize(EvalSession& s, SizePlan& plan) {
     if (Status st = RunOracle(p, io); !st.ok()) {
       return Error(ErrorKind::kHarness, "the task's oracle failed: " + st.message());
     }
+    TraceExchange("coordinator", "inputs and oracle", plan.size.label, oracle_t0);
     if (trial == 0 && !s.options->dump_dir.empty()) {
       TrialTensors dump{&p, s.task->key, plan.size.label, s.dtype, seed, &inputs, &outputs, &io};
       if (Status st = DumpTrial(s.options->dump_dir, dump); !st.ok())

@@ -4,12 +4,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 
 #include "kforge/core/log.h"
 #include "protocol/layout.h"
 #include "protocol/messages.h"
 #include "run/stats.h"
+#include "run/trace.h"
 #include "session.h"
 
 namespace kforge::eval {
@@ -42,9 +44,23 @@ Status GroupFailed(EvalSession& s, const WorkerGroup& g, const Status& st) {
   return st;
 }
 
+namespace {
+
+// Which of the evaluation's groups `g` is, for the exchange trace.
+const char* GroupName(const EvalSession& s, const WorkerGroup& g) {
+  if (&g == s.harness) return "harness";
+  for (const ServedGroup* sg : {&s.candidate, &s.reference, &s.expert})
+    if (sg->group.get() == &g) return sg->who.c_str();
+  return "other";
+}
+
+}  // namespace
+
 Result<std::vector<Message>> Exchange(EvalSession& s, WorkerGroup& g, const json& msg,
                                       double deadline_s, const std::string& phase) {
+  const auto t0 = std::chrono::steady_clock::now();
   auto r = g.All(msg, deadline_s, phase);
+  TraceExchange(GroupName(s, g), msg.value("op", ""), phase, t0);
   if (!r.ok()) return GroupFailed(s, g, r.status());
   return r;
 }

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 
 #include "kforge/core/fs.h"
@@ -17,6 +18,7 @@
 #include "protocol/messages.h"
 #include "run/canary.h"
 #include "run/stats.h"
+#include "run/trace.h"
 #include "run/warm_groups.h"
 #include "session.h"
 
@@ -72,8 +74,10 @@ Status StartServed(EvalSession& s, ServedGroup& sg, const fs::path& kernel_so) {
   }
   // The mailboxes and the directory are made with the processes (the
   // sandbox grants the directory at spawn).
+  const auto spawn_t0 = std::chrono::steady_clock::now();
   KF_ASSIGN_OR_RETURN(SpawnedGroup spawned,
                       s.warm_groups ? s.warm_groups->Acquire(sg.who, g) : SpawnGroup(g));
+  TraceExchange(sg.who, spawned.warm ? "take warm group" : "spawn", "setup", spawn_t0);
   sg.group = std::move(spawned.group);
   sg.mailboxes = std::move(spawned.mailboxes);
   sg.dir = spawned.dir;
@@ -89,10 +93,12 @@ Status StartServed(EvalSession& s, ServedGroup& sg, const fs::path& kernel_so) {
   // The sandbox is complete once the arenas are mapped (seccomp comes last).
   // Its report is believed: no candidate code has run in the process yet.
   proto::AttachRequest attach{s.candidate_arenas, nccl_id};
+  const auto attach_t0 = std::chrono::steady_clock::now();
   auto attached =
       c.Each(std::vector<json>(s.world, attach.ToJson()),
              std::vector<std::vector<int>>(s.world, s.candidate_arena_fds), dl, "sandbox");
   if (!attached.ok()) return GroupFailed(s, c, attached.status());
+  TraceExchange(sg.who, "attach", "sandbox", attach_t0);
   sg.supervisor = std::make_unique<sandbox::Supervisor>();
   for (int r = 0; r < s.world; ++r) {
     Message& m = (*attached)[r];
@@ -113,6 +119,7 @@ Status StartServed(EvalSession& s, ServedGroup& sg, const fs::path& kernel_so) {
   const SizePlan& first = s.plans.front();
   KF_RETURN_IF_ERROR(
       Exchange(s, c, ConfigureMessage(s, first, sg.collectives), dl, "setup").status());
+  const auto calibrate_t0 = std::chrono::steady_clock::now();
   proto::CalibrateRequest cal{sg.next_seq, kCalibrationCalls, 10};
   sg.next_seq += kCalibrationCalls;
   std::vector<json> msgs(s.world, cal.ToJson());
@@ -129,6 +136,7 @@ Status StartServed(EvalSession& s, ServedGroup& sg, const fs::path& kernel_so) {
     return Error(ErrorKind::kHarness, "calibrating the mailbox: " + st.message());
   }
   auto served = c.Collect(dl, "calibration");
+  TraceExchange(sg.who, "calibrate", "setup", calibrate_t0);
   if (!served.ok()) return GroupFailed(s, c, served.status());
   std::vector<std::vector<double>> wall, claimed;
   for (int r = 0; r < s.world; ++r) {

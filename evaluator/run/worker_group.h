@@ -63,6 +63,11 @@ struct GroupFailure {
 
 class WorkerGroup {
  public:
+  // Spawns the ranks and waits for each one's hello (its CUDA context made).
+  // A start refused because the GPU's MPS server is not ready yet (it is
+  // replaced after a client's fatal fault, and new clients get
+  // cudaErrorMpsServerNotReady meanwhile) is tried again after 0.2, 0.4, 0.8
+  // and 1.6 s; any other failure is returned at once.
   static Result<std::unique_ptr<WorkerGroup>> Start(const GroupOptions& options);
   ~WorkerGroup();
 
@@ -132,6 +137,7 @@ class WorkerGroup {
   }
 
  private:
+  static Result<std::unique_ptr<WorkerGroup>> StartOnce(const GroupOptions& options);
   WorkerGroup() = default;
   Status Fail(GroupFailure f);
   // Rank r's next reply: one StoppedServing read first, else the channel's.

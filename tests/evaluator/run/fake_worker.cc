@@ -21,10 +21,17 @@
 // fails it as the real worker fails a kf_run that returns a CUDA error,
 // "serve_hang" stays alive and never answers its third call. A harness-role
 // "drive_harness_error" fails a drive at once with an error of its own.
+//
+// At start, instead of the hello: "mps_not_ready:N:FILE" appends a line to
+// FILE and, while FILE has at most N lines, fails as the real worker does
+// when the GPU's MPS server is being replaced (cudaErrorMpsServerNotReady);
+// "no_device:FILE" appends a line to FILE and always fails with another
+// CUDA error.
 #include <signal.h>
 #include <unistd.h>
 
 #include <cstdlib>
+#include <fstream>
 #include <optional>
 #include <string>
 
@@ -102,6 +109,25 @@ int main(int argc, char** argv) {
   const char* b = std::getenv(("KFORGE_WORKER_FAKE_" + std::to_string(rank)).c_str());
   std::string behaviour = b ? b : "ok";
   kforge::eval::Channel ch(3);
+  if (behaviour.starts_with("mps_not_ready:") || behaviour.starts_with("no_device:")) {
+    const bool mps = behaviour.starts_with("mps_not_ready:");
+    std::string rest = behaviour.substr(behaviour.find(':') + 1);
+    const int failing = mps ? std::atoi(rest.c_str()) : 1 << 30;
+    if (mps) rest = rest.substr(rest.find(':') + 1);
+    { std::ofstream(rest, std::ios::app) << "start\n"; }
+    int starts = 0;
+    std::ifstream in(rest);
+    for (std::string line; std::getline(in, line);) ++starts;
+    if (starts <= failing) {
+      const char* error = mps ? "cudaFree(nullptr): CUDA error cudaErrorMpsServerNotReady: MPS "
+                                "server is not ready to accept new MPS client requests"
+                              : "cudaSetDevice(args_.device): CUDA error cudaErrorNoDevice: no "
+                                "CUDA-capable device is detected";
+      (void)ch.Send(kforge::eval::proto::ErrorReply(
+          kforge::Error(kforge::ErrorKind::kRuntimeError, error), rank));
+      return 3;
+    }
+  }
   kforge::eval::proto::Hello hello;
   hello.role = role;
   hello.rank = rank;

@@ -8,6 +8,8 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <string>
 
 #include "kforge/core/eval_doc.h"
 #include "protocol/mailbox.h"
@@ -401,6 +403,53 @@ TEST_F(WorkerGroupTest, MissingWorkerBinaryIsAClearError) {
   auto g = WorkerGroup::Start(o);
   ASSERT_FALSE(g.ok());
   EXPECT_EQ(g.status().kind(), ErrorKind::kNotFound);
+}
+
+// How many times the fake workers wrote to `path` (one line a start).
+int Starts(const std::string& path) {
+  std::ifstream in(path);
+  int n = 0;
+  for (std::string line; std::getline(in, line);) ++n;
+  return n;
+}
+
+class StartRetryTest : public WorkerGroupTest {
+ protected:
+  void TearDown() override { std::remove(starts_.c_str()); }
+  std::string starts_ = ::testing::TempDir() + "kforge-starts-" + std::to_string(getpid());
+};
+
+// After a client's fatal fault the GPU's MPS server is replaced, and a group
+// started meanwhile is refused: it is started again once the server is back.
+TEST_F(StartRetryTest, AGroupRefusedByAnMpsServerNotReadyIsStartedAgain) {
+  setenv("KFORGE_WORKER_FAKE_1", ("mps_not_ready:2:" + starts_).c_str(), 1);
+  auto t0 = std::chrono::steady_clock::now();
+  auto g = StartGroup(2);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  EXPECT_EQ(Starts(starts_), 3);  // refused twice, then started
+  EXPECT_GE(took, 0.2 + 0.4);
+  auto r = (*g)->All({{"op", "ping"}}, 5, "test");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+}
+
+TEST_F(StartRetryTest, AServerThatStaysNotReadyFailsTheStartAfterFourRetries) {
+  setenv("KFORGE_WORKER_FAKE_0", ("mps_not_ready:100:" + starts_).c_str(), 1);
+  auto g = StartGroup(2);
+  ASSERT_FALSE(g.ok());
+  EXPECT_EQ(Starts(starts_), 5);
+  EXPECT_NE(g.status().message().find("cudaErrorMpsServerNotReady"), std::string::npos)
+      << g.status().message();
+  EXPECT_NE(g.status().message().find("rank 0"), std::string::npos) << g.status().message();
+}
+
+TEST_F(StartRetryTest, AnyOtherStartFailureIsReturnedAtOnce) {
+  setenv("KFORGE_WORKER_FAKE_0", ("no_device:" + starts_).c_str(), 1);
+  auto g = StartGroup(2);
+  ASSERT_FALSE(g.ok());
+  EXPECT_EQ(Starts(starts_), 1);
+  EXPECT_NE(g.status().message().find("cudaErrorNoDevice"), std::string::npos)
+      << g.status().message();
 }
 
 }  // namespace
