@@ -70,6 +70,28 @@ Status StartReference(EvalSession& s, const Objects& objects) {
   return Status::Ok();
 }
 
+// The trusted groups this evaluation starts after the candidate (the
+// reference's where every baseline is a reused record, the expert's where it
+// will be timed), started now in the background (run/warm_groups.h), so that
+// their spawn and CUDA initialisation overlap the candidate's check sizes,
+// which are not timed; the first bench size waits for them. Returns whether
+// any start is under way.
+bool StartTrustedGroupsAhead(EvalSession& s, const Objects& objects) {
+  if (s.warm_groups == nullptr || !s.warm_groups->enabled() || !s.options->warm_groups ||
+      !s.options->timing) {
+    return false;
+  }
+  if (std::none_of(s.plans.begin(), s.plans.end(), [](const SizePlan& p) { return !p.check; }))
+    return false;
+  std::vector<WarmShape> ahead;
+  if (!s.reference.alive()) ahead.push_back({s.reference.who, ServedShape(s, s.reference)});
+  if (ExpertGroupWanted(s, objects.expert))
+    ahead.push_back({s.expert.who, ServedShape(s, s.expert)});
+  if (ahead.empty()) return false;
+  s.warm_groups->Refill(ahead);
+  return true;
+}
+
 // Everything up to the candidate's last size, in order: the reference group
 // started and the baseline timed through it (no candidate code alive
 // anywhere) unless this evaluator timed it recently, the candidate started,
@@ -87,7 +109,14 @@ Status RunPhases(EvalSession& s, Attempt& a, const Objects& objects) {
   }
   KF_RETURN_IF_ERROR(StartServed(s, s.candidate, objects.candidate));
   a.Mark("candidate_start");
+  bool starting = StartTrustedGroupsAhead(s, objects);
   for (SizePlan& plan : s.plans) {
+    if (starting && !plan.check) {
+      // No process starts while timed calls run.
+      s.warm_groups->Settle();
+      a.Mark("trusted_groups_ahead");
+      starting = false;
+    }
     KF_RETURN_IF_ERROR(plan.check ? RunCheckSize(s, plan) : RunBenchSize(s, plan));
     a.Mark((plan.check ? "check " : "bench ") + plan.size.label);
   }

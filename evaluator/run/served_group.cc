@@ -48,10 +48,13 @@ Result<fs::path> PrivateCopy(const fs::path& so, const fs::path& dir) {
 
 }  // namespace
 
-Status StartServed(EvalSession& s, ServedGroup& sg, const fs::path& kernel_so) {
+bool MayUseCollectives(const EvalSession& s, const ServedGroup& sg) {
   // The reference is trusted: it may use what its task forbids candidates.
   // The expert, trusted too, keeps to the candidates' policy.
-  sg.collectives = sg.reference() || s.CandidateMayUseCollectives();
+  return sg.reference() || s.CandidateMayUseCollectives();
+}
+
+GroupOptions ServedShape(const EvalSession& s, const ServedGroup& sg) {
   GroupOptions g;
   g.worker_path = s.worker;
   g.role = "candidate";
@@ -64,13 +67,19 @@ Status StartServed(EvalSession& s, ServedGroup& sg, const fs::path& kernel_so) {
   g.capture_output = true;
   g.devices = s.harness->options().devices;
   // On real GPUs a group that may call the harness collectives gets its own
-  // NCCL communicator (a fresh id from the harness).
+  // NCCL communicator (its id comes from the harness at attach).
+  g.candidate_nccl = !s.emulated && MayUseCollectives(s, sg);
+  return g;
+}
+
+Status StartServed(EvalSession& s, ServedGroup& sg, const fs::path& kernel_so) {
+  sg.collectives = MayUseCollectives(s, sg);
+  GroupOptions g = ServedShape(s, sg);
   std::string nccl_id;
-  if (!s.emulated && sg.collectives) {
+  if (g.candidate_nccl) {
     auto ids = s.harness->All({{"op", proto::op::kNcclId}}, s.options->setup_deadline_s, "setup");
     if (!ids.ok()) return GroupFailed(s, *s.harness, ids.status());
     nccl_id = (*ids)[0].body.value("id", "");
-    g.candidate_nccl = true;
   }
   // The mailboxes and the directory are made with the processes (the
   // sandbox grants the directory at spawn).

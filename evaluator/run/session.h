@@ -219,6 +219,12 @@ Status PrepareHarness(EvalSession& s, const std::filesystem::path& baseline);
 // kernel's private copy in their directory, sandbox, arenas, calibration,
 // then the kernel.
 Status StartServed(EvalSession& s, ServedGroup& g, const std::filesystem::path& kernel_so);
+// Whether `g`'s kernel may call the harness collectives: the reference's
+// always, the candidate's and the expert's where the task allows it.
+bool MayUseCollectives(const EvalSession& s, const ServedGroup& g);
+// What `g`'s processes are spawned with in this evaluation (its warm-group
+// shape, run/warm_groups.h).
+GroupOptions ServedShape(const EvalSession& s, const ServedGroup& g);
 // Ends a served group; the candidate's supervisor findings become integrity
 // findings, the reference's a harness warning.
 void StopServed(EvalSession& s, ServedGroup& g);

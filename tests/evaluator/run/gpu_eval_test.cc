@@ -326,9 +326,10 @@ TEST_F(GpuEvalTest, ABaselineIsReusedAcrossEvaluationsOfASize) {
 // A long-lived evaluator starts the next candidate group of the same shape
 // after each evaluation (and the next reference and expert groups too with
 // KFORGE_WARM_TRUSTED_GROUPS=1): the next evaluation takes them (warm), and
-// its candidate_start leaves out spawn and CUDA initialisation. With the
-// option off an evaluation still takes the groups waiting for it, but starts
-// none for the next.
+// its candidate_start leaves out spawn and CUDA initialisation. The trusted
+// groups an evaluation starts after its candidate are started in the
+// background while its check sizes run. With the option off an evaluation
+// still takes the groups waiting for it, but starts none ahead.
 TEST_F(GpuEvalTest, TheNextEvaluationOfAShapeTakesAWarmCandidateGroup) {
   const Task& t = Find("allreduce");
   auto src = ReadFile(t.dir / "solutions" / "oneshot.cu");
@@ -338,6 +339,7 @@ TEST_F(GpuEvalTest, TheNextEvaluationOfAShapeTakesAWarmCandidateGroup) {
   o.world = 2;
   o.trials = 1;
   o.bench_sizes = {SmallestBenchSize(t)};
+  o.baseline_confirm_slack = 0.5;  // the reused record is confirmed: no re-timing here
   auto run = [&](const EvalOptions& opts) {
     auto doc = evaluator->Evaluate(t, *src, "oneshot.cu", opts);
     EXPECT_TRUE(doc.ok()) << doc.status().ToString();
@@ -345,47 +347,54 @@ TEST_F(GpuEvalTest, TheNextEvaluationOfAShapeTakesAWarmCandidateGroup) {
   };
   EvalOptions off = o;
   off.warm_groups = false;
-  // The reference and expert groups are started ahead only where asked
-  // (KFORGE_WARM_TRUSTED_GROUPS=1): after the first evaluation, not after
-  // the second.
+  // The reference and expert groups are started ahead for the next
+  // evaluation only where asked (KFORGE_WARM_TRUSTED_GROUPS=1): after the
+  // first evaluation, not after the second.
   setenv("KFORGE_WARM_TRUSTED_GROUPS", "1", 1);
   const nlohmann::json first = run(o);
   unsetenv("KFORGE_WARM_TRUSTED_GROUPS");
-  const nlohmann::json second = run(o), third = run(off), fourth = run(off);
+  const nlohmann::json second = run(o), third = run(off), fourth = run(off), fifth = run(o);
   std::vector<double> start_s;
-  for (const auto* d : {&first, &second, &third, &fourth}) {
+  for (const auto* d : {&first, &second, &third, &fourth, &fifth}) {
     ASSERT_EQ(d->value("status", ""), "passed") << RenderEvalReport(*d);
     ASSERT_TRUE((*d)["candidate_group"].is_object()) << d->dump();
+    ASSERT_TRUE((*d)["reference_group"].is_object()) << d->dump();
     start_s.push_back((*d)["phases_s"].value("candidate_start", -1.0));
   }
   EXPECT_FALSE(first["candidate_group"]["warm"].get<bool>());
   EXPECT_TRUE(second["candidate_group"]["warm"].get<bool>());
   EXPECT_TRUE(third["candidate_group"]["warm"].get<bool>());    // started after the second
   EXPECT_FALSE(fourth["candidate_group"]["warm"].get<bool>());  // the third started none
+  EXPECT_FALSE(fifth["candidate_group"]["warm"].get<bool>());   // nor did the fourth
   EXPECT_LT(start_s[1], start_s[0]);
   EXPECT_LT(start_s[2], start_s[3]);
   std::printf("candidate_start: cold %.3f s, warm %.3f s, warm %.3f s, cold %.3f s\n", start_s[0],
               start_s[1], start_s[2], start_s[3]);
-  // Every timed evaluation starts its reference group (before the candidate,
-  // or after it to confirm a reused baseline): warm where the evaluation
-  // before it started one ahead (the first, with trusted groups asked for).
-  for (const auto* d : {&first, &second, &third, &fourth})
-    ASSERT_TRUE((*d)["reference_group"].is_object()) << d->dump();
+  // The reference group: the first evaluation times its baseline before the
+  // candidate (started cold); the second takes the one the first started
+  // ahead; the third and fourth (option off) start theirs when the reused
+  // baseline is confirmed, after the candidate; the fifth started its own in
+  // the background during its check sizes.
   EXPECT_FALSE(first["reference_group"]["warm"].get<bool>());
   EXPECT_TRUE(second["reference_group"]["warm"].get<bool>());
-  EXPECT_FALSE(third["reference_group"]["warm"].get<bool>());  // by default, none ahead
+  EXPECT_FALSE(third["reference_group"]["warm"].get<bool>());
   EXPECT_FALSE(fourth["reference_group"]["warm"].get<bool>());
-  // The expert's group runs where its timing was not reused: the first
-  // evaluation's was cold; one was started after it and waits until an
-  // evaluation times the expert again.
+  EXPECT_TRUE(fifth["reference_group"]["warm"].get<bool>());
+  EXPECT_TRUE(fifth["phases_s"].contains("trusted_groups_ahead")) << fifth["phases_s"].dump();
+  EXPECT_FALSE(fourth["phases_s"].contains("trusted_groups_ahead")) << fourth["phases_s"].dump();
+  // The first evaluation times the expert (no record yet): its group was
+  // started during the check sizes.
   ASSERT_TRUE(first["expert_group"].is_object()) << first.dump();
-  EXPECT_FALSE(first["expert_group"]["warm"].get<bool>());
-  if (second.contains("expert_group")) {
-    EXPECT_TRUE(second["expert_group"]["warm"].get<bool>());
-  }
-  std::printf("reference_start: cold %.3f s, warm %.3f s\n",
-              first["phases_s"].value("reference_start", -1.0),
-              second["phases_s"].value("reference_start", -1.0));
+  EXPECT_TRUE(first["expert_group"]["warm"].get<bool>());
+  EXPECT_TRUE(first["phases_s"].contains("trusted_groups_ahead")) << first["phases_s"].dump();
+  std::printf(
+      "reference_start: cold %.3f s, warm %.3f s, after the candidate cold %.3f s, started "
+      "during the check sizes %.3f s (waited for %.3f s)\n",
+      first["phases_s"].value("reference_start", -1.0),
+      second["phases_s"].value("reference_start", -1.0),
+      fourth["phases_s"].value("reference_start", -1.0),
+      fifth["phases_s"].value("reference_start", -1.0),
+      fifth["phases_s"].value("trusted_groups_ahead", -1.0));
 }
 
 // The task's expert kernel is timed beside the baseline, after the candidate:
