@@ -11,6 +11,7 @@
 #include "protocol/messages.h"
 #include "run/stats.h"
 #include "run/trace.h"
+#include "run/warm_groups.h"
 
 namespace kforge::eval {
 
@@ -56,11 +57,15 @@ Status DriveFailed(EvalSession& s, ServedGroup& g, const SizePlan& plan, const S
 // claimed time per rank and call.
 void TraceBlock(const ServedGroup& g, const SizePlan& plan,
                 const std::vector<std::vector<double>>& wall,
-                const std::vector<std::vector<double>>& claimed) {
+                const std::vector<std::vector<double>>& claimed,
+                const std::vector<std::vector<double>>& sm_clock_mhz, int live_groups) {
   if (!Tracing(kTimingTrace)) return;
-  AppendTrace(
-      kTimingTrace,
-      json{{"size", plan.size.label}, {"side", g.who}, {"wall_us", wall}, {"claimed_us", claimed}});
+  AppendTrace(kTimingTrace, json{{"size", plan.size.label},
+                                 {"side", g.who},
+                                 {"wall_us", wall},
+                                 {"claimed_us", claimed},
+                                 {"sm_clock_mhz", sm_clock_mhz},
+                                 {"live_groups", live_groups}});
 }
 
 }  // namespace
@@ -110,7 +115,7 @@ Status DriveBlock(EvalSession& s, ServedGroup& g, SizePlan& plan, int warmup, in
   TraceExchange(g.who, "drive " + std::to_string(total), plan.size.label, t0);
 
   json mismatches = json::array(), changed = json::array(), anomalies = json::array();
-  std::vector<std::vector<double>> wall, claimed;
+  std::vector<std::vector<double>> wall, claimed, clocks;
   for (int r = 0; r < s.world; ++r) {
     KF_ASSIGN_OR_RETURN(
         auto d, proto::DriveReply::Parse((*driven)[r].body, "drive", static_cast<size_t>(calls)));
@@ -121,6 +126,7 @@ Status DriveBlock(EvalSession& s, ServedGroup& g, SizePlan& plan, int warmup, in
     wall.push_back(std::move(d.wall_us));
     claimed.push_back(std::move(d.claimed_us));
     out->sm_clock_mhz.insert(out->sm_clock_mhz.end(), d.sm_clock_mhz.begin(), d.sm_clock_mhz.end());
+    clocks.push_back(d.sm_clock_mhz);
     out->temperature_c.insert(out->temperature_c.end(), d.temperature_c.begin(),
                               d.temperature_c.end());
   }
@@ -150,7 +156,10 @@ Status DriveBlock(EvalSession& s, ServedGroup& g, SizePlan& plan, int warmup, in
                  "outputs of timed calls at size " + plan.size.label +
                      " differ from the baseline's (every timed call is verified)");
   }
-  TraceBlock(g, plan, wall, claimed);
+  TraceBlock(g, plan, wall, claimed, clocks,
+             static_cast<int>(s.candidate.alive()) + static_cast<int>(s.reference.alive()) +
+                 static_cast<int>(s.expert.alive()) +
+                 (s.warm_groups ? static_cast<int>(s.warm_groups->size()) : 0));
   for (auto [from, to] : {std::pair{&wall, &out->wall_us}, std::pair{&claimed, &out->claimed_us}}) {
     std::vector<double> block = MaxOverRanks(*from);
     to->insert(to->end(), block.begin(), block.end());

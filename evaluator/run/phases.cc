@@ -320,9 +320,9 @@ namespace {
 
 // Whether a short block of the reference, timed now, confirms the reused
 // record: its median must lie within the block's 95% interval widened by
-// EvalOptions::baseline_confirm_slack (negative: never).
+// the session's ConfirmSlack (negative: never).
 bool Confirms(EvalSession& s, SizePlan& plan, const Side& now) {
-  const double slack = s.options->baseline_confirm_slack;
+  const double slack = s.ConfirmSlack();
   const TimingStats st = Summarize(now.claimed_us, now.wall_us);
   const double recorded = Quantile(plan.baseline.side.claimed_us, 0.5);
   plan.confirm_median_us = st.median_us;

@@ -9,6 +9,7 @@
 // is a difference between the kernels (docs/methodology.md).
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -191,6 +192,20 @@ struct EvalSession {
   // A task's own reference (trusted) may use what its task forbids candidates.
   bool CandidateMayUseCollectives() const {
     return task->policy.harness_collectives || options->trusted;
+  }
+
+  // More ranks than this sharing one GPU time-slice it, and their speedups
+  // repeat only to about +-15% (docs/methodology.md, "Known limits").
+  static constexpr int kRepeatableSharedRanks = 4;
+  bool SpeedupsIndicative() const { return emulated && world > kRepeatableSharedRanks; }
+  // How far a fresh block may put a reused baseline record off and still
+  // confirm it: EvalOptions::baseline_confirm_slack, and at least
+  // kIndicativeConfirmSlack where speedups are indicative (re-timing a record
+  // for a 2% disagreement buys nothing where they repeat to +-15%).
+  static constexpr double kIndicativeConfirmSlack = 0.05;
+  double ConfirmSlack() const {
+    const double slack = options->baseline_confirm_slack;
+    return slack >= 0 && SpeedupsIndicative() ? std::max(slack, kIndicativeConfirmSlack) : slack;
   }
 
   TimingRule Rule() const {

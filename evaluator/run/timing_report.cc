@@ -29,9 +29,6 @@ constexpr double kClockWarning = 0.03;
 // approximations (peaks from data sheets, the task's byte counts); between
 // half and 85% it is flagged for a look at the task's [floor].
 constexpr double kImpossibleBelowFloor = 0.5;
-// Ranks sharing one GPU time-slice it; beyond this many, speedups do not
-// repeat within a few percent (docs/methodology.md, "Known limits").
-constexpr int kRepeatableSharedRanks = 4;
 constexpr double kSuspectBelowFloor = 0.85;
 
 // The median over the calls of one side (0 when empty).
@@ -52,7 +49,7 @@ void FinishTiming(EvalSession& s) {
     const double path_us = std::max(s.candidate.overhead_us, reference_gap_us);
     const double allowed_us = path_us + kSlackUs + kSlackFraction * cand.median_us;
     json warnings = json::array();
-    if (s.emulated && s.world > kRepeatableSharedRanks) {
+    if (s.SpeedupsIndicative()) {
       warnings.push_back(fmt::format(
           "{} ranks share one GPU: this size's speedup repeats only to about +-15% from one "
           "evaluation to the next (indicative; compare on separate GPUs)",

@@ -132,3 +132,29 @@ TEST(BaselineCache, AReusedBaselineTimedAtOtherClocksIsDropped) {
 
 }  // namespace
 }  // namespace kforge::eval
+
+namespace kforge::eval {
+namespace {
+
+// A reused record is confirmed within EvalOptions::baseline_confirm_slack,
+// widened to 5% only where more than four ranks share a GPU (speedups there
+// repeat to about +-15%); "never" (negative) stays never.
+TEST(BaselineCache, TheConfirmSlackWidensOnlyWhereSpeedupsAreIndicative) {
+  Fixture f;
+  f.options.baseline_confirm_slack = 0.01;
+  EXPECT_DOUBLE_EQ(f.s.ConfirmSlack(), 0.01);  // W = 2, emulated
+  f.s.world = 8;
+  EXPECT_TRUE(f.s.SpeedupsIndicative());
+  EXPECT_DOUBLE_EQ(f.s.ConfirmSlack(), EvalSession::kIndicativeConfirmSlack);
+  f.options.baseline_confirm_slack = 0.2;
+  EXPECT_DOUBLE_EQ(f.s.ConfirmSlack(), 0.2);
+  f.options.baseline_confirm_slack = -1;
+  EXPECT_LT(f.s.ConfirmSlack(), 0);
+  f.options.baseline_confirm_slack = 0.01;
+  f.s.emulated = false;  // eight real GPUs
+  EXPECT_FALSE(f.s.SpeedupsIndicative());
+  EXPECT_DOUBLE_EQ(f.s.ConfirmSlack(), 0.01);
+}
+
+}  // namespace
+}  // namespace kforge::eval
