@@ -70,25 +70,21 @@ Status StartReference(EvalSession& s, const Objects& objects) {
   return Status::Ok();
 }
 
-// The trusted groups this evaluation starts after the candidate (the
-// reference's where every baseline is a reused record, the expert's where it
-// will be timed), started now in the background (run/warm_groups.h), so that
-// their spawn and CUDA initialisation overlap the candidate's check sizes,
-// which are not timed; the first bench size waits for them. Returns whether
-// any start is under way.
-bool StartTrustedGroupsAhead(EvalSession& s, const Objects& objects) {
+// Where every bench size's baseline is a reused record, the reference group
+// is only needed after the candidate (to confirm the records): it is started
+// now in the background (run/warm_groups.h), so that its spawn and CUDA
+// initialisation overlap the candidate's check sizes, which are not timed,
+// and the first bench size waits for it. The candidate's timed calls then
+// have the reference group idle beside them, as in an evaluation that timed
+// its baseline before the candidate. Returns whether a start is under way.
+bool StartReferenceAhead(EvalSession& s) {
   if (s.warm_groups == nullptr || !s.warm_groups->enabled() || !s.options->warm_groups ||
-      !s.options->timing) {
+      !s.options->timing || s.reference.alive()) {
     return false;
   }
   if (std::none_of(s.plans.begin(), s.plans.end(), [](const SizePlan& p) { return !p.check; }))
     return false;
-  std::vector<WarmShape> ahead;
-  if (!s.reference.alive()) ahead.push_back({s.reference.who, ServedShape(s, s.reference)});
-  if (ExpertGroupWanted(s, objects.expert))
-    ahead.push_back({s.expert.who, ServedShape(s, s.expert)});
-  if (ahead.empty()) return false;
-  s.warm_groups->Refill(ahead);
+  s.warm_groups->Refill(s.reference.who, ServedShape(s, s.reference));
   return true;
 }
 
@@ -109,12 +105,12 @@ Status RunPhases(EvalSession& s, Attempt& a, const Objects& objects) {
   }
   KF_RETURN_IF_ERROR(StartServed(s, s.candidate, objects.candidate));
   a.Mark("candidate_start");
-  bool starting = StartTrustedGroupsAhead(s, objects);
+  bool starting = StartReferenceAhead(s);
   for (SizePlan& plan : s.plans) {
     if (starting && !plan.check) {
       // No process starts while timed calls run.
       s.warm_groups->Settle();
-      a.Mark("trusted_groups_ahead");
+      a.Mark("reference_ahead");
       starting = false;
     }
     KF_RETURN_IF_ERROR(plan.check ? RunCheckSize(s, plan) : RunBenchSize(s, plan));

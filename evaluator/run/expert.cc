@@ -68,22 +68,6 @@ void RecordExperts(EvalSession& s, const fs::path& object) {
 
 }  // namespace
 
-bool ExpertGroupWanted(const EvalSession& s, const ExpertObject& expert) {
-  if (!ExpertToTime(*s.task, *s.options) || !s.expert_report.contains("kernel") ||
-      !expert.error.empty() || expert.object.empty()) {
-    return false;
-  }
-  for (const SizePlan& plan : s.plans) {
-    if (plan.check) continue;
-    if (!plan.BaselineReused() || s.baselines == nullptr || s.options->baseline_reuse_s <= 0 ||
-        s.baselines->Find(BaselineCache::Key(s, plan, expert.object),
-                          s.options->baseline_reuse_s) == nullptr) {
-      return true;
-    }
-  }
-  return false;
-}
-
 void TimeExpert(EvalSession& s, const ExpertObject& expert) {
   if (s.expert_report.is_null() || !s.expert_report.contains("kernel")) return;
   auto skip = [&](const std::string& why) {

@@ -23,10 +23,6 @@ struct ExpertObject {
 nlohmann::json ExpertStatement(const Task& task);
 // Whether this evaluation times the task's expert kernel.
 bool ExpertToTime(const Task& task, const EvalOptions& options);
-// Whether TimeExpert will start the expert's group: before the candidate,
-// where some bench size's baseline is not a reused record or has no expert
-// record beside it (a reuse that fails its confirmation is not foreseen).
-bool ExpertGroupWanted(const EvalSession& s, const ExpertObject& expert);
 // Times (or reuses) the expert at every bench size with a timed baseline; a
 // failure is written into s.expert_report ("skipped") and changes nothing else.
 void TimeExpert(EvalSession& s, const ExpertObject& expert);

@@ -49,9 +49,8 @@ std::string ShapeKey(const GroupOptions& shape);
 // client of its daemon, which serves at most 48 (Volta and later). The worst
 // case is every rank of every group on one GPU (`--gpus 0 --world 8`), and an
 // evaluation at W holds at most 4W clients while it runs: its harness group,
-// reference group, candidate group and expert group (all four at once while
-// an expert group started during the check sizes waits; groups started that
-// way count among the waiting ranks until the evaluation takes them). At
+// reference group, candidate group and expert group (the expert in fact only
+// starts once the candidate is gone: 3W at once, the fourth W is margin). At
 // the largest world a task runs (8) that leaves 48 - 4 * 8 = 16 ranks for the
 // groups that wait: two groups at W=8, four at W=4, eight at W=2.
 inline constexpr int kMpsClientsPerGpu = 48;
