@@ -208,9 +208,15 @@ struct EvalSession {
     return slack >= 0 && SpeedupsIndicative() ? std::max(slack, kIndicativeConfirmSlack) : slack;
   }
 
+  // Where speedups are indicative, each side's median is timed to +-2% at
+  // most finely (EvalOptions::timing_precision, +-0.5% by default,
+  // elsewhere): calls beyond that buy nothing where evaluations repeat only
+  // to +-15%.
+  static constexpr double kIndicativePrecision = 0.02;
   TimingRule Rule() const {
     TimingRule r;
-    r.precision = options->timing_precision;
+    r.precision = SpeedupsIndicative() ? std::max(options->timing_precision, kIndicativePrecision)
+                                       : options->timing_precision;
     r.cap_s = options->timing_cap_s;
     return r;
   }

@@ -156,5 +156,21 @@ TEST(BaselineCache, TheConfirmSlackWidensOnlyWhereSpeedupsAreIndicative) {
   EXPECT_DOUBLE_EQ(f.s.ConfirmSlack(), 0.01);
 }
 
+// The same for the timing rule's precision: +-2% at most finely where
+// speedups are indicative, the option's elsewhere (and a coarser option is
+// kept as it is).
+TEST(BaselineCache, TheTimingPrecisionIsCoarserOnlyWhereSpeedupsAreIndicative) {
+  Fixture f;
+  f.options.timing_precision = 0.005;
+  EXPECT_DOUBLE_EQ(f.s.Rule().precision, 0.005);  // W = 2, emulated
+  f.s.world = 8;
+  EXPECT_DOUBLE_EQ(f.s.Rule().precision, EvalSession::kIndicativePrecision);
+  f.options.timing_precision = 0.05;
+  EXPECT_DOUBLE_EQ(f.s.Rule().precision, 0.05);
+  f.options.timing_precision = 0.005;
+  f.s.emulated = false;
+  EXPECT_DOUBLE_EQ(f.s.Rule().precision, 0.005);
+}
+
 }  // namespace
 }  // namespace kforge::eval
