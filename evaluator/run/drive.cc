@@ -164,6 +164,8 @@ Status DriveBlock(EvalSession& s, ServedGroup& g, SizePlan& plan, int warmup, in
     std::vector<double> block = MaxOverRanks(*from);
     to->insert(to->end(), block.begin(), block.end());
   }
+  if (!claimed.empty() && !claimed[0].empty())
+    out->blocks.push_back(static_cast<int>(MaxOverRanks(claimed).size()));
   for (auto [block, to] : {std::pair{CallGaps(wall, claimed, s.emulated), &out->gap_us},
                            std::pair{WallSpread(wall), &out->spread_us}}) {
     to->insert(to->end(), block.begin(), block.end());
@@ -183,7 +185,8 @@ Status TimedCalls(EvalSession& s, ServedGroup& g, SizePlan& plan, Side* out) {
   const TimingRule rule = s.Rule();
   int warmup = DriveWarmup(plan);
   double spent_s = 0, call_wall_us = plan.baseline.call_wall_us;
-  for (int block; (block = NextBlock(rule, out->claimed_us, spent_s, call_wall_us)) > 0;) {
+  for (int block;
+       (block = NextBlock(rule, out->claimed_us, out->blocks, spent_s, call_wall_us)) > 0;) {
     auto t0 = std::chrono::steady_clock::now();
     KF_RETURN_IF_ERROR(DriveBlock(s, g, plan, warmup, block, out));
     const double took = SecondsSince(t0);

@@ -95,7 +95,8 @@ void TimeExpert(EvalSession& s, const ExpertObject& expert) {
 
 json ExpertEntry(const SizePlan& plan, const TimingStats& base, const TimingStats& cand) {
   if (plan.expert.side.claimed_us.empty()) return nullptr;
-  const TimingStats e = Summarize(plan.expert.side.claimed_us, plan.expert.side.wall_us);
+  const TimingStats e =
+      Summarize(plan.expert.side.claimed_us, plan.expert.side.wall_us, plan.expert.side.blocks);
   json j = e.ToJson();
   // The candidate over the expert: > 1 where the model's kernel beats it.
   j["speedup"] = cand.median_us > 0 ? e.median_us / cand.median_us : 0;

@@ -323,7 +323,7 @@ namespace {
 // the session's ConfirmSlack (negative: never).
 bool Confirms(EvalSession& s, SizePlan& plan, const Side& now) {
   const double slack = s.ConfirmSlack();
-  const TimingStats st = Summarize(now.claimed_us, now.wall_us);
+  const TimingStats st = Summarize(now.claimed_us, now.wall_us, now.blocks);
   const double recorded = Quantile(plan.baseline.side.claimed_us, 0.5);
   plan.confirm_median_us = st.median_us;
   if (slack >= 0 && recorded >= st.ci_lo_us * (1 - slack) && recorded <= st.ci_hi_us * (1 + slack))

@@ -42,7 +42,11 @@ struct Side {
   // Per call: the wall time the claims leave unexplained (run/stats.h
   // CallGaps), and the spread of the ranks' wall times.
   std::vector<double> gap_us, spread_us;
+  // The calls of each driven block, in order (claimed_us is their
+  // concatenation): the interval of the median rests on their spread.
+  std::vector<int> blocks;
   void Append(const Side& more) {
+    blocks.insert(blocks.end(), more.blocks.begin(), more.blocks.end());
     for (auto [to, from] :
          {std::pair{&claimed_us, &more.claimed_us}, std::pair{&wall_us, &more.wall_us},
           std::pair{&gap_us, &more.gap_us}, std::pair{&spread_us, &more.spread_us},

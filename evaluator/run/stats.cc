@@ -5,9 +5,11 @@
 
 namespace kforge::eval {
 
-TimingStats Summarize(const std::vector<double>& event_us, const std::vector<double>& host_us) {
+TimingStats Summarize(const std::vector<double>& event_us, const std::vector<double>& host_us,
+                      const std::vector<int>& block_sizes) {
   TimingStats s;
   s.iters = static_cast<int>(event_us.size());
+  s.blocks = static_cast<int>(block_sizes.size());
   if (event_us.empty()) return s;
   s.median_us = Quantile(event_us, 0.5);
   s.p25_us = Quantile(event_us, 0.25);
@@ -20,7 +22,7 @@ TimingStats Summarize(const std::vector<double>& event_us, const std::vector<dou
   s.cv =
       event_us.size() > 1 && s.mean_us > 0 ? std::sqrt(sq / (event_us.size() - 1)) / s.mean_us : 0;
   s.host_median_us = Quantile(host_us, 0.5);
-  const Interval ci = MedianInterval(event_us);
+  const Interval ci = BlockedMedianInterval(event_us, block_sizes);
   s.ci_lo_us = ci.lo;
   s.ci_hi_us = ci.hi;
   return s;
@@ -77,9 +79,16 @@ std::vector<double> WallSpread(const std::vector<std::vector<double>>& wall) {
 }
 
 nlohmann::json TimingStats::ToJson() const {
-  return {{"median_us", median_us}, {"min_us", min_us},          {"p25_us", p25_us},
-          {"p75_us", p75_us},       {"mean_us", mean_us},        {"cv", cv},
-          {"iters", iters},         {"host_us", host_median_us}, {"ci95_us", {ci_lo_us, ci_hi_us}}};
+  return {{"median_us", median_us},
+          {"min_us", min_us},
+          {"p25_us", p25_us},
+          {"p75_us", p75_us},
+          {"mean_us", mean_us},
+          {"cv", cv},
+          {"iters", iters},
+          {"blocks", blocks},
+          {"host_us", host_median_us},
+          {"ci95_us", {ci_lo_us, ci_hi_us}}};
 }
 
 }  // namespace kforge::eval

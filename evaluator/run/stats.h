@@ -10,16 +10,20 @@ namespace kforge::eval {
 
 struct TimingStats {
   int iters = 0;
+  int blocks = 0;  // the driven blocks the calls came in (0: not known)
   double median_us = 0, min_us = 0, p25_us = 0, p75_us = 0, mean_us = 0, cv = 0;
   double host_median_us = 0;
-  double ci_lo_us = 0, ci_hi_us = 0;  // the median's 95% interval (kforge::MedianInterval)
+  // The median's 95% interval (kforge::BlockedMedianInterval: widened by the
+  // spread between blocks where there are two or more).
+  double ci_lo_us = 0, ci_hi_us = 0;
   double RelativeHalfWidth() const {
     return median_us > 0 ? (ci_hi_us - ci_lo_us) / 2 / median_us : 0;
   }
   nlohmann::json ToJson() const;
 };
 
-TimingStats Summarize(const std::vector<double>& event_us, const std::vector<double>& host_us);
+TimingStats Summarize(const std::vector<double>& event_us, const std::vector<double>& host_us,
+                      const std::vector<int>& block_sizes = {});
 // Per-iteration maximum over ranks: by_rank[r][i] -> out[i].
 std::vector<double> MaxOverRanks(const std::vector<std::vector<double>>& by_rank);
 

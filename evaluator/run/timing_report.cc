@@ -41,8 +41,10 @@ void FinishTiming(EvalSession& s) {
     if (plan.check || plan.candidate.claimed_us.empty() || plan.baseline.side.claimed_us.empty())
       continue;
     const Problem& p = plan.problem;
-    TimingStats base = Summarize(plan.baseline.side.claimed_us, plan.baseline.side.wall_us);
-    TimingStats cand = Summarize(plan.candidate.claimed_us, plan.candidate.wall_us);
+    TimingStats base = Summarize(plan.baseline.side.claimed_us, plan.baseline.side.wall_us,
+                                 plan.baseline.side.blocks);
+    TimingStats cand =
+        Summarize(plan.candidate.claimed_us, plan.candidate.wall_us, plan.candidate.blocks);
     // Wall minus claim per call (run/stats.h CallGaps: per rank where ranks share a GPU).
     const double gap_us = Median(plan.candidate.gap_us);
     const double reference_gap_us = Median(plan.baseline.side.gap_us);
@@ -94,9 +96,9 @@ void FinishTiming(EvalSession& s) {
     for (const auto& [who, st] : {std::pair{"baseline", &base}, std::pair{"candidate", &cand}}) {
       if (st->RelativeHalfWidth() > precision) {
         warnings.push_back(fmt::format(
-            "the {}'s median is known to +-{:.1f}% (target +-{:.1f}%) after {} calls: the time "
-            "cap ran out first",
-            who, 100 * st->RelativeHalfWidth(), 100 * precision, st->iters));
+            "the {}'s median is known to +-{:.1f}% (target +-{:.1f}%) after {} calls in {} "
+            "blocks: the time cap ran out first",
+            who, 100 * st->RelativeHalfWidth(), 100 * precision, st->iters, st->blocks));
       }
     }
     const Floor floor = FloorOf(p, s.peaks, s.emulated);

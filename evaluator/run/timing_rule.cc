@@ -7,19 +7,22 @@
 
 namespace kforge::eval {
 
-double RelativeHalfWidth(const std::vector<double>& times_us) {
+double RelativeHalfWidth(const std::vector<double>& times_us, const std::vector<int>& block_sizes) {
   const double median = Quantile(times_us, 0.5);
   if (median <= 0) return 0;
-  const Interval ci = MedianInterval(times_us);
+  const Interval ci = BlockedMedianInterval(times_us, block_sizes);
   return (ci.hi - ci.lo) / 2 / median;
 }
 
-int NextBlock(const TimingRule& rule, const std::vector<double>& times_us, double spent_s,
-              double call_wall_us) {
+int NextBlock(const TimingRule& rule, const std::vector<double>& times_us,
+              const std::vector<int>& block_sizes, double spent_s, double call_wall_us) {
   const int n = static_cast<int>(times_us.size());
   if (n >= rule.max_calls) return 0;
   if (n >= rule.min_calls) {
-    if (RelativeHalfWidth(times_us) <= rule.precision) return 0;
+    if (static_cast<int>(block_sizes.size()) >= rule.min_blocks &&
+        RelativeHalfWidth(times_us, block_sizes) <= rule.precision) {
+      return 0;
+    }
     if (spent_s >= rule.cap_s) return 0;
   }
   const double per_call = std::max(call_wall_us, 1.0);
