@@ -24,8 +24,9 @@ Interval MedianInterval(std::vector<double> v);
 // The median's 95% interval where the values come in blocks (consecutive runs
 // of block_sizes[j] values, in order) whose levels differ: calls of one block
 // share what the GPU did in those milliseconds, so they are not independent,
-// and MedianInterval alone is too narrow (the reference timed against itself
-// at 1 MiB fell outside it in 13 of 16 runs). With k >= 2 blocks it is the
+// and MedianInterval alone is too narrow (the speedup of the reference timed
+// against itself at 1 MiB and pkb fell outside its interval in 13 of 16
+// evaluations, H200). With k >= 2 blocks it is the
 // union of MedianInterval and median -/+ t(k-1) sd(block medians) / sqrt(k),
 // Student's t at 97.5% on the blocks' medians; with fewer, MedianInterval.
 // Block sizes that do not add up to the values' count are an error of the
