@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <future>
 #include <random>
 
 #include "kforge/core/log.h"
@@ -137,6 +138,23 @@ Result<std::vector<std::vector<std::vector<char>>>> ReadAll(EvalSession& s, bool
   return outputs;
 }
 
+// The host's share of a correctness trial: every rank's inputs, the oracle's
+// view of them and the oracle's run. It depends on the trial's seed alone.
+Status HostTrial(const Problem& p, uint64_t seed, int world, const std::string& label,
+                 HostInputs* inputs, OracleIo* io) {
+  const auto t0 = std::chrono::steady_clock::now();
+  KF_RETURN_IF_ERROR(GenerateAllInputsInto(p, seed, inputs));
+  std::vector<std::vector<const void*>> ptrs(world);
+  for (int r = 0; r < world; ++r) {
+    for (const auto& b : (*inputs)[r]) ptrs[r].push_back(b.data());
+  }
+  KF_RETURN_IF_ERROR(BuildOracleIoInto(p, ptrs, io));
+  if (Status st = RunOracle(p, *io); !st.ok())
+    return Error(ErrorKind::kHarness, "the task's oracle failed: " + st.message());
+  TraceExchange("coordinator", "inputs and oracle", label, t0);
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status RunCheckSize(EvalSession& s, SizePlan& plan) {
@@ -146,8 +164,14 @@ Status RunCheckSize(EvalSession& s, SizePlan& plan) {
   // The host's buffers for the oracle, reused by every trial of the size.
   HostInputs inputs;
   OracleIo io;
+  const int world = s.world;
   for (int trial = 0; trial < s.options->trials; ++trial) {
     uint64_t seed = s.NewSeed();
+    // The host's share of the trial runs on a thread of its own beside the
+    // harness's and the candidate's calls below, and is waited for before
+    // the outputs are checked.
+    auto host = std::async(std::launch::async, HostTrial, std::cref(p), seed, world,
+                           std::cref(plan.size.label), &inputs, &io);
     proto::InputsRequest in;
     in.seeds.push_back({0, seed});
     KF_RETURN_IF_ERROR(Exchange(s, *s.harness, in.ToJson(), dl, "correctness").status());
@@ -173,17 +197,7 @@ Status RunCheckSize(EvalSession& s, SizePlan& plan) {
       (void)Release(s, plan, s.candidate);
       return Error(ErrorKind::kIntegrityViolation, "the evaluation's canary in " + found.where);
     }
-    const auto oracle_t0 = std::chrono::steady_clock::now();
-    KF_RETURN_IF_ERROR(GenerateAllInputsInto(p, seed, &inputs));
-    std::vector<std::vector<const void*>> ptrs(s.world);
-    for (int r = 0; r < s.world; ++r) {
-      for (const auto& b : inputs[r]) ptrs[r].push_back(b.data());
-    }
-    KF_RETURN_IF_ERROR(BuildOracleIoInto(p, ptrs, &io));
-    if (Status st = RunOracle(p, io); !st.ok()) {
-      return Error(ErrorKind::kHarness, "the task's oracle failed: " + st.message());
-    }
-    TraceExchange("coordinator", "inputs and oracle", plan.size.label, oracle_t0);
+    KF_RETURN_IF_ERROR(host.get());
     if (trial == 0 && !s.options->dump_dir.empty()) {
       TrialTensors dump{&p, s.task->key, plan.size.label, s.dtype, seed, &inputs, &outputs, &io};
       if (Status st = DumpTrial(s.options->dump_dir, dump); !st.ok())
