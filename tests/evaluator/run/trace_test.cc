@@ -36,31 +36,37 @@ class TraceTest : public ::testing::Test {
     unsetenv(kExchangeTrace);
     std::filesystem::remove(path_);
   }
-  Result<std::unique_ptr<WorkerGroup>> Harness() {
+  // A session whose harness group is two fake workers.
+  void StartHarness() {
     GroupOptions o;
     o.worker_path = KFORGE_FAKE_WORKER;
     o.world = 2;
     o.devices = {0, 0};
     o.emulated = true;
     o.start_deadline_s = 10;
-    return WorkerGroup::Start(o);
+    auto g = WorkerGroup::Start(o);
+    ASSERT_TRUE(g.ok()) << g.status().ToString();
+    harness_ = std::move(g).value();
+    session_.options = &options_;
+    session_.harness = harness_.get();
   }
+  bool Ping(const char* op, const char* phase) {
+    return Exchange(session_, *harness_, {{"op", op}}, 5, phase).ok();
+  }
+  EvalOptions options_;
+  EvalSession session_;
+  std::unique_ptr<WorkerGroup> harness_;
   std::string path_ =
       ::testing::TempDir() + "kforge-exchange-trace-" + std::to_string(getpid()) + ".jsonl";
 };
 
 TEST_F(TraceTest, EveryExchangeIsOneLineWithItsGroupOpPhaseAndSeconds) {
-  auto g = Harness();
-  ASSERT_TRUE(g.ok()) << g.status().ToString();
-  EvalOptions o;
-  EvalSession s;
-  s.options = &o;
-  s.harness = g->get();
+  ASSERT_NO_FATAL_FAILURE(StartHarness());
   setenv(kExchangeTrace, path_.c_str(), 1);
   const double before =
       std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-  ASSERT_TRUE(Exchange(s, **g, {{"op", "ping"}}, 5, "setup").ok());
-  ASSERT_TRUE(Exchange(s, **g, {{"op", "pong"}}, 5, "correctness").ok());
+  ASSERT_TRUE(Ping("ping", "setup"));
+  ASSERT_TRUE(Ping("pong", "correctness"));
   const auto lines = Lines(path_);
   ASSERT_EQ(lines.size(), 2u);
   EXPECT_EQ(lines[0]["group"], "harness");
@@ -75,16 +81,11 @@ TEST_F(TraceTest, EveryExchangeIsOneLineWithItsGroupOpPhaseAndSeconds) {
 }
 
 TEST_F(TraceTest, NothingIsWrittenUnlessAsked) {
-  auto g = Harness();
-  ASSERT_TRUE(g.ok()) << g.status().ToString();
-  EvalOptions o;
-  EvalSession s;
-  s.options = &o;
-  s.harness = g->get();
-  ASSERT_TRUE(Exchange(s, **g, {{"op", "ping"}}, 5, "setup").ok());
+  ASSERT_NO_FATAL_FAILURE(StartHarness());
+  ASSERT_TRUE(Ping("ping", "setup"));
   EXPECT_FALSE(std::filesystem::exists(path_));
   setenv(kExchangeTrace, "", 1);  // empty: off too
-  ASSERT_TRUE(Exchange(s, **g, {{"op", "ping"}}, 5, "setup").ok());
+  ASSERT_TRUE(Ping("ping", "setup"));
   EXPECT_FALSE(std::filesystem::exists(path_));
   EXPECT_FALSE(Tracing(kExchangeTrace));
 }
