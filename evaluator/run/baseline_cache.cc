@@ -80,6 +80,12 @@ int DropStaleBaselines(EvalSession& s) {
   return dropped;
 }
 
+bool RecordAgrees(const TimingStats& record, const TimingStats& fresh, double slack) {
+  if (slack < 0 || record.iters == 0 || fresh.iters == 0) return false;
+  return record.ci_lo_us <= fresh.ci_hi_us * (1 + slack) &&
+         record.ci_hi_us >= fresh.ci_lo_us * (1 - slack);
+}
+
 void RecordBaselines(EvalSession& s) {
   if (s.baselines == nullptr || s.options->baseline_reuse_s <= 0) return;
   for (const SizePlan& plan : s.plans) {

@@ -9,6 +9,7 @@
 #include <map>
 #include <string>
 
+#include "run/stats.h"
 #include "session.h"
 
 namespace kforge::eval {
@@ -46,6 +47,12 @@ int ReuseBaselines(EvalSession& s);
 // candidate's by more than 3% are dropped from the plan, to be timed again
 // now; returns how many.
 int DropStaleBaselines(EvalSession& s);
+// Whether a fresh block of the reference agrees with a reused record: the
+// record's 95% interval (blocked: it counts the spread between the record's
+// blocks) and the fresh block's, widened by `slack`, overlap. Negative slack:
+// never. A record whose own blocks differ by 3% is not refused for a fresh
+// block 2% off it; one timed on a GPU that has since changed still is.
+bool RecordAgrees(const TimingStats& record, const TimingStats& fresh, double slack);
 // After the evaluation: records every freshly timed baseline (before, and
 // after when it got that far) and counts the reuses.
 void RecordBaselines(EvalSession& s);

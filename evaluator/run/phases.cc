@@ -12,6 +12,7 @@
 
 #include "kforge/core/log.h"
 #include "protocol/messages.h"
+#include "run/baseline_cache.h"
 #include "run/canary.h"
 #include "run/drive.h"
 #include "run/dump.h"
@@ -333,19 +334,17 @@ Status RunBenchSize(EvalSession& s, SizePlan& plan) {
 namespace {
 
 // Whether a short block of the reference, timed now, confirms the reused
-// record: its median must lie within the block's 95% interval widened by
-// the session's ConfirmSlack (negative: never).
+// record (RecordAgrees, with the session's ConfirmSlack).
 bool Confirms(EvalSession& s, SizePlan& plan, const Side& now) {
-  const double slack = s.ConfirmSlack();
   const TimingStats st = Summarize(now.claimed_us, now.wall_us, now.blocks);
-  const double recorded = Quantile(plan.baseline.side.claimed_us, 0.5);
+  const BaselineTiming& b = plan.baseline;
+  const TimingStats record = Summarize(b.side.claimed_us, b.side.wall_us, b.side.blocks);
   plan.confirm_median_us = st.median_us;
-  if (slack >= 0 && recorded >= st.ci_lo_us * (1 - slack) && recorded <= st.ci_hi_us * (1 + slack))
-    return true;
+  if (RecordAgrees(record, st, s.ConfirmSlack())) return true;
   LogInfo("evaluator",
-          "size {}: the reused baseline's median {:.2f} us is outside a fresh block's [{:.2f}, "
+          "size {}: the reused baseline's [{:.2f}, {:.2f}] us misses a fresh block's [{:.2f}, "
           "{:.2f}] us; timing the baseline again",
-          plan.size.label, recorded, st.ci_lo_us, st.ci_hi_us);
+          plan.size.label, record.ci_lo_us, record.ci_hi_us, st.ci_lo_us, st.ci_hi_us);
   return false;
 }
 

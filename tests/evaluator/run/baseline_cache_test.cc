@@ -174,3 +174,37 @@ TEST(BaselineCache, TheTimingPrecisionIsCoarserOnlyWhereSpeedupsAreIndicative) {
 
 }  // namespace
 }  // namespace kforge::eval
+
+namespace kforge::eval {
+namespace {
+
+TimingStats Stats(double lo, double median, double hi) {
+  TimingStats t;
+  t.iters = 20;
+  t.ci_lo_us = lo;
+  t.median_us = median;
+  t.ci_hi_us = hi;
+  return t;
+}
+
+// A fresh block confirms a record where their intervals (the fresh one
+// widened by the slack) overlap: a record whose own blocks spread by 3% is
+// not refused for a block 2% off its median; a GPU that has changed is.
+TEST(BaselineCache, AFreshBlockConfirmsARecordWhoseIntervalItMeets) {
+  const TimingStats record = Stats(29.0, 30.0, 31.0);                 // +-3.3%, blocks that differ
+  EXPECT_TRUE(RecordAgrees(record, Stats(30.4, 30.6, 30.8), 0.01));   // 2% off the median
+  EXPECT_TRUE(RecordAgrees(record, Stats(31.2, 31.4, 31.6), 0.01));   // within the slack
+  EXPECT_FALSE(RecordAgrees(record, Stats(33.0, 33.3, 33.6), 0.01));  // 11% slower now
+  EXPECT_FALSE(RecordAgrees(record, Stats(25.0, 25.2, 25.4), 0.01));  // 16% faster now
+  // A tight record (a large size) keeps the tight test it had.
+  const TimingStats tight = Stats(1000.0, 1001.0, 1002.0);
+  EXPECT_TRUE(RecordAgrees(tight, Stats(1005.0, 1008.0, 1011.0), 0.01));
+  EXPECT_FALSE(RecordAgrees(tight, Stats(1025.0, 1030.0, 1035.0), 0.01));
+  // Never with a negative slack, nor without calls on either side.
+  EXPECT_FALSE(RecordAgrees(record, Stats(29.5, 30.0, 30.5), -1));
+  EXPECT_FALSE(RecordAgrees(TimingStats{}, Stats(29.5, 30.0, 30.5), 0.01));
+  EXPECT_FALSE(RecordAgrees(record, TimingStats{}, 0.01));
+}
+
+}  // namespace
+}  // namespace kforge::eval
