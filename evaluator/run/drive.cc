@@ -54,12 +54,16 @@ Status DriveFailed(EvalSession& s, ServedGroup& g, const SizePlan& plan, const S
 }
 
 // KFORGE_TIMING_TRACE=FILE (diagnosis only): every driven block's wall and
-// claimed time per rank and call.
-void TraceBlock(const ServedGroup& g, const SizePlan& plan,
+// claimed time per rank and call, its SM clocks, and the served groups alive
+// or waiting (counted only when tracing: the pool's count takes its lock).
+void TraceBlock(const EvalSession& s, const ServedGroup& g, const SizePlan& plan,
                 const std::vector<std::vector<double>>& wall,
                 const std::vector<std::vector<double>>& claimed,
-                const std::vector<std::vector<double>>& sm_clock_mhz, int live_groups) {
+                const std::vector<std::vector<double>>& sm_clock_mhz) {
   if (!Tracing(kTimingTrace)) return;
+  int live_groups = s.warm_groups ? static_cast<int>(s.warm_groups->size()) : 0;
+  for (const ServedGroup* sg : {&s.candidate, &s.reference, &s.expert})
+    live_groups += sg->alive() ? 1 : 0;
   AppendTrace(kTimingTrace, json{{"size", plan.size.label},
                                  {"side", g.who},
                                  {"wall_us", wall},
@@ -156,16 +160,14 @@ Status DriveBlock(EvalSession& s, ServedGroup& g, SizePlan& plan, int warmup, in
                  "outputs of timed calls at size " + plan.size.label +
                      " differ from the baseline's (every timed call is verified)");
   }
-  TraceBlock(g, plan, wall, claimed, clocks,
-             static_cast<int>(s.candidate.alive()) + static_cast<int>(s.reference.alive()) +
-                 static_cast<int>(s.expert.alive()) +
-                 (s.warm_groups ? static_cast<int>(s.warm_groups->size()) : 0));
+  TraceBlock(s, g, plan, wall, claimed, clocks);
+  const size_t calls_before = out->claimed_us.size();
   for (auto [from, to] : {std::pair{&wall, &out->wall_us}, std::pair{&claimed, &out->claimed_us}}) {
     std::vector<double> block = MaxOverRanks(*from);
     to->insert(to->end(), block.begin(), block.end());
   }
-  if (!claimed.empty() && !claimed[0].empty())
-    out->blocks.push_back(static_cast<int>(MaxOverRanks(claimed).size()));
+  if (out->claimed_us.size() > calls_before)
+    out->blocks.push_back(static_cast<int>(out->claimed_us.size() - calls_before));
   for (auto [block, to] : {std::pair{CallGaps(wall, claimed, s.emulated), &out->gap_us},
                            std::pair{WallSpread(wall), &out->spread_us}}) {
     to->insert(to->end(), block.begin(), block.end());

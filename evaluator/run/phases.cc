@@ -165,13 +165,12 @@ Status RunCheckSize(EvalSession& s, SizePlan& plan) {
   // The host's buffers for the oracle, reused by every trial of the size.
   HostInputs inputs;
   OracleIo io;
-  const int world = s.world;
   for (int trial = 0; trial < s.options->trials; ++trial) {
     uint64_t seed = s.NewSeed();
     // The host's share of the trial runs on a thread of its own beside the
     // harness's and the candidate's calls below, and is waited for before
     // the outputs are checked.
-    auto host = std::async(std::launch::async, HostTrial, std::cref(p), seed, world,
+    auto host = std::async(std::launch::async, HostTrial, std::cref(p), seed, s.world,
                            std::cref(plan.size.label), &inputs, &io);
     proto::InputsRequest in;
     in.seeds.push_back({0, seed});

@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -59,10 +60,30 @@ bool Gone(pid_t pid) { return kill(pid, 0) != 0 && errno == ESRCH; }
 
 class WarmGroupsTest : public ::testing::Test {
  protected:
-  // Every fake rank behaves (other tests of this binary set misbehaviours).
+  // Every fake rank behaves (other tests of this binary set misbehaviours),
+  // and the groups' directories go to a temporary directory of this test's
+  // own, so that tests running beside it (ctest -j) cannot add to those it
+  // counts.
   void SetUp() override {
     for (int r = 0; r < 4; ++r) unsetenv(("KFORGE_WORKER_FAKE_" + std::to_string(r)).c_str());
+    const char* was = std::getenv("TMPDIR");
+    saved_tmpdir_ = was ? std::optional<std::string>(was) : std::nullopt;
+    std::string tmpl = (fs::temp_directory_path() / "kforge-warm-test-XXXXXX").string();
+    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
+    private_tmp_ = tmpl;
+    setenv("TMPDIR", private_tmp_.c_str(), 1);
   }
+  void TearDown() override {
+    if (saved_tmpdir_) {
+      setenv("TMPDIR", saved_tmpdir_->c_str(), 1);
+    } else {
+      unsetenv("TMPDIR");
+    }
+    std::error_code ec;
+    fs::remove_all(private_tmp_, ec);
+  }
+  std::optional<std::string> saved_tmpdir_;
+  fs::path private_tmp_;
 };
 
 TEST_F(WarmGroupsTest, TheNextAcquireOfTheShapeGetsTheGroupStartedAhead) {
