@@ -1,7 +1,9 @@
 // The host's share of a correctness check: for every task, world size and
 // check size, the seconds the coordinator spends per trial generating every
-// rank's inputs, building the oracle's view and running the oracle (what
-// RunCheckSize does after each candidate call). Not a test.
+// rank's inputs, building the oracle's view and running the oracle, then
+// comparing every rank's outputs with the oracle's (a correct output, as
+// from an honest kernel; RunCheckSize compares the candidate's and, where it
+// measures the baseline's error, the baseline's). Not a test.
 //
 //   build/tests/tasks/oracle_bench [tasks_dir] [--world W ...] [--trials N]
 #include <fmt/format.h>
@@ -14,6 +16,8 @@
 #include <vector>
 
 #include "kforge/evaluator/task.h"
+#include "task/compare.h"
+#include "task/element_codec.h"
 #include "task/inputs.h"
 
 namespace {
@@ -23,6 +27,43 @@ using Clock = std::chrono::steady_clock;
 
 double Since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// Every rank's outputs, encoded from the oracle's (a correct kernel's), then
+// compared with the oracle's as RunCheckSize compares a candidate's: the
+// seconds of the comparisons alone.
+double CompareSeconds(const Problem& p, const kforge::eval::HostInputs& inputs,
+                      const kforge::OracleIo& io) {
+  std::vector<std::vector<std::vector<char>>> got(static_cast<size_t>(p.world));
+  for (int r = 0; r < p.world; ++r) {
+    for (size_t o = 0; o < p.outputs.size(); ++o) {
+      const auto& expected = io.outputs[static_cast<size_t>(r)][o].data;
+      auto& bytes = got[static_cast<size_t>(r)].emplace_back(p.outputs[o].NbytesOf(r));
+      const int dt = static_cast<int>(p.outputs[o].dtype);
+      for (size_t i = 0; i < expected.size() && i < static_cast<size_t>(p.outputs[o].NumelOf(r));
+           ++i)
+        kforge::eval::codec::Store(bytes.data(), dt, i, expected[i]);
+    }
+  }
+  const auto t0 = Clock::now();
+  for (int r = 0; r < p.world; ++r) {
+    for (size_t o = 0; o < p.outputs.size(); ++o) {
+      kforge::eval::CompareContext ctx;
+      ctx.world = p.world;
+      ctx.rank = r;
+      for (size_t i = 0; i < p.inputs.size(); ++i) {
+        ctx.input_specs.push_back(&p.inputs[i]);
+        ctx.inputs.push_back(inputs[static_cast<size_t>(r)][i].data());
+      }
+      const auto& mine = io.outputs[static_cast<size_t>(r)];
+      std::span<const double> count;
+      if (p.outputs[o].count_output >= 0)
+        count = mine[static_cast<size_t>(p.outputs[o].count_output)].data;
+      (void)kforge::eval::CompareOutputRows(p.outputs[o], got[static_cast<size_t>(r)][o].data(),
+                                            mine[o].data, count, ctx);
+    }
+  }
+  return Since(t0);
 }
 
 }  // namespace
@@ -49,16 +90,16 @@ int main(int argc, char** argv) {
   }
   std::printf(
       "| task | W | dtype | check sizes | generated M elements | generate s | oracle view s | "
-      "oracle s "
+      "oracle s | compare s "
       "| per evaluation s (%d trials) |\n",
       trials);
-  std::printf("|---|---:|---|---:|---:|---:|---:|---:|---:|\n");
+  std::printf("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|\n");
   double total_by_w[16] = {};
   for (const auto& t : *tasks) {
     for (int w : worlds) {
       if (std::find(t.world_sizes.begin(), t.world_sizes.end(), w) == t.world_sizes.end()) continue;
       const kforge::eval::Dtype dt = t.dtypes.front();
-      double gen_s = 0, view_s = 0, oracle_s = 0, elements = 0;
+      double gen_s = 0, view_s = 0, oracle_s = 0, compare_s = 0, elements = 0;
       int sizes = 0;
       for (const auto& size : t.check_sizes) {
         auto p = kforge::eval::Instantiate(t, w, dt, size, true);
@@ -86,13 +127,14 @@ int main(int argc, char** argv) {
           auto t1 = Clock::now();
           if (!kforge::eval::RunOracle(*p, io).ok()) return 1;
           oracle_s += Since(t1);
+          compare_s += CompareSeconds(*p, inputs, io);
         }
       }
-      const double all_s = gen_s + view_s + oracle_s;
+      const double all_s = gen_s + view_s + oracle_s + compare_s;
       total_by_w[w % 16] += all_s;
-      std::printf("| %s | %d | %s | %d | %.1f | %.3f | %.3f | %.3f | %.3f |\n", t.key.c_str(), w,
-                  std::string(kforge::eval::DtypeName(dt)).c_str(), sizes, elements / 1e6, gen_s,
-                  view_s, oracle_s, all_s);
+      std::printf("| %s | %d | %s | %d | %.1f | %.3f | %.3f | %.3f | %.3f | %.3f |\n",
+                  t.key.c_str(), w, std::string(kforge::eval::DtypeName(dt)).c_str(), sizes,
+                  elements / 1e6, gen_s, view_s, oracle_s, compare_s, all_s);
     }
   }
   for (int w : worlds) std::printf("total at W=%d: %.2f s\n", w, total_by_w[w % 16]);

@@ -5,6 +5,9 @@
 #include <algorithm>
 #include <cmath>
 #include <numbers>
+#include <utility>
+
+#include "task/parallel.h"
 
 namespace kforge::eval {
 namespace {
@@ -99,6 +102,46 @@ nlohmann::json Number(double v) {
 
 }  // namespace
 
+namespace {
+
+// One chunk's share of a comparison: chunks are a fixed number of elements,
+// whatever the threads, and merged in order, so that the sums (and the
+// report) are the same on every machine.
+constexpr size_t kCompareChunk = size_t{1} << 15;
+
+struct ChunkTally {
+  int64_t bad = 0, nan = 0, poisoned_bad = 0;
+  double max_abs = 0, max_rel = 0, sq_err = 0, sq_exp = 0;
+  std::vector<std::pair<int64_t, double>> first_bad;  // (index, got), up to kMaxFirstBad
+};
+
+void TallyChunk(const ConcreteTensor& out, const void* raw, std::span<const double> expected,
+                uint32_t poison, size_t begin, size_t end, ChunkTally* t) {
+  thread_local std::vector<double> got;
+  got.resize(end - begin);
+  const size_t elem = DtypeSize(out.dtype);
+  LoadAllAsDouble(static_cast<const unsigned char*>(raw) + begin * elem, out.dtype, end - begin,
+                  got.data());
+  for (size_t i = begin; i < end; ++i) {
+    const double g = got[i - begin];
+    const double e = expected[i];
+    if (std::isnan(g)) ++t->nan;
+    if (std::isfinite(g) && std::isfinite(e)) {
+      const double abs_err = std::fabs(g - e);
+      t->max_abs = std::max(t->max_abs, abs_err);
+      t->sq_err += abs_err * abs_err;
+      t->sq_exp += e * e;
+      if (e != 0) t->max_rel = std::max(t->max_rel, abs_err / std::fabs(e));
+    }
+    if (Close(g, e, out.tolerance)) continue;
+    ++t->bad;
+    if (IsPoison(raw, elem, static_cast<int64_t>(i), poison)) ++t->poisoned_bad;
+    if (t->first_bad.size() < kMaxFirstBad) t->first_bad.emplace_back(static_cast<int64_t>(i), g);
+  }
+}
+
+}  // namespace
+
 CompareReport CompareOutput(const ConcreteTensor& out, const void* raw,
                             std::span<const double> expected, const CompareContext& ctx) {
   CompareReport rep;
@@ -114,32 +157,40 @@ CompareReport CompareOutput(const ConcreteTensor& out, const void* raw,
         fmt::format("harness: {} expected values for {} elements", expected.size(), n));
     return rep;
   }
-  std::vector<double> got(n);
-  const size_t elem = DtypeSize(out.dtype);
+  // Decoded a chunk at a time, the chunks shared out among threads.
+  const int64_t chunks = static_cast<int64_t>((n + kCompareChunk - 1) / kCompareChunk);
+  std::vector<ChunkTally> tally(static_cast<size_t>(chunks));
+  internal::ParallelFor(chunks, internal::ThreadsFor(chunks, 0, 4), [&](int64_t b, int64_t e) {
+    for (int64_t c = b; c < e; ++c) {
+      const size_t begin = static_cast<size_t>(c) * kCompareChunk;
+      TallyChunk(out, raw, expected, ctx.poison, begin, std::min(n, begin + kCompareChunk),
+                 &tally[static_cast<size_t>(c)]);
+    }
+  });
   int64_t poisoned_bad = 0;
   double sq_err = 0, sq_exp = 0;
-  for (size_t i = 0; i < n; ++i) {
-    const double g = LoadAsDouble(raw, out.dtype, i);
-    const double e = expected[i];
-    got[i] = g;
-    if (std::isnan(g)) ++rep.nan_count;
-    if (std::isfinite(g) && std::isfinite(e)) {
-      const double abs_err = std::fabs(g - e);
-      rep.max_abs_err = std::max(rep.max_abs_err, abs_err);
-      sq_err += abs_err * abs_err;
-      sq_exp += e * e;
-      if (e != 0) rep.max_rel_err = std::max(rep.max_rel_err, abs_err / std::fabs(e));
-    }
-    if (Close(g, e, out.tolerance)) continue;
-    ++rep.bad_count;
-    if (IsPoison(raw, elem, static_cast<int64_t>(i), ctx.poison)) ++poisoned_bad;
-    if (rep.first_bad.size() < kMaxFirstBad) {
-      rep.first_bad.push_back({Unravel(static_cast<int64_t>(i), out.ShapeOf(ctx.rank)), g, e});
+  for (const ChunkTally& t : tally) {
+    rep.bad_count += t.bad;
+    rep.nan_count += t.nan;
+    poisoned_bad += t.poisoned_bad;
+    rep.max_abs_err = std::max(rep.max_abs_err, t.max_abs);
+    rep.max_rel_err = std::max(rep.max_rel_err, t.max_rel);
+    sq_err += t.sq_err;
+    sq_exp += t.sq_exp;
+    for (const auto& [i, g] : t.first_bad) {
+      if (rep.first_bad.size() == kMaxFirstBad) break;
+      rep.first_bad.push_back(
+          {Unravel(i, out.ShapeOf(ctx.rank)), g, expected[static_cast<size_t>(i)]});
     }
   }
   rep.rms_rel_err = RmsRelErr(sq_err, sq_exp);
   rep.passed = rep.bad_count == 0;
-  if (!rep.passed) rep.hints = Hints(out, got, expected, ctx, poisoned_bad);
+  if (!rep.passed) {
+    // Only a mismatch needs the whole output decoded, for its hints.
+    std::vector<double> got(n);
+    LoadAllAsDouble(raw, out.dtype, n, got.data());
+    rep.hints = Hints(out, got, expected, ctx, poisoned_bad);
+  }
   if (rep.passed && RmsExceeded(out.tolerance, rep.numel, rep.rms_rel_err)) {
     rep.passed = false;
     rep.hints.push_back(fmt::format(

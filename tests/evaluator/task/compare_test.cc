@@ -329,5 +329,52 @@ TEST(Compare, AnExpectedCountThatIsNoRowCountNeverPasses) {
   EXPECT_EQ(*rows, 4);
 }
 
+// An output of several of the comparison's chunks (32768 elements each),
+// bad elements in the last and the first: the counts are exact, the first
+// bad ones come in index order, poisoned ones are told apart, and the RMS
+// is the one a single pass gives.
+TEST(Compare, ALargeOutputIsTalliedOverItsChunksInIndexOrder) {
+  const int64_t n = 3 * 32768 + 5;
+  const auto out = Out({n}, Dtype::kBF16);
+  std::vector<double> exp(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i)
+    exp[static_cast<size_t>(i)] = 1.0 + static_cast<double>(i % 97) / 8;
+  std::vector<uint8_t> raw(static_cast<size_t>(n) * 2);
+  for (int64_t i = 0; i < n; ++i)
+    StoreFromDouble(raw.data(), Dtype::kBF16, i, exp[static_cast<size_t>(i)]);
+  auto r = CompareOutput(out, raw.data(), exp, {});
+  EXPECT_TRUE(r.passed) << Hints(r);
+
+  const std::vector<int64_t> wrong = {n - 1, 3 * 32768, 70000, 40000, 5, 32767, 32768, 1, 2, 3};
+  for (int64_t i : wrong)
+    StoreFromDouble(raw.data(), Dtype::kBF16, i, 100.0 + static_cast<double>(i % 7));
+  raw[2 * 50000] = 0xFF;  // one element left poisoned
+  raw[2 * 50000 + 1] = 0xFF;
+  r = CompareOutput(out, raw.data(), exp, {});
+  EXPECT_FALSE(r.passed);
+  EXPECT_EQ(r.bad_count, static_cast<int64_t>(wrong.size()) + 1);
+  EXPECT_EQ(r.nan_count, 1);
+  ASSERT_EQ(r.first_bad.size(), kMaxFirstBad);
+  const std::vector<int64_t> first = {1, 2, 3, 5, 32767, 32768, 40000, 50000};
+  for (size_t k = 0; k < kMaxFirstBad; ++k) {
+    EXPECT_EQ(r.first_bad[k].index, std::vector<int64_t>{first[k]}) << k;
+    EXPECT_EQ(r.first_bad[k].expected, exp[static_cast<size_t>(first[k])]) << k;
+  }
+  EXPECT_TRUE(
+      HasHint(r, "partially written (1 of " + std::to_string(n) + " elements still poisoned)"))
+      << Hints(r);
+  double sq_err = 0, sq_exp = 0, max_abs = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double g = LoadAsDouble(raw.data(), Dtype::kBF16, static_cast<size_t>(i));
+    const double e = exp[static_cast<size_t>(i)];
+    if (!std::isfinite(g)) continue;
+    sq_err += (g - e) * (g - e);
+    sq_exp += e * e;
+    max_abs = std::max(max_abs, std::fabs(g - e));
+  }
+  EXPECT_NEAR(r.rms_rel_err, std::sqrt(sq_err / sq_exp), 1e-12);
+  EXPECT_EQ(r.max_abs_err, max_abs);
+}
+
 }  // namespace
 }  // namespace kforge::eval
