@@ -66,6 +66,10 @@ int main(int argc, char** argv) {
                "candidate: it will start NCCL (real GPUs, collectives allowed)");
   app.add_flag("--profile", args.profile,
                "candidate: profile the calls of serve requests that ask for it (CUPTI)");
+  int spin_cpus = 0;
+  app.add_option("--spin-cpus", spin_cpus,
+                 "the cores every rank together may use, where this one is pinned to its share "
+                 "(default: this process's affinity)");
   CLI11_PARSE(app, argc, argv);
   if (sandbox_check) {
     auto r = kforge::sandbox::RunSelfTest();
@@ -86,8 +90,8 @@ int main(int argc, char** argv) {
   }
   g_rank = args.rank;
   // Spin while waiting for a peer only where every rank's two processes have a core.
-  kforge::eval::proto::SetSpinLimit(
-      kforge::eval::proto::SpinLimitFor(args.world, kforge::eval::proto::UsableCpus()));
+  kforge::eval::proto::SetSpinLimit(kforge::eval::proto::SpinLimitFor(
+      args.world, spin_cpus > 0 ? spin_cpus : kforge::eval::proto::UsableCpus()));
   if (args.role == "candidate") {
     if (args.mailbox_fd < 0 || args.candidate_dir.empty()) {
       std::fprintf(stderr, "kforge-worker: a candidate needs --mailbox-fd and --candidate-dir\n");

@@ -3,17 +3,49 @@
 #include "run/worker_spawn.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <map>
+#include <optional>
+#include <string_view>
 
 #include "kforge/evaluator/canary.h"
 #include "sandbox/sandbox.h"
 
 namespace kforge::eval {
+
+namespace {
+
+// The cores this process may run on, in order.
+std::vector<int> AllowedCpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<int> cpus;
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &set)) cpus.push_back(c);
+  return cpus;
+}
+
+}  // namespace
+
+std::optional<RankCpus> PinnedCpus(int world, int rank) {
+  const char* v = std::getenv("KFORGE_PIN_RANKS");
+  if (v == nullptr || std::string_view(v) != "1" || world < 1 || rank < 0 || rank >= world)
+    return std::nullopt;
+  const std::vector<int> cpus = AllowedCpus();
+  const int n = static_cast<int>(cpus.size());
+  if (n < world) return std::nullopt;
+  RankCpus r;
+  r.all = n;
+  for (int k = rank * n / world; k < (rank + 1) * n / world; ++k) r.cpus.push_back(cpus[k]);
+  return r;
+}
 
 std::vector<std::string> WorkerEnvironment(const GroupOptions& o) {
   std::map<std::string, std::string> extra = o.env;
@@ -45,6 +77,14 @@ Result<pid_t> SpawnWorker(const GroupOptions& o, int rank, int channel_fd, int c
   if (!o.mps_dir.empty()) args.insert(args.end(), {"--mps-dir", o.mps_dir});
   if (mailbox_fd >= 0) args.insert(args.end(), {"--mailbox-fd", "5"});
   if (!o.candidate_dir.empty()) args.insert(args.end(), {"--candidate-dir", o.candidate_dir});
+  const std::optional<RankCpus> pinned = PinnedCpus(o.world, rank);
+  cpu_set_t pin;
+  CPU_ZERO(&pin);
+  if (pinned) {
+    for (int c : pinned->cpus) CPU_SET(c, &pin);
+    // The spin decision counts the cores of every rank, not this rank's share.
+    args.insert(args.end(), {"--spin-cpus", std::to_string(pinned->all)});
+  }
   std::vector<std::string> env = WorkerEnvironment(o);
   std::vector<char*> argv, envp;
   for (auto& a : args) argv.push_back(a.data());
@@ -77,6 +117,7 @@ Result<pid_t> SpawnWorker(const GroupOptions& o, int rank, int channel_fd, int c
     } else {
       setpgid(0, 0);
     }
+    if (pinned && sched_setaffinity(0, sizeof(pin), &pin) != 0) _exit(126);
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);

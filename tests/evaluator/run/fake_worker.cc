@@ -27,6 +27,10 @@
 // when the GPU's MPS server is being replaced (cudaErrorMpsServerNotReady);
 // "no_device:FILE" appends a line to FILE and always fails with another
 // CUDA error.
+//
+// "affinity" answers with the cores it may run on ("cpus") and its
+// --spin-cpus argument ("spin_cpus", 0 if none).
+#include <sched.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -100,11 +104,12 @@ json Serve(const json& body, Mailbox& box, const ControlBlock& control,
 }  // namespace
 
 int main(int argc, char** argv) {
-  int rank = 0;
+  int rank = 0, spin_cpus = 0;
   std::string role = "harness";
   for (int i = 1; i + 1 < argc; ++i) {
     if (std::string(argv[i]) == "--rank") rank = std::atoi(argv[i + 1]);
     if (std::string(argv[i]) == "--role") role = argv[i + 1];
+    if (std::string(argv[i]) == "--spin-cpus") spin_cpus = std::atoi(argv[i + 1]);
   }
   const char* b = std::getenv(("KFORGE_WORKER_FAKE_" + std::to_string(rank)).c_str());
   std::string behaviour = b ? b : "ok";
@@ -206,6 +211,17 @@ int main(int argc, char** argv) {
         entries.push_back(kv);
       }
       (void)ch.Send({{"ok", true}, {"env", names}, {"environ", entries}, {"rank", rank}});
+      continue;
+    }
+    if (behaviour == "affinity") {
+      cpu_set_t set;
+      CPU_ZERO(&set);
+      nlohmann::json cpus = nlohmann::json::array();
+      if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+        for (int c = 0; c < CPU_SETSIZE; ++c)
+          if (CPU_ISSET(c, &set)) cpus.push_back(c);
+      }
+      (void)ch.Send({{"ok", true}, {"cpus", cpus}, {"spin_cpus", spin_cpus}, {"rank", rank}});
       continue;
     }
     if (behaviour == "say") {

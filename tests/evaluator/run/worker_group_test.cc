@@ -13,6 +13,8 @@
 
 #include "kforge/core/eval_doc.h"
 #include "protocol/mailbox.h"
+#include "protocol/wait.h"
+#include "run/worker_spawn.h"
 
 namespace kforge::eval {
 namespace {
@@ -21,7 +23,9 @@ class WorkerGroupTest : public ::testing::Test {
  protected:
   void SetUp() override {
     for (int r = 0; r < 4; ++r) unsetenv(("KFORGE_WORKER_FAKE_" + std::to_string(r)).c_str());
+    unsetenv("KFORGE_PIN_RANKS");
   }
+  void TearDown() override { unsetenv("KFORGE_PIN_RANKS"); }
   Result<std::unique_ptr<WorkerGroup>> StartGroup(int world) {
     GroupOptions o;
     o.worker_path = KFORGE_FAKE_WORKER;
@@ -413,9 +417,59 @@ int Starts(const std::string& path) {
   return n;
 }
 
+// KFORGE_PIN_RANKS=1: rank r of every group on the r-th block of the cores,
+// the blocks disjoint and together every core; the spin decision is told
+// the cores of every rank.
+TEST_F(WorkerGroupTest, PinnedRanksRunOnDisjointBlocksOfTheCores) {
+  const int cores = proto::UsableCpus();
+  EXPECT_FALSE(PinnedCpus(2, 0).has_value());  // off unless asked
+  setenv("KFORGE_PIN_RANKS", "1", 1);
+  EXPECT_FALSE(PinnedCpus(cores + 1, 0).has_value());  // more ranks than cores: not pinned
+  if (cores < 2) GTEST_SKIP() << "one core: two ranks cannot be pinned apart";
+  std::vector<int> every;
+  for (int r = 0; r < 2; ++r) {
+    auto pinned = PinnedCpus(2, r);
+    ASSERT_TRUE(pinned.has_value());
+    EXPECT_EQ(pinned->all, cores);
+    EXPECT_EQ(static_cast<int>(pinned->cpus.size()), (r + 1) * cores / 2 - r * cores / 2);
+    every.insert(every.end(), pinned->cpus.begin(), pinned->cpus.end());
+  }
+  std::sort(every.begin(), every.end());
+  EXPECT_EQ(std::adjacent_find(every.begin(), every.end()), every.end());  // disjoint
+  EXPECT_EQ(static_cast<int>(every.size()), cores);
+
+  for (int r = 0; r < 2; ++r)
+    setenv(("KFORGE_WORKER_FAKE_" + std::to_string(r)).c_str(), "affinity", 1);
+  auto g = StartGroup(2);
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  auto replies = (*g)->All({{"op", "ping"}}, 5, "test");
+  ASSERT_TRUE(replies.ok()) << replies.status().ToString();
+  for (int r = 0; r < 2; ++r) {
+    const auto& body = (*replies)[r].body;
+    EXPECT_EQ(body["cpus"].get<std::vector<int>>(), PinnedCpus(2, r)->cpus) << "rank " << r;
+    EXPECT_EQ(body["spin_cpus"].get<int>(), cores);
+  }
+}
+
+TEST_F(WorkerGroupTest, UnpinnedRanksKeepEveryCore) {
+  for (int r = 0; r < 2; ++r)
+    setenv(("KFORGE_WORKER_FAKE_" + std::to_string(r)).c_str(), "affinity", 1);
+  auto g = StartGroup(2);
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  auto replies = (*g)->All({{"op", "ping"}}, 5, "test");
+  ASSERT_TRUE(replies.ok()) << replies.status().ToString();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(static_cast<int>((*replies)[r].body["cpus"].size()), proto::UsableCpus());
+    EXPECT_EQ((*replies)[r].body["spin_cpus"].get<int>(), 0);
+  }
+}
+
 class StartRetryTest : public WorkerGroupTest {
  protected:
-  void TearDown() override { std::remove(starts_.c_str()); }
+  void TearDown() override {
+    WorkerGroupTest::TearDown();
+    std::remove(starts_.c_str());
+  }
   std::string starts_ = ::testing::TempDir() + "kforge-starts-" + std::to_string(getpid());
 };
 
