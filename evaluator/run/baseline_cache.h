@@ -18,6 +18,9 @@ struct BaselineRecord {
   BaselineTiming timing;  // as the plan it was timed for held it
   std::chrono::steady_clock::time_point measured;
   int uses = 0;  // later evaluations that reused it
+  // An expert's record: the baseline it was timed beside (its median and
+  // 95% interval), which a later baseline is set against (run/expert.h).
+  double beside_median_us = 0, beside_ci_lo_us = 0, beside_ci_hi_us = 0;
 };
 
 class BaselineCache {

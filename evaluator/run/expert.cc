@@ -8,6 +8,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
+
 #include "kforge/core/log.h"
 #include "run/baseline_cache.h"
 #include "run/stats.h"
@@ -31,22 +34,45 @@ bool ExpertToTime(const Task& task, const EvalOptions& options) {
 
 namespace {
 
-// Bench plans with a timed baseline and no expert record to reuse: a record
-// stands only where this evaluation's baseline is itself a confirmed reuse
-// (the GPU is as it was when both were timed).
+// The baseline a plan ends with (a confirmed record or timed now).
+TimingStats BaselineNow(const SizePlan& plan) {
+  return Summarize(plan.baseline.side.claimed_us, plan.baseline.side.wall_us,
+                   plan.baseline.side.blocks);
+}
+
+}  // namespace
+
+// A record stands where this evaluation's baseline is within kExpertRescaleLimit of
+// the one it was timed beside: its times are then taken in the proportion of
+// the two baselines (1 where the baseline is that same confirmed record),
+// which holds where the machine's level moves the reference and the expert
+// alike, and its interval widened by the ratio's own. Further apart, the
+// expert is timed again beside this baseline.
 int ReuseExperts(EvalSession& s, const fs::path& object) {
   int to_time = 0;
   for (SizePlan& plan : s.plans) {
     if (plan.check || plan.baseline.side.claimed_us.empty()) continue;
     BaselineRecord* r =
-        s.baselines != nullptr && s.options->baseline_reuse_s > 0 && plan.BaselineReused()
+        s.baselines != nullptr && s.options->baseline_reuse_s > 0
             ? s.baselines->Find(BaselineCache::Key(s, plan, object), s.options->baseline_reuse_s)
             : nullptr;
-    if (r == nullptr) {
+    const TimingStats now = BaselineNow(plan);
+    const double scale = r != nullptr && r->beside_median_us > 0 && now.median_us > 0
+                             ? now.median_us / r->beside_median_us
+                             : 0;
+    if (scale <= 0 || std::abs(scale - 1) > kExpertRescaleLimit) {
       ++to_time;
       continue;
     }
+    plan.expert = ExpertTiming{};
     plan.expert.side = r->timing.side;
+    for (auto* values : {&plan.expert.side.claimed_us, &plan.expert.side.wall_us})
+      for (double& v : *values) v *= scale;
+    plan.expert.scale = scale;
+    // The ratio's interval: each baseline's interval at the far end.
+    plan.expert.scale_lo = r->beside_ci_hi_us > 0 ? now.ci_lo_us / r->beside_ci_hi_us : scale;
+    plan.expert.scale_hi = r->beside_ci_lo_us > 0 ? now.ci_hi_us / r->beside_ci_lo_us : scale;
+    if (plan.BaselineReused() && scale == 1) plan.expert.scale_lo = plan.expert.scale_hi = 1;
     plan.expert.reused_age_s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - r->measured).count();
     ++r->uses;
@@ -59,14 +85,16 @@ void RecordExperts(EvalSession& s, const fs::path& object) {
   for (const SizePlan& plan : s.plans) {
     if (plan.check || plan.expert.reused_age_s >= 0 || plan.expert.side.claimed_us.empty())
       continue;
+    const TimingStats beside = BaselineNow(plan);
     BaselineRecord r;
     r.timing.side = plan.expert.side;
     r.measured = std::chrono::steady_clock::now();
+    r.beside_median_us = beside.median_us;
+    r.beside_ci_lo_us = beside.ci_lo_us;
+    r.beside_ci_hi_us = beside.ci_hi_us;
     s.baselines->Store(BaselineCache::Key(s, plan, object), std::move(r));
   }
 }
-
-}  // namespace
 
 void TimeExpert(EvalSession& s, const ExpertObject& expert) {
   if (s.expert_report.is_null() || !s.expert_report.contains("kernel")) return;
@@ -94,9 +122,14 @@ void TimeExpert(EvalSession& s, const ExpertObject& expert) {
 }
 
 json ExpertEntry(const SizePlan& plan, const TimingStats& base, const TimingStats& cand) {
-  if (plan.expert.side.claimed_us.empty()) return nullptr;
-  const TimingStats e =
-      Summarize(plan.expert.side.claimed_us, plan.expert.side.wall_us, plan.expert.side.blocks);
+  const ExpertTiming& x = plan.expert;
+  if (x.side.claimed_us.empty()) return nullptr;
+  TimingStats e = Summarize(x.side.claimed_us, x.side.wall_us, x.side.blocks);
+  // A rescaled record: its interval also carries the ratio's.
+  if (x.scale > 0) {
+    e.ci_lo_us *= std::min(1.0, x.scale_lo / x.scale);
+    e.ci_hi_us *= std::max(1.0, x.scale_hi / x.scale);
+  }
   json j = e.ToJson();
   // The candidate over the expert: > 1 where the model's kernel beats it.
   j["speedup"] = cand.median_us > 0 ? e.median_us / cand.median_us : 0;
@@ -104,8 +137,8 @@ json ExpertEntry(const SizePlan& plan, const TimingStats& base, const TimingStat
                        cand.ci_lo_us > 0 ? e.ci_hi_us / cand.ci_lo_us : 0};
   // The expert over the reference: how much room the task leaves.
   j["over_baseline"] = e.median_us > 0 ? base.median_us / e.median_us : 0;
-  j["reused_age_s"] =
-      plan.expert.reused_age_s >= 0 ? json(plan.expert.reused_age_s) : json(nullptr);
+  j["reused_age_s"] = x.reused_age_s >= 0 ? json(x.reused_age_s) : json(nullptr);
+  j["rescaled_by"] = x.reused_age_s >= 0 && x.scale != 1 ? json(x.scale) : json(nullptr);
   return j;
 }
 

@@ -72,6 +72,10 @@ struct BaselineTiming {
 struct ExpertTiming {
   Side side;
   double reused_age_s = -1;  // >= 0: reused from an evaluation timed this long ago
+  // A reused record's times were multiplied by `scale` (this evaluation's
+  // baseline median over the one it was timed beside); its interval is
+  // widened to [scale_lo, scale_hi], that ratio's own (run/expert.cc).
+  double scale = 1, scale_lo = 1, scale_hi = 1;
 };
 
 struct SizePlan {
