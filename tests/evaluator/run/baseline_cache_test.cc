@@ -6,34 +6,12 @@
 
 #include <thread>
 
-#include "task_fixture.h"
+#include "one_size_session.h"
 
 namespace kforge::eval {
 namespace {
 
-struct Fixture {
-  testing::TempDir tmp;
-  Task task = testing::LoadOrDie(tmp.path(), "001_sum", testing::SumToml());
-  EvalOptions options;
-  EvalSession s;
-  BaselineCache cache;
-  Fixture() {
-    s.task = &task;
-    s.dtype = Dtype::kF32;
-    s.world = 2;
-    s.devices = {0, 0};
-    s.emulated = true;
-    s.options = &options;
-    s.baselines = &cache;
-    s.reference_object = "/cache/trusted/kernels/ab12/kernel.so";
-    SizePlan plan;
-    plan.size = task.bench_sizes.front();
-    auto p = Instantiate(task, 2, Dtype::kF32, plan.size, false);
-    EXPECT_TRUE(p.ok()) << p.status().ToString();
-    plan.problem = *p;
-    plan.sets = 3;
-    s.plans.push_back(plan);
-  }
+struct Fixture : OneSizeSession {
   // A baseline as TimeBaselines leaves it.
   void TimeIt(double before_us, double after_us) {
     SizePlan& plan = s.plans[0];

@@ -6,8 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include "one_size_session.h"
 #include "run/baseline_cache.h"
-#include "task_fixture.h"
 
 namespace kforge::eval {
 namespace {
@@ -16,29 +16,7 @@ using nlohmann::json;
 
 const std::filesystem::path kExpert = "/cache/trusted/kernels/cd34/kernel.so";
 
-struct Fixture {
-  testing::TempDir tmp;
-  Task task = testing::LoadOrDie(tmp.path(), "001_sum", testing::SumToml());
-  EvalOptions options;
-  EvalSession s;
-  BaselineCache cache;
-  Fixture() {
-    s.task = &task;
-    s.dtype = Dtype::kF32;
-    s.world = 2;
-    s.devices = {0, 0};
-    s.emulated = true;
-    s.options = &options;
-    s.baselines = &cache;
-    s.reference_object = "/cache/trusted/kernels/ab12/kernel.so";
-    SizePlan plan;
-    plan.size = task.bench_sizes.front();
-    auto p = Instantiate(task, 2, Dtype::kF32, plan.size, false);
-    EXPECT_TRUE(p.ok()) << p.status().ToString();
-    plan.problem = *p;
-    plan.sets = 3;
-    s.plans.push_back(plan);
-  }
+struct Fixture : OneSizeSession {
   // Two blocks of 20 calls around `median_us`, 1% apart.
   static Side Calls(double median_us) {
     Side side;

@@ -35,6 +35,13 @@ class WorkerGroupTest : public ::testing::Test {
     o.start_deadline_s = 10;
     return WorkerGroup::Start(o);
   }
+  // What each rank of a two-rank group of "affinity" fakes says of its cores.
+  Result<std::vector<Message>> AffinityReplies() {
+    for (int r = 0; r < 2; ++r)
+      setenv(("KFORGE_WORKER_FAKE_" + std::to_string(r)).c_str(), "affinity", 1);
+    KF_ASSIGN_OR_RETURN(auto g, StartGroup(2));
+    return g->All({{"op", "ping"}}, 5, "test");
+  }
 };
 
 TEST_F(WorkerGroupTest, AllRanksAnswerInOrder) {
@@ -438,11 +445,7 @@ TEST_F(WorkerGroupTest, PinnedRanksRunOnDisjointBlocksOfTheCores) {
   EXPECT_EQ(std::adjacent_find(every.begin(), every.end()), every.end());  // disjoint
   EXPECT_EQ(static_cast<int>(every.size()), cores);
 
-  for (int r = 0; r < 2; ++r)
-    setenv(("KFORGE_WORKER_FAKE_" + std::to_string(r)).c_str(), "affinity", 1);
-  auto g = StartGroup(2);
-  ASSERT_TRUE(g.ok()) << g.status().ToString();
-  auto replies = (*g)->All({{"op", "ping"}}, 5, "test");
+  auto replies = AffinityReplies();
   ASSERT_TRUE(replies.ok()) << replies.status().ToString();
   for (int r = 0; r < 2; ++r) {
     const auto& body = (*replies)[r].body;
@@ -452,11 +455,7 @@ TEST_F(WorkerGroupTest, PinnedRanksRunOnDisjointBlocksOfTheCores) {
 }
 
 TEST_F(WorkerGroupTest, UnpinnedRanksKeepEveryCore) {
-  for (int r = 0; r < 2; ++r)
-    setenv(("KFORGE_WORKER_FAKE_" + std::to_string(r)).c_str(), "affinity", 1);
-  auto g = StartGroup(2);
-  ASSERT_TRUE(g.ok()) << g.status().ToString();
-  auto replies = (*g)->All({{"op", "ping"}}, 5, "test");
+  auto replies = AffinityReplies();
   ASSERT_TRUE(replies.ok()) << replies.status().ToString();
   for (int r = 0; r < 2; ++r) {
     EXPECT_EQ(static_cast<int>((*replies)[r].body["cpus"].size()), proto::UsableCpus());
