@@ -8,6 +8,7 @@
 //   build/tests/tasks/oracle_bench [tasks_dir] [--world W ...] [--trials N]
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -16,8 +17,7 @@
 #include <vector>
 
 #include "kforge/evaluator/task.h"
-#include "task/compare.h"
-#include "task/element_codec.h"
+#include "run/session.h"
 #include "task/inputs.h"
 
 namespace {
@@ -39,28 +39,18 @@ double CompareSeconds(const Problem& p, const kforge::eval::HostInputs& inputs,
     for (size_t o = 0; o < p.outputs.size(); ++o) {
       const auto& expected = io.outputs[static_cast<size_t>(r)][o].data;
       auto& bytes = got[static_cast<size_t>(r)].emplace_back(p.outputs[o].NbytesOf(r));
-      const int dt = static_cast<int>(p.outputs[o].dtype);
-      for (size_t i = 0; i < expected.size() && i < static_cast<size_t>(p.outputs[o].NumelOf(r));
-           ++i)
-        kforge::eval::codec::Store(bytes.data(), dt, i, expected[i]);
+      const auto n = std::min(expected.size(), static_cast<size_t>(p.outputs[o].NumelOf(r)));
+      for (size_t i = 0; i < n; ++i)
+        kforge::eval::StoreFromDouble(bytes.data(), p.outputs[o].dtype, i, expected[i]);
     }
   }
   const auto t0 = Clock::now();
   for (int r = 0; r < p.world; ++r) {
     for (size_t o = 0; o < p.outputs.size(); ++o) {
-      kforge::eval::CompareContext ctx;
-      ctx.world = p.world;
-      ctx.rank = r;
-      for (size_t i = 0; i < p.inputs.size(); ++i) {
-        ctx.input_specs.push_back(&p.inputs[i]);
-        ctx.inputs.push_back(inputs[static_cast<size_t>(r)][i].data());
-      }
-      const auto& mine = io.outputs[static_cast<size_t>(r)];
-      std::span<const double> count;
-      if (p.outputs[o].count_output >= 0)
-        count = mine[static_cast<size_t>(p.outputs[o].count_output)].data;
-      (void)kforge::eval::CompareOutputRows(p.outputs[o], got[static_cast<size_t>(r)][o].data(),
-                                            mine[o].data, count, ctx);
+      if (p.outputs[o].only_rank >= 0 && p.outputs[o].only_rank != r) continue;
+      (void)kforge::eval::CheckAgainstOracle(p, r, static_cast<int>(o),
+                                             got[static_cast<size_t>(r)][o].data(), io, inputs,
+                                             0xFFFFFFFFu);
     }
   }
   return Since(t0);
