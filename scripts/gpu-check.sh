@@ -60,14 +60,17 @@ if [[ -n "$PART" ]]; then
     *) echo "gpu-check: unknown part '$PART' (core, nccl-w1, tasks-1 .. tasks-7)" >&2; exit 64 ;;
   esac
   echo "== ctest -L gpu, part $PART"
-  (cd "$BUILD" && ctest -L gpu "${select[@]}" --output-on-failure --timeout 600) 2>&1 |
+  # The JUnit file keeps every test's own output, passed ones too (the exploit
+  # table, the timing lines), which the console log prints only on failure.
+  (cd "$BUILD" && ctest -L gpu "${select[@]}" --output-on-failure --timeout 600 \
+     --output-junit "$OUT/ctest-gpu-$PART.xml") 2>&1 |
     tee "$OUT/ctest-gpu-$PART.log" | tail -n 25
   exit "${PIPESTATUS[0]}"
 fi
 
 if [[ -z "${SKIP_CTEST:-}" ]]; then
   echo "== ctest -L gpu"
-  (cd "$BUILD" && ctest -L gpu --output-on-failure --timeout 1200) 2>&1 | tee "$OUT/ctest-gpu.log" | tail -n 25
+  (cd "$BUILD" && ctest -L gpu --output-on-failure --timeout 1200 --output-junit "$OUT/ctest-gpu.xml") 2>&1 | tee "$OUT/ctest-gpu.log" | tail -n 25
 fi
 [[ -n "${SKIP_TABLE:-}" ]] && exit 0
 
