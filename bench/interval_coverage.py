@@ -16,6 +16,13 @@ alone (order statistics, as before blocks counted) and from the blocks
 ends; then how many of each held 1.0, and the speedups' spread. The probe
 (3 calls) is left out, as the evaluator leaves it out of a side; `kforge
 eval` times its own baseline, so there is no confirmation block to leave out.
+
+--blocks K keeps only the first K timed blocks of each phase of a side (the
+reference before the candidate, the candidate, the reference after), as a
+shorter timing cap would have stopped them: what the intervals and the spread
+would have been at a fraction of the time. --side candidate truncates the
+candidate's phase alone (a shorter cap for the candidate, the baseline, which
+later evaluations reuse, timed in full).
 """
 import argparse
 import glob
@@ -56,6 +63,10 @@ def blocked_interval(blocks):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("dir", help="a folder of KFORGE_TIMING_TRACE files (*.jsonl)")
+    ap.add_argument("--blocks", type=int, default=0,
+                    help="keep the first K timed blocks of each phase of each side (0: all)")
+    ap.add_argument("--side", choices=["both", "candidate"], default="both",
+                    help="the sides --blocks truncates (default both)")
     args = ap.parse_args()
     import json
     held = {"calls": 0, "blocks": 0}
@@ -65,11 +76,18 @@ def main():
         rows = [json.loads(line) for line in open(path)]
         for size in sorted({r["size"] for r in rows}):
             sides = {"reference": [], "candidate": []}
+            phase, kept = None, 0
             for r in rows:
                 if r["size"] != size or r["side"] not in sides:
                     continue
                 calls = [max(c) for c in zip(*r["claimed_us"])]
-                if len(calls) > 3:  # not the probe
+                if len(calls) <= 3:  # the probe
+                    continue
+                if r["side"] != phase:
+                    phase, kept = r["side"], 0
+                kept += 1
+                truncated = args.side == "both" or r["side"] == args.side
+                if args.blocks <= 0 or kept <= args.blocks or not truncated:
                     sides[r["side"]].append(calls)
             if not sides["reference"] or not sides["candidate"]:
                 continue

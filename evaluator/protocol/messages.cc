@@ -336,7 +336,12 @@ json DriveReply::ToJson() const {
           {"inputs_changed", ChangedToJson(inputs_changed)},
           {"anomalies", anomalies},
           {"sm_clock_mhz", sm_clock_mhz},
-          {"temperature_c", temperature_c}};
+          {"temperature_c", temperature_c},
+          {"split_us",
+           {{"round", split.round_us},
+            {"stage", split.stage_us},
+            {"verify", split.verify_us},
+            {"barrier", split.barrier_us}}}};
 }
 
 Result<DriveReply> DriveReply::Parse(const json& j, const std::string& what, size_t calls) {
@@ -349,7 +354,14 @@ Result<DriveReply> DriveReply::Parse(const json& j, const std::string& what, siz
   r.Strings("anomalies", &d.anomalies, 4096);
   r.Doubles("sm_clock_mhz", &d.sm_clock_mhz, 2);
   r.Doubles("temperature_c", &d.temperature_c, 2);
+  const json* split = r.Object("split_us");
   if (!r.ok()) return r.status();
+  WireReader sr(*split, what + ": split_us");
+  sr.Double("round", &d.split.round_us, 0);
+  sr.Double("stage", &d.split.stage_us, 0);
+  sr.Double("verify", &d.split.verify_us, 0);
+  sr.Double("barrier", &d.split.barrier_us, 0);
+  if (!sr.ok()) return sr.status();
   KF_RETURN_IF_ERROR(FailuresFromJson(f, &d.failures));
   KF_RETURN_IF_ERROR(ChangedFromJson(c, &d.inputs_changed));
   if (d.failures.empty() && d.inputs_changed.empty() && d.anomalies.empty() &&

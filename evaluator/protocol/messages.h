@@ -223,6 +223,14 @@ struct DriveReply {
   // NVML readings of this rank's GPU after the warm-up and after the last call
   // ({} without NVML).
   std::vector<double> sm_clock_mhz, temperature_c;
+  // Where this rank's harness spent the drive, warm-up calls included, in
+  // microseconds of its own clock: what a timed call costs beside the call.
+  struct Split {
+    double round_us = 0;    // fresh inputs and the baseline's outputs, per round
+    double stage_us = 0;    // inputs copied in, outputs poisoned, L2 flushed, per call
+    double verify_us = 0;   // outputs and inputs checked after each call
+    double barrier_us = 0;  // waiting for the other ranks between steps
+  } split;
   nlohmann::json ToJson() const;
   static Result<DriveReply> Parse(const nlohmann::json& j, const std::string& what, size_t calls);
 };

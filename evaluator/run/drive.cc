@@ -59,7 +59,7 @@ Status DriveFailed(EvalSession& s, ServedGroup& g, const SizePlan& plan, const S
 void TraceBlock(const EvalSession& s, const ServedGroup& g, const SizePlan& plan,
                 const std::vector<std::vector<double>>& wall,
                 const std::vector<std::vector<double>>& claimed,
-                const std::vector<std::vector<double>>& sm_clock_mhz) {
+                const std::vector<std::vector<double>>& sm_clock_mhz, const json& split_us) {
   if (!Tracing(kTimingTrace)) return;
   int live_groups = s.warm_groups ? static_cast<int>(s.warm_groups->size()) : 0;
   for (const ServedGroup* sg : {&s.candidate, &s.reference, &s.expert})
@@ -69,6 +69,7 @@ void TraceBlock(const EvalSession& s, const ServedGroup& g, const SizePlan& plan
                                  {"wall_us", wall},
                                  {"claimed_us", claimed},
                                  {"sm_clock_mhz", sm_clock_mhz},
+                                 {"split_us", split_us},
                                  {"live_groups", live_groups}});
 }
 
@@ -120,6 +121,7 @@ Status DriveBlock(EvalSession& s, ServedGroup& g, SizePlan& plan, int warmup, in
 
   json mismatches = json::array(), changed = json::array(), anomalies = json::array();
   std::vector<std::vector<double>> wall, claimed, clocks;
+  json split = json::array();  // per rank: where its harness spent the drive
   for (int r = 0; r < s.world; ++r) {
     KF_ASSIGN_OR_RETURN(
         auto d, proto::DriveReply::Parse((*driven)[r].body, "drive", static_cast<size_t>(calls)));
@@ -131,6 +133,10 @@ Status DriveBlock(EvalSession& s, ServedGroup& g, SizePlan& plan, int warmup, in
     claimed.push_back(std::move(d.claimed_us));
     out->sm_clock_mhz.insert(out->sm_clock_mhz.end(), d.sm_clock_mhz.begin(), d.sm_clock_mhz.end());
     clocks.push_back(d.sm_clock_mhz);
+    split.push_back({{"round", d.split.round_us},
+                     {"stage", d.split.stage_us},
+                     {"verify", d.split.verify_us},
+                     {"barrier", d.split.barrier_us}});
     out->temperature_c.insert(out->temperature_c.end(), d.temperature_c.begin(),
                               d.temperature_c.end());
   }
@@ -160,7 +166,7 @@ Status DriveBlock(EvalSession& s, ServedGroup& g, SizePlan& plan, int warmup, in
                  "outputs of timed calls at size " + plan.size.label +
                      " differ from the baseline's (every timed call is verified)");
   }
-  TraceBlock(s, g, plan, wall, claimed, clocks);
+  TraceBlock(s, g, plan, wall, claimed, clocks, split);
   const size_t calls_before = out->claimed_us.size();
   for (auto [from, to] : {std::pair{&wall, &out->wall_us}, std::pair{&claimed, &out->claimed_us}}) {
     std::vector<double> block = MaxOverRanks(*from);

@@ -119,17 +119,27 @@ Result<json> HarnessWorker::Drive(const eval::Message& m) {
     // A kernel may read its peers' inputs until its own call returns, and a
     // peer's call can still be running when this rank's has answered: no
     // rank's inputs change before every rank is done with the last round.
+    auto step = Clock::now();
     KF_RETURN_IF_ERROR(control_.Barrier());
+    reply.split.barrier_us += MicrosSince(step);
+    step = Clock::now();
     KF_RETURN_IF_ERROR(MakeInputs(round.seeds, /*to_candidate=*/false));
     KF_RETURN_IF_ERROR(RunBaseline(sets));
+    reply.split.round_us += MicrosSince(step);
     for (int set : round.order) {
       // Clocks after the warm-up (an idle GPU's are low), and after the last call.
       if (call == req.warmup) ReadClocks(&reply.sm_clock_mhz, &reply.temperature_c);
       // Every rank's last call has answered before any rank stages the next:
       // staging (and the L2 flush above all) must not slow a peer's call.
+      step = Clock::now();
       KF_RETURN_IF_ERROR(control_.Barrier());
+      reply.split.barrier_us += MicrosSince(step);
+      step = Clock::now();
       KF_RETURN_IF_ERROR(StageCall(set, round.poison));
+      reply.split.stage_us += MicrosSince(step);
+      step = Clock::now();
       KF_RETURN_IF_ERROR(control_.Barrier());
+      reply.split.barrier_us += MicrosSince(step);
       auto t0 = Clock::now();
       box.Post(seq, static_cast<uint32_t>(set));
       KF_ASSIGN_OR_RETURN(auto answer, box.WaitAnswer(seq, DeadlineIn(req.call_deadline_s),
@@ -147,8 +157,10 @@ Result<json> HarnessWorker::Drive(const eval::Message& m) {
         reply.wall_us.push_back(wall);
         reply.claimed_us.push_back(answer.claimed_us);
       }
+      step = Clock::now();
       KF_RETURN_IF_ERROR(
           VerifySet(set, call, round.poison, &reply.failures, &reply.inputs_changed));
+      reply.split.verify_us += MicrosSince(step);
       ++seq;
       ++call;
     }

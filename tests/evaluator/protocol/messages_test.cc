@@ -15,6 +15,7 @@ DriveReply TwoCalls() {
   d.claimed_us = {29.0, 28.7};
   d.sm_clock_mhz = {1980, 1965};
   d.temperature_c = {41, 43};
+  d.split = {.round_us = 900, .stage_us = 120.5, .verify_us = 80, .barrier_us = 12};
   return d;
 }
 
@@ -25,6 +26,18 @@ TEST(DriveReplyTest, CarriesTimesAndTheClocksAroundTheCalls) {
   EXPECT_EQ(back->claimed_us, (std::vector<double>{29.0, 28.7}));
   EXPECT_EQ(back->sm_clock_mhz, (std::vector<double>{1980, 1965}));
   EXPECT_EQ(back->temperature_c, (std::vector<double>{41, 43}));
+  EXPECT_EQ(back->split.round_us, 900);
+  EXPECT_EQ(back->split.stage_us, 120.5);
+  EXPECT_EQ(back->split.verify_us, 80);
+  EXPECT_EQ(back->split.barrier_us, 12);
+}
+
+TEST(DriveReplyTest, ASplitWithANegativeTimeIsRefused) {
+  nlohmann::json j = TwoCalls().ToJson();
+  j["split_us"]["verify"] = -1;
+  auto back = DriveReply::Parse(j, "drive", 2);
+  ASSERT_FALSE(back.ok());
+  EXPECT_NE(back.status().message().find("split_us"), std::string::npos) << back.status().message();
 }
 
 TEST(DriveReplyTest, AReplyWithoutNvmlReadingsIsValid) {
