@@ -353,17 +353,17 @@ bool Confirms(EvalSession& s, SizePlan& plan, const Side& now) {
 // verification and mailbox path), so that the baseline's times and the
 // candidate's are measured the same way. Before the candidate, a short probe
 // sizes the warm-up and the blocks of both sides. A reused baseline is not
-// timed before; after, a 20-call block must confirm it, or it is timed in
-// full there and then.
+// timed before; after, a block of a side's fewest calls (TimingRule::
+// min_calls) must confirm it, or it is timed in full there and then.
 Status TimeBaselines(EvalSession& s, bool after) {
-  constexpr int kConfirmCalls = 20;
   if (!s.options->timing) return Status::Ok();
+  const int confirm_calls = s.Rule().min_calls;
   for (SizePlan& plan : s.plans) {
     if (plan.check || (plan.BaselineReused() && !after)) continue;
     KF_RETURN_IF_ERROR(Prepare(s, plan, s.reference));
     if (plan.BaselineReused()) {
       Side now;
-      KF_RETURN_IF_ERROR(DriveBlock(s, s.reference, plan, DriveWarmup(plan), kConfirmCalls, &now));
+      KF_RETURN_IF_ERROR(DriveBlock(s, s.reference, plan, DriveWarmup(plan), confirm_calls, &now));
       if (Confirms(s, plan, now)) {
         KF_RETURN_IF_ERROR(Release(s, plan, s.reference));
         continue;

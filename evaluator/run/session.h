@@ -218,14 +218,23 @@ struct EvalSession {
 
   // Where speedups are indicative, each side's median is timed to +-2% at
   // most finely (EvalOptions::timing_precision, +-0.5% by default,
-  // elsewhere): calls beyond that buy nothing where evaluations repeat only
-  // to +-15%.
+  // elsewhere), for at most a quarter of a second (EvalOptions::timing_cap_s,
+  // 0.5 s by default, elsewhere) and from 10 calls (20 elsewhere): calls
+  // beyond that buy nothing where evaluations repeat only to +-15%, and at
+  // W = 8 on one GPU a large size's call costs 40 ms of staging and
+  // verification (docs/methodology.md, "Known limits").
   static constexpr double kIndicativePrecision = 0.02;
+  static constexpr double kIndicativeCapS = 0.25;
+  static constexpr int kIndicativeMinCalls = 10;
   TimingRule Rule() const {
     TimingRule r;
-    r.precision = SpeedupsIndicative() ? std::max(options->timing_precision, kIndicativePrecision)
-                                       : options->timing_precision;
+    r.precision = options->timing_precision;
     r.cap_s = options->timing_cap_s;
+    if (SpeedupsIndicative()) {
+      r.precision = std::max(r.precision, kIndicativePrecision);
+      r.cap_s = std::min(r.cap_s, kIndicativeCapS);
+      r.min_calls = kIndicativeMinCalls;
+    }
     return r;
   }
 

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "one_size_session.h"
+#include "run/timing_rule.h"
 
 namespace kforge::eval {
 namespace {
@@ -134,20 +135,52 @@ TEST(BaselineCache, TheConfirmSlackWidensOnlyWhereSpeedupsAreIndicative) {
   EXPECT_DOUBLE_EQ(f.s.ConfirmSlack(), 0.01);
 }
 
-// The same for the timing rule's precision: +-2% at most finely where
-// speedups are indicative, the option's elsewhere (and a coarser option is
-// kept as it is).
-TEST(BaselineCache, TheTimingPrecisionIsCoarserOnlyWhereSpeedupsAreIndicative) {
+// The same for the timing rule: +-2% at most finely, a quarter of a second
+// at most and 10 calls at least where speedups are indicative, the options'
+// (and 20 calls) elsewhere; a coarser precision or a shorter cap asked for is
+// kept as it is.
+TEST(BaselineCache, TheTimingRuleIsShorterOnlyWhereSpeedupsAreIndicative) {
   Fixture f;
   f.options.timing_precision = 0.005;
-  EXPECT_DOUBLE_EQ(f.s.Rule().precision, 0.005);  // W = 2, emulated
+  f.options.timing_cap_s = 0.5;
+  const TimingRule plain = f.s.Rule();  // W = 2, emulated
+  EXPECT_DOUBLE_EQ(plain.precision, 0.005);
+  EXPECT_DOUBLE_EQ(plain.cap_s, 0.5);
+  EXPECT_EQ(plain.min_calls, 20);
   f.s.world = 8;
-  EXPECT_DOUBLE_EQ(f.s.Rule().precision, EvalSession::kIndicativePrecision);
+  const TimingRule indicative = f.s.Rule();
+  EXPECT_DOUBLE_EQ(indicative.precision, EvalSession::kIndicativePrecision);
+  EXPECT_DOUBLE_EQ(indicative.cap_s, EvalSession::kIndicativeCapS);
+  EXPECT_EQ(indicative.min_calls, EvalSession::kIndicativeMinCalls);
   f.options.timing_precision = 0.05;
+  f.options.timing_cap_s = 0.1;
   EXPECT_DOUBLE_EQ(f.s.Rule().precision, 0.05);
+  EXPECT_DOUBLE_EQ(f.s.Rule().cap_s, 0.1);
   f.options.timing_precision = 0.005;
-  f.s.emulated = false;
+  f.options.timing_cap_s = 0.5;
+  f.s.emulated = false;  // eight real GPUs
   EXPECT_DOUBLE_EQ(f.s.Rule().precision, 0.005);
+  EXPECT_DOUBLE_EQ(f.s.Rule().cap_s, 0.5);
+  EXPECT_EQ(f.s.Rule().min_calls, 20);
+}
+
+// What the shorter rule does to a side whose calls cost 40 ms (a 256 MiB
+// call at W = 8 on one GPU, staging and verification included): one block
+// of 10 calls, not 20, then the cap ends it.
+TEST(BaselineCache, AnIndicativeSideOfSlowCallsStopsAfterTenCalls) {
+  Fixture f;
+  f.s.world = 8;
+  const TimingRule rule = f.s.Rule();
+  std::vector<double> times;
+  std::vector<int> blocks;
+  const int first = NextBlock(rule, times, blocks, 0, 40000);
+  EXPECT_EQ(first, 10);
+  // Honest times that vary (never zeros), as a first block of them reads.
+  for (int k = 0; k < first; ++k) times.push_back(6000 + 150 * (k % 4));
+  blocks.push_back(first);
+  EXPECT_EQ(NextBlock(rule, times, blocks, 0.4, 40000), 0);
+  f.s.world = 2;  // the plain rule wants 20 calls whatever the cap says
+  EXPECT_EQ(NextBlock(f.s.Rule(), times, blocks, 0.4, 40000), 10);
 }
 
 }  // namespace

@@ -40,9 +40,10 @@ struct EvalOptions {
   // instead of timed again around the candidate; 0: time it every evaluation.
   // The baseline is re-timed anyway when the candidate saw other SM clocks.
   double baseline_reuse_s = kDefaultBaselineReuseS;
-  // A reused baseline stands only if its median lies within a fresh 20-call
-  // block's 95% interval widened by this fraction (negative: never, which
-  // tests use to take the re-timing path).
+  // A reused baseline stands only if its median lies within a fresh block's
+  // 95% interval (a side's fewest calls: 20, or 10 where speedups are
+  // indicative) widened by this fraction (negative: never, which tests use
+  // to take the re-timing path).
   double baseline_confirm_slack = 0.01;
   double setup_deadline_s = 60;
   double check_deadline_s = 60;
