@@ -92,7 +92,7 @@ void FinishTiming(EvalSession& s) {
       }
     }
     const double b = base.median_us, c = cand.median_us;
-    const double precision = s.options->timing_precision;
+    const double precision = s.Rule().precision;  // the target the side was timed to
     for (const auto& [who, st] : {std::pair{"baseline", &base}, std::pair{"candidate", &cand}}) {
       if (st->RelativeHalfWidth() > precision) {
         warnings.push_back(fmt::format(

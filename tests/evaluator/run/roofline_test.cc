@@ -191,6 +191,32 @@ TEST(TimingReport, ReportsEachMediansIntervalAndWarnsWhenTheCapRanOut) {
             std::string::npos);
 }
 
+// The cap warning measures a side against the precision it was timed to:
+// +-0.5% by default, +-2% where speedups are indicative (EvalSession::Rule),
+// so a candidate known to about +-1.3% is a warning at W = 2 and none at
+// W = 8 on one GPU.
+TEST(TimingReport, TheCapWarningUsesThePrecisionTheSideWasTimedTo) {
+  for (const auto& [world, warned] : {std::pair{2, true}, std::pair{8, false}}) {
+    EvalSession s;
+    ClaimPerCall(s, 125.0);
+    s.world = world;
+    s.emulated = true;
+    s.plans[0].problem.world = world;
+    std::vector<double>& c = s.plans[0].candidate.claimed_us;
+    c.clear();
+    for (int k = 0; k < 40; ++k) c.push_back(125.0 * (0.96 + 0.08 * (k % 10) / 9.0));
+    s.plans[0].candidate.wall_us.assign(c.size(), 0);
+    for (size_t k = 0; k < c.size(); ++k) s.plans[0].candidate.wall_us[k] = c[k] + 1.0;
+    FinishTiming(s);
+    ASSERT_EQ(s.timing.size(), 1u);
+    bool cap_warning = false;
+    for (const auto& w : s.timing[0]["warnings"])
+      cap_warning |=
+          w.get<std::string>().find("candidate's median is known to") != std::string::npos;
+    EXPECT_EQ(cap_warning, warned) << "W = " << world << ": " << s.timing[0]["warnings"].dump();
+  }
+}
+
 // The wall-vs-claim check reads each call's gap (run/stats.h CallGaps): one
 // beyond the reference's own gap, the calibrated overhead, 3 us and 3% of the
 // claim is an integrity finding; one inside it is none.
