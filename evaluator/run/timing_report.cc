@@ -92,7 +92,8 @@ void FinishTiming(EvalSession& s) {
       }
     }
     const double b = base.median_us, c = cand.median_us;
-    const double precision = s.Rule().precision;  // the target the side was timed to
+    const TimingRule rule = s.Rule();
+    const double precision = rule.precision;  // the target the sides were timed to
     for (const auto& [who, st] : {std::pair{"baseline", &base}, std::pair{"candidate", &cand}}) {
       if (st->RelativeHalfWidth() > precision) {
         warnings.push_back(fmt::format(
@@ -142,6 +143,10 @@ void FinishTiming(EvalSession& s) {
                                 : json(nullptr)},
         {"clocks", clocks},
         {"revalidated", true},
+        // The rule both sides were timed by (a reused baseline's record was
+        // made under the same one: the reuse key holds it).
+        {"rule",
+         {{"precision", rule.precision}, {"cap_s", rule.cap_s}, {"min_calls", rule.min_calls}}},
         {"speedup", c > 0 ? b / c : 0},
         // Both medians' 95% intervals taken at their unfavourable ends.
         {"speedup_ci95",

@@ -214,6 +214,11 @@ TEST(TimingReport, TheCapWarningUsesThePrecisionTheSideWasTimedTo) {
       cap_warning |=
           w.get<std::string>().find("candidate's median is known to") != std::string::npos;
     EXPECT_EQ(cap_warning, warned) << "W = " << world << ": " << s.timing[0]["warnings"].dump();
+    // The entry says which rule timed it.
+    const auto& rule = s.timing[0]["rule"];
+    EXPECT_DOUBLE_EQ(rule["precision"].get<double>(), world == 8 ? 0.02 : 0.005);
+    EXPECT_DOUBLE_EQ(rule["cap_s"].get<double>(), world == 8 ? 0.25 : 0.5);
+    EXPECT_EQ(rule["min_calls"].get<int>(), world == 8 ? 10 : 20);
   }
 }
 
