@@ -130,6 +130,7 @@ class Rejudge {
     // The stored strategy is not read: a rejudge profiles when it is asked to.
     ej.profile = !ej.compile_only && spec_.profile;
     ej.canary = spec_.canary;
+    ej.timing_cap_s = spec_.timing_cap_s;
     EvalPort* port = d.pool == Pool::kCompile
                          ? deps_.compilers.at(static_cast<size_t>(d.slot) % deps_.compilers.size())
                          : deps_.gpu_sets.at(static_cast<size_t>(d.slot));

@@ -257,6 +257,7 @@ Result<std::unique_ptr<RejudgePlan>> PlanRejudge(const std::string& source, cons
   spec.sessions = std::move(all);
   spec.compile_only = plan->pools->compile_only;
   spec.profile = plan->config.profile;
+  spec.timing_cap_s = plan->config.timing_cap_s;
   spec.pools.compile_slots = static_cast<int>(plan->pools->compile.size());
   spec.pools.gpu_sets = static_cast<int>(plan->pools->gpu.size());
   spec.hardware = plan->pools->card ? eval::ToJson(*plan->pools->card) : json::object();

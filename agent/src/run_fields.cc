@@ -1,5 +1,9 @@
 #include "kforge/agent/run_fields.h"
 
+#include <fmt/format.h>
+
+#include <cmath>
+
 namespace kforge::agent {
 namespace {
 
@@ -66,6 +70,12 @@ constexpr RunField kFields[] = {
     {.key = "profile", .json_key = "profile", .flag = "--profile", .role = R::kEvaluates,
      .kind = K::kBool, .member = &C::profile,
      .help = "profile every GPU evaluation (as kforge eval --profile), whatever the strategy says"},
+    {.key = "timing_cap_s", .json_key = "timing_cap_s", .flag = "--timing-cap",
+     .role = R::kEvaluates, .kind = K::kSeconds, .member = &C::timing_cap_s,
+     .zero = "the evaluator's default (0.5 s)", .seconds_lo = eval::kMinTimingCapS,
+     .seconds_hi = eval::kMaxTimingCapS,
+     .help = "wall seconds at most per bench size and side, as kforge eval --timing-cap (default "
+             "0: the evaluator's, 0.5; shorter is faster and less precise: docs/methodology.md)"},
     {.key = "tasks_dir", .json_key = "tasks_dir", .flag = "--tasks-dir", .role = R::kEvaluates,
      .kind = K::kString, .member = &C::tasks_dir, .help = "where tasks live"},
     {.key = "registry", .json_key = "registries", .flag = "--registry", .role = R::kEvaluates,
@@ -150,6 +160,14 @@ bool DifferencesCompare(FieldRole role) {
 }
 
 std::span<const RunField> RunFields() { return kFields; }
+
+std::optional<std::string> SecondsRefused(const RunField& f, double v) {
+  const bool bounded = f.seconds_lo > 0 || std::isfinite(f.seconds_hi);
+  if (std::isfinite(v) && v >= 0 && (v == 0 || (v >= f.seconds_lo && v <= f.seconds_hi)))
+    return std::nullopt;
+  if (!bounded) return fmt::format("expected a number of seconds >= 0 (0: {})", f.zero);
+  return fmt::format("expected 0 ({}) or {:g}-{:g} seconds", f.zero, f.seconds_lo, f.seconds_hi);
+}
 
 const RunField* FindRunField(std::string_view json_key) {
   for (const RunField& f : kFields) {

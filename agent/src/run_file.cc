@@ -167,8 +167,8 @@ Status ReadField(const fs::path& origin, const RunField& f, const toml::node& n,
     }
     case FieldKind::kSeconds: {
       auto v = n.value<double>();
-      if (!v || !(*v >= 0) || !std::isfinite(*v))
-        return error(fmt::format("expected a number of seconds >= 0 (0: {})", f.zero));
+      if (!v) return error(*SecondsRefused(f, -1));
+      if (auto refused = SecondsRefused(f, *v)) return error(*refused);
       At<double>(f, c) = *v;
       return Status::Ok();
     }

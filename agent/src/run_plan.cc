@@ -133,6 +133,7 @@ void FillSpec(RunPlan& plan, const std::optional<eval::HardwareCard>& card,
   spec.dtype = cfg.dtype;
   spec.compile_only = plan.pools->compile_only;
   spec.profile = cfg.profile;
+  spec.timing_cap_s = cfg.timing_cap_s;
   spec.budgets = cfg.budgets;
   spec.deadline_unix = cfg.deadline_unix;
   spec.config = RunConfigToJson(cfg);

@@ -198,6 +198,7 @@ Status RunEngine::StartDispatched() {
       ej.profile = !ej.compile_only && (spec_.profile || s.spec().strategy->profile);
       // A red-team run's canary, planted inside the evaluation too.
       ej.canary = spec_.canary;
+      ej.timing_cap_s = spec_.timing_cap_s;
       EvalPort* port = d.pool == Pool::kCompile
                            ? deps_.compilers.at(d.slot % deps_.compilers.size())
                            : deps_.gpu_sets.at(d.slot);

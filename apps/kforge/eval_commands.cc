@@ -9,6 +9,7 @@
 #include "kforge/evaluator/evaluate.h"
 #include "kforge/evaluator/hardware.h"
 #include "kforge/evaluator/report.h"
+#include "kforge/evaluator/service.h"
 #include "kforge/evaluator/task_select.h"
 
 namespace kforge::cli {
@@ -158,7 +159,7 @@ void AddEval(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   cmd->add_option("--timing-cap", args->timing_cap_s,
                   "wall seconds at most per bench size and side (baseline, candidate)")
-      ->check(CLI::Range(0.01, 600.0))
+      ->check(CLI::Range(eval::kMinTimingCapS, eval::kMaxTimingCapS))
       ->capture_default_str();
   cmd->add_option("--candidate-budget", args->candidate_budget_s,
                   "wall seconds the kernel's own calls may take over the whole evaluation "

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <ctime>
 #include <optional>
 
@@ -74,7 +75,13 @@ void RunFlags::Add(CLI::App* cmd) {
       }
       case FieldKind::kSeconds:
         opts.push_back(
-            cmd->add_option(flag, values_.*Member<double>(f), help)->check(NonNegative()));
+            cmd->add_option(flag, values_.*Member<double>(f), help)
+                ->check(NonNegative())
+                ->check(CLI::Validator(
+                    [&f](std::string& text) -> std::string {
+                      return SecondsRefused(f, std::strtod(text.c_str(), nullptr)).value_or("");
+                    },
+                    "SECONDS")));
         break;
       case FieldKind::kBool:
         opts.push_back(cmd->add_flag(flag, values_.*Member<bool>(f), help));

@@ -29,6 +29,7 @@ class LocalEvalService final : public EvalService {
     o.baseline_reuse_s = baseline_reuse_s_;
     o.warm_groups = warm_groups_;
     o.canary = request.canary;
+    if (request.timing_cap_s > 0) o.timing_cap_s = request.timing_cap_s;
     if (!request.dtype.empty()) {
       KF_ASSIGN_OR_RETURN(Dtype dt, ParseDtype(request.dtype));
       o.dtype = dt;

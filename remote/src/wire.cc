@@ -45,7 +45,8 @@ json JobRequestJson(const JobRequest& r) {
             {"dtype", r.job.dtype},
             {"compile_only", r.job.compile_only},
             {"profile", r.job.profile},
-            {"canary", r.job.canary}}}};
+            {"canary", r.job.canary},
+            {"timing_cap_s", r.job.timing_cap_s}}}};
 }
 
 Result<JobRequest> ParseJobRequest(std::string_view body) {
@@ -88,6 +89,15 @@ Result<JobRequest> ParseJobRequest(std::string_view body) {
   KF_RETURN_IF_ERROR(GetString(j, "canary", 64, false, &r.job.canary));
   if (!r.job.canary.empty() && !eval::IsCanaryToken(r.job.canary))
     return Field("canary", "expected \"kforge-canary-\" and 32 lower-case hex digits");
+  // Absent from an older client's job (or 0): the server's evaluator's cap.
+  if (auto c = j.find("timing_cap_s"); c != j.end() && !c->is_null()) {
+    if (!c->is_number()) return Field("timing_cap_s", "expected a number of seconds");
+    const double cap = c->get<double>();
+    if (!(cap == 0 || (cap >= eval::kMinTimingCapS && cap <= eval::kMaxTimingCapS)))
+      return Field("timing_cap_s", fmt::format("expected 0 (the server's default) or {}-{} seconds",
+                                               eval::kMinTimingCapS, eval::kMaxTimingCapS));
+    r.job.timing_cap_s = cap;
+  }
   if (r.job.kernel_name.empty()) r.job.kernel_name = "kernel.cu";
   return r;
 }

@@ -85,6 +85,7 @@ class FakeEval final : public EvalPort {
     ++evaluations;
     if (job.profile) ++profiled;
     canaries.push_back(job.canary);
+    timing_caps.push_back(job.timing_cap_s);
     if (fail_with) return *fail_with;
     std::string tag = job.source.substr(job.source.find("// ") + 3);
     tag = tag.substr(0, tag.find('\n'));
@@ -170,6 +171,7 @@ class FakeEval final : public EvalPort {
   int evaluations = 0;
   int profiled = 0;                   // evaluations that asked for the profile
   std::vector<std::string> canaries;  // each evaluation's EvalJob::canary, in order
+  std::vector<double> timing_caps;    // each evaluation's EvalJob::timing_cap_s, in order
   // What a correct kernel's document carries as "profile" when one is asked for.
   nlohmann::json profile = {{"size", "1MiB"}, {"rank", 0}, {"skipped", "no profile in the fake"}};
   std::optional<Status> fail_with;

@@ -124,6 +124,32 @@ TEST(RunConfig, DurationsAreSecondsAtLeastZero) {
   EXPECT_EQ(eval::kDefaultEvaluatorLivenessS, 60);
 }
 
+// The run's timing cap: 0 (the evaluator's default) or 0.01-600 seconds, as
+// `kforge eval --timing-cap` takes; read, stored, and refused naming the
+// file, the line and the field.
+TEST(RunConfig, TheTimingCapIsZeroOrWithinTheEvaluatorsRange) {
+  const std::string head = "models = [\"a:x\"]\ntasks = [\"1\"]\n";
+  auto dflt = ParseRunFile(head, "r.toml");
+  ASSERT_TRUE(dflt.ok());
+  EXPECT_EQ(dflt->timing_cap_s, 0);
+  for (double v : {0.0, 0.01, 0.2, 600.0}) {
+    auto c = ParseRunFile(head + fmt::format("timing_cap_s = {}\n", v), "r.toml");
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    EXPECT_EQ(c->timing_cap_s, v);
+    auto back = RunConfigFromJson(RunConfigToJson(*c));
+    ASSERT_TRUE(back.ok());
+    EXPECT_EQ(back->timing_cap_s, v);
+  }
+  for (const char* bad : {"0.001", "601", "-1", "\"short\"", "inf"}) {
+    auto b = ParseRunFile(head + "timing_cap_s = " + bad + "\n", "r.toml");
+    ASSERT_FALSE(b.ok()) << bad;
+    EXPECT_EQ(b.status().message(),
+              "r.toml:3: timing_cap_s: expected 0 (the evaluator's default (0.5 s)) or 0.01-600 "
+              "seconds")
+        << bad;
+  }
+}
+
 // Like the servers themselves, how long to wait on them may change on resume;
 // how long a baseline is reused is part of what the run asks.
 TEST(RunConfig, EvaluatorLivenessIsNotPartOfWhatTheRunAsks) {

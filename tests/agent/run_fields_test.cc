@@ -17,14 +17,15 @@ namespace {
 auto Members(RunConfig& c) {
   auto& [name, models, tasks, strategy, turns, samples, repeats, world, dtype, gpus, hardware,
          compile_only, budgets, deadline_unix, llm_concurrency, compile_jobs, baseline_reuse_s,
-         no_warm_groups, profile, out, tasks_dir, registries, evaluators, evaluators_dir,
-         eval_token_file, evaluator_liveness_s, slurm_nodes, slurm_gpus_per_node, slurm_partition,
-         slurm_time, rejudge_of, rejudge_of_store] = c;
+         no_warm_groups, profile, timing_cap_s, out, tasks_dir, registries, evaluators,
+         evaluators_dir, eval_token_file, evaluator_liveness_s, slurm_nodes, slurm_gpus_per_node,
+         slurm_partition, slurm_time, rejudge_of, rejudge_of_store] = c;
   return std::tie(name, models, tasks, strategy, turns, samples, repeats, world, dtype, gpus,
                   hardware, compile_only, budgets, deadline_unix, llm_concurrency, compile_jobs,
-                  baseline_reuse_s, no_warm_groups, profile, out, tasks_dir, registries, evaluators,
-                  evaluators_dir, eval_token_file, evaluator_liveness_s, slurm_nodes,
-                  slurm_gpus_per_node, slurm_partition, slurm_time, rejudge_of, rejudge_of_store);
+                  baseline_reuse_s, no_warm_groups, profile, timing_cap_s, out, tasks_dir,
+                  registries, evaluators, evaluators_dir, eval_token_file, evaluator_liveness_s,
+                  slurm_nodes, slurm_gpus_per_node, slurm_partition, slurm_time, rejudge_of,
+                  rejudge_of_store);
 }
 constexpr size_t kMembers = std::tuple_size_v<decltype(Members(std::declval<RunConfig&>()))>;
 
@@ -60,6 +61,7 @@ RunConfig Full() {
   c.baseline_reuse_s = 30;
   c.no_warm_groups = true;
   c.profile = true;
+  c.timing_cap_s = 0.2;
   c.out = "elsewhere";
   c.tasks_dir = "/t";
   c.registries = {"/r.toml"};

@@ -1,5 +1,7 @@
-// A strategy with `profile = true` on fake time: every GPU evaluation asks for
-// the profile (compiles never do), and the next turn's prompt carries it.
+// What a run asks each evaluation for beside the kernel, on fake time: a
+// strategy with `profile = true` (every GPU evaluation asks for the profile,
+// compiles never do, and the next turn's prompt carries it), and the run's
+// timing cap.
 #include <gtest/gtest.h>
 
 #include "fakes.h"
@@ -16,11 +18,14 @@ using testing::FakeStore;
 struct ProfileRun {
   std::vector<TurnRecord> turns;
   int gpu_evaluations = 0, gpu_profiled = 0, compiles = 0, compiles_profiled = 0;
+  std::vector<double> gpu_timing_caps;
 };
 
 // One model, one task, two turns: a slow kernel, then a faster one.
 // `run_profile`: the run's --profile (RunSpec::profile).
-ProfileRun RunTwoTurns(const std::string& strategy_toml, bool run_profile = false) {
+// `timing_cap_s`: the run's --timing-cap (RunSpec::timing_cap_s).
+ProfileRun RunTwoTurns(const std::string& strategy_toml, bool run_profile = false,
+                       double timing_cap_s = 0) {
   const Strategy strategy = testing::MakeStrategy(strategy_toml);
   FakeLlm llm(30);
   llm.SetTags({{{"001_task", 0}, "SLOW"}, {{"001_task", 1}, "FAST1.5"}});
@@ -41,6 +46,7 @@ ProfileRun RunTwoTurns(const std::string& strategy_toml, bool run_profile = fals
   spec.pools.gpu_sets = 1;
   spec.pools.compile_slots = 1;
   spec.profile = run_profile;
+  spec.timing_cap_s = timing_cap_s;
   auto executor = MakeSimExecutor(clock);
   RunDeps deps;
   deps.llm = &llm;
@@ -58,6 +64,7 @@ ProfileRun RunTwoTurns(const std::string& strategy_toml, bool run_profile = fals
   out.gpu_profiled = gpu.profiled;
   out.compiles = compiler.evaluations;
   out.compiles_profiled = compiler.profiled;
+  out.gpu_timing_caps = gpu.timing_caps;
   return out;
 }
 
@@ -101,6 +108,15 @@ TEST(RunnerProfile, WithoutTheOptionNothingIsProfiledOrShown) {
   EXPECT_EQ(run.gpu_evaluations, 2);
   EXPECT_EQ(run.gpu_profiled, 0);
   EXPECT_EQ(run.turns[1].prompt.find("Profile"), std::string::npos) << run.turns[1].prompt;
+}
+
+// `kforge run --timing-cap 0.2`: every GPU evaluation is asked for it;
+// without the flag, for the evaluator's own (0).
+TEST(RunnerTimingCap, EveryGpuEvaluationCarriesTheRunsCap) {
+  const ProfileRun capped = RunTwoTurns("turns = 2\n", false, 0.2);
+  EXPECT_EQ(capped.gpu_timing_caps, (std::vector<double>{0.2, 0.2}));
+  const ProfileRun plain = RunTwoTurns("turns = 2\n");
+  EXPECT_EQ(plain.gpu_timing_caps, (std::vector<double>{0, 0}));
 }
 
 }  // namespace

@@ -51,6 +51,30 @@ TEST(JobWire, ProfileIsOptionalAndBoolean) {
   EXPECT_EQ(bad.status().message(), "job field 'profile': expected true or false");
 }
 
+// The run's timing cap travels with the job; absent (an older client) or 0,
+// the server's evaluator's own; outside 0.01-600 s, refused naming the field.
+TEST(JobWire, TheTimingCapTravelsWithinTheEvaluatorsRange) {
+  wire::JobRequest r = Request(false, false);
+  r.job.timing_cap_s = 0.2;
+  nlohmann::json body = wire::JobRequestJson(r);
+  auto back = wire::ParseJobRequest(body.dump());
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->job.timing_cap_s, 0.2);
+  body["job"].erase("timing_cap_s");
+  auto absent = wire::ParseJobRequest(body.dump());
+  ASSERT_TRUE(absent.ok()) << absent.status().ToString();
+  EXPECT_EQ(absent->job.timing_cap_s, 0);
+  for (const nlohmann::json& bad :
+       {nlohmann::json(0.001), nlohmann::json(601), nlohmann::json(-1), nlohmann::json("0.2")}) {
+    body["job"]["timing_cap_s"] = bad;
+    auto refused = wire::ParseJobRequest(body.dump());
+    ASSERT_FALSE(refused.ok()) << bad.dump();
+    EXPECT_EQ(refused.status().kind(), ErrorKind::kInvalidInput);
+    EXPECT_NE(refused.status().message().find("job field 'timing_cap_s'"), std::string::npos)
+        << refused.status().message();
+  }
+}
+
 // A red-team run's canary travels with the job; absent (an older client),
 // none; anything but a canary token is refused naming the field.
 TEST(JobWire, TheCanaryTravelsAndOnlyAsACanaryToken) {

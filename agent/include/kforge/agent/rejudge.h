@@ -34,6 +34,7 @@ struct RejudgeSpec {
   std::vector<StoredSession> sessions;  // the original's, filtered as asked
   bool compile_only = false;            // no GPU: compile and policy-check only
   bool profile = false;                 // every GPU evaluation profiles (RunConfig::profile)
+  double timing_cap_s = 0;              // every GPU evaluation's (RunConfig::timing_cap_s)
   // The rejudge of a red-team run (one that planted a canary): a canary of its
   // own, planted in every evaluation (EvalJob::canary) and looked for, with
   // the other breach reasons, in every document (a `redteam_breach` event,

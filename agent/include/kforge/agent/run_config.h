@@ -46,6 +46,11 @@ struct RunConfig {
   // (EvalOptions::profile, as `kforge eval --profile`), whatever the
   // strategy says; a rejudge with it gives every document a profile.
   bool profile = false;
+  // > 0: each side of each bench size is timed for at most this many wall
+  // seconds (EvalRequest::timing_cap_s, as `kforge eval --timing-cap`); 0:
+  // the evaluator's default (0.5 s). Every timing entry records the rule it
+  // was timed by (docs/eval-result.md).
+  double timing_cap_s = 0;
   std::string out = "runs";  // runs/<name>/
   std::string tasks_dir;     // empty: the default tasks folder
   // Model registry files read after the built-in registry and the user's

@@ -6,6 +6,7 @@
 // (RunFields.CoverEveryMemberOnce fails on a member no row covers).
 #pragma once
 
+#include <limits>
 #include <optional>
 #include <span>
 #include <string>
@@ -90,8 +91,15 @@ struct RunField {
   int min = 0;            // kInt, kOptionalInt
   int flag_max = 0;       // kInt, kOptionalInt: the flag's largest value (a run file has none)
   std::string_view zero;  // kSeconds: what 0 means, as errors say
+  // kSeconds: the range a value other than 0 must lie in.
+  double seconds_lo = 0;
+  double seconds_hi = std::numeric_limits<double>::infinity();
   std::string_view help;  // the flag's help
 };
+
+// Whether `v` is a value a kSeconds field takes: finite, >= 0, and 0 or
+// within [seconds_lo, seconds_hi]; else what is expected, as errors say.
+std::optional<std::string> SecondsRefused(const RunField& f, double v);
 
 // Every field, in the order errors and refusals list them.
 std::span<const RunField> RunFields();

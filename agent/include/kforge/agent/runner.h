@@ -42,6 +42,8 @@ struct RunSpec {
   // Every GPU evaluation profiles, as the strategy's `profile` would
   // (RunConfig::profile: `kforge run --profile`).
   bool profile = false;
+  // Every GPU evaluation's timing cap (RunConfig::timing_cap_s; 0: the evaluator's).
+  double timing_cap_s = 0;
   Budgets budgets;
   std::optional<double> deadline_unix;  // no new model calls after this
   PoolLimits pools;

@@ -21,6 +21,10 @@ struct Task;
 // another (0: no health checks).
 inline constexpr double kDefaultEvaluatorLivenessS = 60;
 
+// The range a timing cap may be asked in (`--timing-cap`, EvalRequest).
+inline constexpr double kMinTimingCapS = 0.01;
+inline constexpr double kMaxTimingCapS = 600;
+
 struct EvalRequest {
   std::string task;         // task key, e.g. "001_allreduce"
   std::string source;       // the kernel
@@ -33,6 +37,10 @@ struct EvalRequest {
   bool profile = false;
   // A red-team run's canary (EvalOptions::canary); empty: none.
   std::string canary;
+  // > 0: each side of each bench size is timed for at most this many wall
+  // seconds (EvalOptions::timing_cap_s, `--timing-cap`); 0: the evaluator's
+  // default.
+  double timing_cap_s = 0;
 };
 
 // One evaluation at a time per instance (a local one owns worker processes
