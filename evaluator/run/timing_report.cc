@@ -22,6 +22,13 @@ namespace {
 // inside the emulated collectives show there too).
 constexpr double kSlackUs = 3.0;
 constexpr double kSlackFraction = 0.03;
+// Where speedups are indicative (more than four ranks time-slice one GPU:
+// they repeat only to about +-15%), the gap moves as much from one
+// evaluation to the next: on an H100 at W = 8, honest one-shot kernels read
+// 33-36 us at 1 MiB against a reference's 25.5 us and were refused in 4 of
+// 23 evaluations at 3%. A kernel there may hide what the speedup's own
+// uncertainty already admits.
+constexpr double kIndicativeSlackFraction = 0.15;
 constexpr double kDriftWarning = 0.05;
 // SM clocks that moved more than this between the baseline's blocks.
 constexpr double kClockWarning = 0.03;
@@ -49,7 +56,9 @@ void FinishTiming(EvalSession& s) {
     const double gap_us = Median(plan.candidate.gap_us);
     const double reference_gap_us = Median(plan.baseline.side.gap_us);
     const double path_us = std::max(s.candidate.overhead_us, reference_gap_us);
-    const double allowed_us = path_us + kSlackUs + kSlackFraction * cand.median_us;
+    const double slack_fraction =
+        s.SpeedupsIndicative() ? kIndicativeSlackFraction : kSlackFraction;
+    const double allowed_us = path_us + kSlackUs + slack_fraction * cand.median_us;
     json warnings = json::array();
     if (s.SpeedupsIndicative()) {
       warnings.push_back(fmt::format(
