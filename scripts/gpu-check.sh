@@ -7,6 +7,7 @@
 # folders) narrow the table. `gpu-check.sh PART` runs one part of the gpu
 # tests and stops, each sized for one device call (a few minutes on an H100):
 #   core     the harness tests (wrong, hung and crashing kernels, exploits, timing)
+#   profile  the profiler's tests (CUPTI; 152 s of one H100 call once, so a part of their own)
 #   nccl-w1  every reference once through real NCCL at W = 1 (about 3 minutes on an H100)
 #   tasks-1  every reference and solution of tasks 001-019 at W = 2 and 4
 #   tasks-2  tasks 020-039, tasks-3 040-054, tasks-4 055-069, tasks-5 070-099,
@@ -48,7 +49,8 @@ done | tee "$OUT/libraries.txt"
 PART=${1:-}
 if [[ -n "$PART" ]]; then
   case "$PART" in
-    core) select=(-E "EveryTask|ThroughNcclAtW1") ;;
+    core) select=(-E "EveryTask|ThroughNcclAtW1|Profile") ;;
+    profile) select=(-R "Profile") ;;
     nccl-w1) select=(-R "ThroughNcclAtW1") ;;
     tasks-1) select=(-R "EveryTask.*t0[01][0-9]_") ;;
     tasks-2) select=(-R "EveryTask.*t0[23][0-9]_") ;;
@@ -57,7 +59,7 @@ if [[ -n "$PART" ]]; then
     tasks-5) select=(-R "EveryTask.*t0[789][0-9]_") ;;
     tasks-6) select=(-R "EveryTask.*t1[01][0-9]_") ;;
     tasks-7) select=(-R "EveryTask.*t1[2-9][0-9]_") ;;
-    *) echo "gpu-check: unknown part '$PART' (core, nccl-w1, tasks-1 .. tasks-7)" >&2; exit 64 ;;
+    *) echo "gpu-check: unknown part '$PART' (core, profile, nccl-w1, tasks-1 .. tasks-7)" >&2; exit 64 ;;
   esac
   echo "== ctest -L gpu, part $PART"
   # The JUnit file keeps every test's own output, passed ones too (the exploit
