@@ -11,6 +11,7 @@
 #   W=4 TASKS='00*' bench/gpu_busy.sh
 #   BUILD=build-gpu OUT=/tmp/busy bench/gpu_busy.sh
 #   SAMPLES=3 bench/gpu_busy.sh       # repeated attempts per task: later ones reuse the baseline
+#   TIMING_CAP=0.25 bench/gpu_busy.sh # the run's --timing-cap (default: the evaluator's 0.5 s)
 #
 # Then each evaluation, in order: its seconds, verdict, which served groups
 # were started ahead (warm), the speedup per bench size and its largest phases.
@@ -23,6 +24,7 @@ BUILD=${BUILD:-build}
 W=${W:-2}
 TASKS=${TASKS:-*}
 SAMPLES=${SAMPLES:-1}
+TIMING_CAP=${TIMING_CAP:-0}
 OUT=${OUT:-$(mktemp -d /tmp/kforge-busy-XXXXXX)}
 KFORGE="$BUILD/bin/kforge"
 [[ -x "$KFORGE" ]] || { echo "gpu_busy: no $KFORGE (build first, or set BUILD)" >&2; exit 2; }
@@ -43,7 +45,8 @@ PY
 
 name="busy-w$W-$(date +%H%M%S)"
 "$KFORGE" run --models "replay:$cassette" --tasks "$TASKS" --world "$W" --strategy one-shot \
-  --samples "$SAMPLES" --out "$OUT" --name "$name" --json "$OUT/summary.json" > "$OUT/run.log" 2>&1 || true
+  --samples "$SAMPLES" --timing-cap "$TIMING_CAP" --out "$OUT" --name "$name" \
+  --json "$OUT/summary.json" > "$OUT/run.log" 2>&1 || true
 python3 - "$OUT/summary.json" "$W" <<'PY'
 import json, sys
 path, w = sys.argv[1:]
