@@ -130,6 +130,16 @@ void ClaimPerCall(EvalSession& s, double claimed_us) {
   s.plans.push_back(std::move(plan));
 }
 
+// The candidate's 40 claims spread evenly over median * (1 -/+ spread), ten
+// levels of four calls each; each wall 1 us over its claim.
+void SpreadClaims(EvalSession& s, double median_us, double spread) {
+  std::vector<double>& c = s.plans[0].candidate.claimed_us;
+  c.clear();
+  for (int k = 0; k < 40; ++k) c.push_back(median_us * (1 - spread + 2 * spread * (k % 10) / 9.0));
+  s.plans[0].candidate.wall_us.assign(c.size(), 0);
+  for (size_t k = 0; k < c.size(); ++k) s.plans[0].candidate.wall_us[k] = c[k] + 1.0;
+}
+
 TEST(Roofline, TimingReportsTheFractionAndRejectsTheImpossible) {
   {
     EvalSession s;
@@ -170,11 +180,7 @@ TEST(TimingReport, ReportsEachMediansIntervalAndWarnsWhenTheCapRanOut) {
   EvalSession s;
   ClaimPerCall(s, 125.0);
   // A candidate whose claims spread +-40%: its median is not known to 0.5%.
-  std::vector<double>& c = s.plans[0].candidate.claimed_us;
-  c.clear();
-  for (int k = 0; k < 40; ++k) c.push_back(125.0 * (0.6 + 0.8 * (k % 10) / 9.0));
-  s.plans[0].candidate.wall_us.assign(c.size(), 0);
-  for (size_t k = 0; k < c.size(); ++k) s.plans[0].candidate.wall_us[k] = c[k] + 1.0;
+  SpreadClaims(s, 125.0, 0.4);
   FinishTiming(s);
   ASSERT_EQ(s.timing.size(), 1u);
   const auto& e = s.timing[0];
@@ -202,11 +208,7 @@ TEST(TimingReport, TheCapWarningUsesThePrecisionTheSideWasTimedTo) {
     s.world = world;
     s.emulated = true;
     s.plans[0].problem.world = world;
-    std::vector<double>& c = s.plans[0].candidate.claimed_us;
-    c.clear();
-    for (int k = 0; k < 40; ++k) c.push_back(125.0 * (0.96 + 0.08 * (k % 10) / 9.0));
-    s.plans[0].candidate.wall_us.assign(c.size(), 0);
-    for (size_t k = 0; k < c.size(); ++k) s.plans[0].candidate.wall_us[k] = c[k] + 1.0;
+    SpreadClaims(s, 125.0, 0.04);
     FinishTiming(s);
     ASSERT_EQ(s.timing.size(), 1u);
     bool cap_warning = false;
