@@ -337,11 +337,11 @@ json DriveReply::ToJson() const {
           {"anomalies", anomalies},
           {"sm_clock_mhz", sm_clock_mhz},
           {"temperature_c", temperature_c},
-          {"split_us",
-           {{"round", split.round_us},
-            {"stage", split.stage_us},
-            {"verify", split.verify_us},
-            {"barrier", split.barrier_us}}}};
+          {"split_us", split.ToJson()}};
+}
+
+json DriveReply::Split::ToJson() const {
+  return {{"round", round_us}, {"stage", stage_us}, {"verify", verify_us}, {"barrier", barrier_us}};
 }
 
 Result<DriveReply> DriveReply::Parse(const json& j, const std::string& what, size_t calls) {

@@ -230,6 +230,7 @@ struct DriveReply {
     double stage_us = 0;    // inputs copied in, outputs poisoned, L2 flushed, per call
     double verify_us = 0;   // outputs and inputs checked after each call
     double barrier_us = 0;  // waiting for the other ranks between steps
+    nlohmann::json ToJson() const;
   } split;
   nlohmann::json ToJson() const;
   static Result<DriveReply> Parse(const nlohmann::json& j, const std::string& what, size_t calls);

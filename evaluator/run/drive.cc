@@ -133,10 +133,7 @@ Status DriveBlock(EvalSession& s, ServedGroup& g, SizePlan& plan, int warmup, in
     claimed.push_back(std::move(d.claimed_us));
     out->sm_clock_mhz.insert(out->sm_clock_mhz.end(), d.sm_clock_mhz.begin(), d.sm_clock_mhz.end());
     clocks.push_back(d.sm_clock_mhz);
-    split.push_back({{"round", d.split.round_us},
-                     {"stage", d.split.stage_us},
-                     {"verify", d.split.verify_us},
-                     {"barrier", d.split.barrier_us}});
+    split.push_back(d.split.ToJson());
     out->temperature_c.insert(out->temperature_c.end(), d.temperature_c.begin(),
                               d.temperature_c.end());
   }

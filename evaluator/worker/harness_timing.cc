@@ -24,6 +24,19 @@ double MicrosSince(Clock::time_point t0) {
   return std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
 }
 
+// Adds the microseconds of its scope to `*to` (DriveReply::Split).
+class Tally {
+ public:
+  explicit Tally(double* to) : to_(to), t0_(Clock::now()) {}
+  ~Tally() { *to_ += MicrosSince(t0_); }
+  Tally(const Tally&) = delete;
+  Tally& operator=(const Tally&) = delete;
+
+ private:
+  double* to_;
+  Clock::time_point t0_;
+};
+
 // The SM clock and temperature of the current device, appended to `clock`
 // and `temp` (nothing without NVML).
 void ReadClocks(std::vector<double>* clock, std::vector<double>* temp) {
@@ -119,27 +132,32 @@ Result<json> HarnessWorker::Drive(const eval::Message& m) {
     // A kernel may read its peers' inputs until its own call returns, and a
     // peer's call can still be running when this rank's has answered: no
     // rank's inputs change before every rank is done with the last round.
-    auto step = Clock::now();
-    KF_RETURN_IF_ERROR(control_.Barrier());
-    reply.split.barrier_us += MicrosSince(step);
-    step = Clock::now();
-    KF_RETURN_IF_ERROR(MakeInputs(round.seeds, /*to_candidate=*/false));
-    KF_RETURN_IF_ERROR(RunBaseline(sets));
-    reply.split.round_us += MicrosSince(step);
+    {
+      Tally t(&reply.split.barrier_us);
+      KF_RETURN_IF_ERROR(control_.Barrier());
+    }
+    {
+      Tally t(&reply.split.round_us);
+      KF_RETURN_IF_ERROR(MakeInputs(round.seeds, /*to_candidate=*/false));
+      KF_RETURN_IF_ERROR(RunBaseline(sets));
+    }
     for (int set : round.order) {
       // Clocks after the warm-up (an idle GPU's are low), and after the last call.
       if (call == req.warmup) ReadClocks(&reply.sm_clock_mhz, &reply.temperature_c);
       // Every rank's last call has answered before any rank stages the next:
       // staging (and the L2 flush above all) must not slow a peer's call.
-      step = Clock::now();
-      KF_RETURN_IF_ERROR(control_.Barrier());
-      reply.split.barrier_us += MicrosSince(step);
-      step = Clock::now();
-      KF_RETURN_IF_ERROR(StageCall(set, round.poison));
-      reply.split.stage_us += MicrosSince(step);
-      step = Clock::now();
-      KF_RETURN_IF_ERROR(control_.Barrier());
-      reply.split.barrier_us += MicrosSince(step);
+      {
+        Tally t(&reply.split.barrier_us);
+        KF_RETURN_IF_ERROR(control_.Barrier());
+      }
+      {
+        Tally t(&reply.split.stage_us);
+        KF_RETURN_IF_ERROR(StageCall(set, round.poison));
+      }
+      {
+        Tally t(&reply.split.barrier_us);
+        KF_RETURN_IF_ERROR(control_.Barrier());
+      }
       auto t0 = Clock::now();
       box.Post(seq, static_cast<uint32_t>(set));
       KF_ASSIGN_OR_RETURN(auto answer, box.WaitAnswer(seq, DeadlineIn(req.call_deadline_s),
@@ -157,10 +175,11 @@ Result<json> HarnessWorker::Drive(const eval::Message& m) {
         reply.wall_us.push_back(wall);
         reply.claimed_us.push_back(answer.claimed_us);
       }
-      step = Clock::now();
-      KF_RETURN_IF_ERROR(
-          VerifySet(set, call, round.poison, &reply.failures, &reply.inputs_changed));
-      reply.split.verify_us += MicrosSince(step);
+      {
+        Tally t(&reply.split.verify_us);
+        KF_RETURN_IF_ERROR(
+            VerifySet(set, call, round.poison, &reply.failures, &reply.inputs_changed));
+      }
       ++seq;
       ++call;
     }

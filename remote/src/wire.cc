@@ -93,7 +93,7 @@ Result<JobRequest> ParseJobRequest(std::string_view body) {
   if (auto c = j.find("timing_cap_s"); c != j.end() && !c->is_null()) {
     if (!c->is_number()) return Field("timing_cap_s", "expected a number of seconds");
     const double cap = c->get<double>();
-    if (!(cap == 0 || (cap >= eval::kMinTimingCapS && cap <= eval::kMaxTimingCapS)))
+    if (!eval::TimingCapAllowed(cap))
       return Field("timing_cap_s", fmt::format("expected 0 (the server's default) or {}-{} seconds",
                                                eval::kMinTimingCapS, eval::kMaxTimingCapS));
     r.job.timing_cap_s = cap;

@@ -24,6 +24,10 @@ inline constexpr double kDefaultEvaluatorLivenessS = 60;
 // The range a timing cap may be asked in (`--timing-cap`, EvalRequest).
 inline constexpr double kMinTimingCapS = 0.01;
 inline constexpr double kMaxTimingCapS = 600;
+// 0 (the evaluator's default) or within [kMinTimingCapS, kMaxTimingCapS].
+constexpr bool TimingCapAllowed(double cap_s) {
+  return cap_s == 0 || (cap_s >= kMinTimingCapS && cap_s <= kMaxTimingCapS);
+}
 
 struct EvalRequest {
   std::string task;         // task key, e.g. "001_allreduce"
